@@ -1,0 +1,314 @@
+//! The pub/sub demultiplexer: one subscription connection shared by every waiting task.
+//!
+//! Waiters register interest in a lock's unlock channel with [`Demux::subscribe`], which
+//! returns a reference-counted [`Subscription`]. Two tasks serve all of them:
+//!
+//! - the **subscriber** turns changes of the registry into `SUBSCRIBE` / `UNSUBSCRIBE`
+//!   commands, batched (one command with many channels, never a zero-argument unsubscribe) and
+//!   ordered, and marks channels ready once Redis has confirmed them;
+//! - the **reader** routes pushes: an unlock message wakes **one** local waiter of that channel
+//!   (no thundering herd inside a process); a lost connection marks every channel unconfirmed,
+//!   wakes **every** waiter (messages sent during the gap are lost, so they must retry) and
+//!   asks the subscriber to resubscribe everything.
+//!
+//! redis 1.8's automatic resubscription is deliberately not used (it corrupts replies after a
+//! reconnect); the `ConnectionManager` still reconnects with backoff.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+/// Channels per `SUBSCRIBE` command.
+const BATCH: usize = 5_000;
+
+#[derive(Clone)]
+pub(crate) struct Demux {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the subscriber when `dirty` gained channels.
+    work: Notify,
+    /// Bumped whenever channels became ready, so waiters re-check their channel.
+    confirmed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Channels with at least one waiter.
+    channels: HashMap<String, Registered>,
+    /// Channels whose wanted state may differ from the server's.
+    dirty: HashSet<String>,
+    /// Channels Redis confirmed on the current connection.
+    subscribed: HashSet<String>,
+    /// Bumped on every lost connection; a confirmation from an older epoch is stale.
+    epoch: u64,
+}
+
+struct Registered {
+    refs: usize,
+    channel: Arc<Channel>,
+}
+
+/// One channel's waiters.
+pub(crate) struct Channel {
+    notify: Notify,
+    ready: AtomicBool,
+}
+
+/// A waiter's interest in one channel; unsubscribes when the last one drops.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    name: String,
+    channel: Arc<Channel>,
+}
+
+impl Demux {
+    pub(crate) fn start(
+        conn: ConnectionManager,
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
+        tasks: &mut Vec<AbortHandle>,
+    ) -> Demux {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            work: Notify::new(),
+            confirmed: watch::Sender::new(0),
+        });
+        tasks.push(tokio::spawn(read(shared.clone(), pushes)).abort_handle());
+        tasks.push(tokio::spawn(subscribe_loop(shared.clone(), conn)).abort_handle());
+        Demux { shared }
+    }
+
+    /// Registers interest in `name`. Cheap and synchronous; wait for the server's confirmation
+    /// with [`Subscription::ready`].
+    pub(crate) fn subscribe(&self, name: &str) -> Subscription {
+        let mut state = self.shared.lock();
+        let channel = match state.channels.get_mut(name) {
+            Some(reg) => {
+                reg.refs += 1;
+                reg.channel.clone()
+            }
+            None => {
+                let channel = Arc::new(Channel {
+                    notify: Notify::new(),
+                    ready: AtomicBool::new(false),
+                });
+                state.channels.insert(
+                    name.to_owned(),
+                    Registered {
+                        refs: 1,
+                        channel: channel.clone(),
+                    },
+                );
+                // Still subscribed from an earlier waiter whose UNSUBSCRIBE is pending: the
+                // subscriber will simply not send it.
+                if state.subscribed.contains(name) {
+                    channel.ready.store(true, Ordering::Release);
+                }
+                state.dirty.insert(name.to_owned());
+                self.shared.work.notify_one();
+                channel
+            }
+        };
+        Subscription {
+            shared: self.shared.clone(),
+            name: name.to_owned(),
+            channel,
+        }
+    }
+
+    /// Channels confirmed on the current connection.
+    pub(crate) fn subscribed_len(&self) -> usize {
+        self.shared.lock().subscribed.len()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent at every unlock point, so a panic elsewhere cannot
+        // poison it into something unusable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Subscription {
+    /// Waits until Redis confirmed the subscription, or `until` passes. Returns whether it is
+    /// confirmed.
+    pub(crate) async fn ready(&self, until: Instant) -> bool {
+        let mut confirmed = self.shared.confirmed.subscribe();
+        loop {
+            if self.is_ready() {
+                return true;
+            }
+            tokio::select! {
+                changed = confirmed.changed() => if changed.is_err() { return false },
+                _ = tokio::time::sleep_until(until) => return self.is_ready(),
+            }
+        }
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        self.channel.ready.load(Ordering::Acquire)
+    }
+
+    /// The wake-up of this channel: an unlock message (one waiter) or a lost connection (all).
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.channel.notify
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        let last = match state.channels.get_mut(&self.name) {
+            Some(reg) => {
+                reg.refs -= 1;
+                reg.refs == 0
+            }
+            None => false,
+        };
+        if last {
+            state.channels.remove(&self.name);
+            state.dirty.insert(std::mem::take(&mut self.name));
+            drop(state);
+            self.shared.work.notify_one();
+        }
+    }
+}
+
+/// Routes pushes from the subscription connection.
+async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
+    while let Some(push) = pushes.recv().await {
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                let Some(msg) = redis::Msg::from_push_info(push) else {
+                    continue;
+                };
+                let state = shared.lock();
+                if let Some(reg) = state.channels.get(msg.get_channel_name()) {
+                    tracing::trace!(channel = msg.get_channel_name(), "unlock message");
+                    reg.channel.notify.notify_one();
+                }
+            }
+            PushKind::Disconnection => {
+                tracing::debug!("pub/sub connection lost; waking all waiters and resubscribing");
+                let mut state = shared.lock();
+                state.epoch += 1;
+                state.subscribed.clear();
+                let names: Vec<String> = state.channels.keys().cloned().collect();
+                for reg in state.channels.values() {
+                    reg.channel.ready.store(false, Ordering::Release);
+                    reg.channel.notify.notify_waiters();
+                }
+                state.dirty.extend(names);
+                drop(state);
+                shared.work.notify_one();
+            }
+            // Subscribe/unsubscribe confirmations are copied here too; the subscriber learns
+            // of them from its own commands.
+            _ => {}
+        }
+    }
+}
+
+/// Brings the server's subscriptions in line with the registry.
+async fn subscribe_loop(shared: Arc<Shared>, mut conn: ConnectionManager) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        shared.work.notified().await;
+        loop {
+            let (epoch, subscribe, unsubscribe) = {
+                let mut state = shared.lock();
+                let mut subscribe = Vec::new();
+                let mut unsubscribe = Vec::new();
+                let dirty: Vec<String> = state.dirty.drain().collect();
+                for name in dirty {
+                    let wanted = state.channels.contains_key(&name);
+                    let actual = state.subscribed.contains(&name);
+                    match (wanted, actual) {
+                        (true, false) => subscribe.push(name),
+                        (false, true) => unsubscribe.push(name),
+                        _ => {}
+                    }
+                }
+                (state.epoch, subscribe, unsubscribe)
+            };
+            if subscribe.is_empty() && unsubscribe.is_empty() {
+                break;
+            }
+            let result = sync(&shared, &mut conn, epoch, subscribe, unsubscribe).await;
+            match result {
+                Ok(()) => backoff = Duration::from_millis(10),
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "pub/sub (un)subscribe failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+async fn sync(
+    shared: &Shared,
+    conn: &mut ConnectionManager,
+    epoch: u64,
+    subscribe: Vec<String>,
+    unsubscribe: Vec<String>,
+) -> redis::RedisResult<()> {
+    let requeue = |names: &[String]| {
+        let mut state = shared.lock();
+        state.dirty.extend(names.iter().cloned());
+    };
+    for (i, chunk) in unsubscribe.chunks(BATCH).enumerate() {
+        if let Err(e) = conn.unsubscribe(chunk).await {
+            requeue(&unsubscribe[i * BATCH..]);
+            requeue(&subscribe);
+            return Err(e);
+        }
+        let mut state = shared.lock();
+        if state.epoch == epoch {
+            for name in chunk {
+                state.subscribed.remove(name);
+                // A waiter came back for this channel while we unsubscribed it: it is not
+                // confirmed any more (it is already queued to be subscribed again).
+                // Wake its waiters so they re-check after the resubscription.
+                if let Some(reg) = state.channels.get(name) {
+                    reg.channel.ready.store(false, Ordering::Release);
+                    reg.channel.notify.notify_waiters();
+                }
+            }
+        }
+    }
+    for (i, chunk) in subscribe.chunks(BATCH).enumerate() {
+        if let Err(e) = conn.subscribe(chunk).await {
+            requeue(&subscribe[i * BATCH..]);
+            return Err(e);
+        }
+        let mut state = shared.lock();
+        if state.epoch != epoch {
+            // The connection was lost meanwhile; the reader already queued everything again.
+            continue;
+        }
+        for name in chunk {
+            state.subscribed.insert(name.clone());
+            if let Some(reg) = state.channels.get(name) {
+                reg.channel.ready.store(true, Ordering::Release);
+            } else {
+                // The last waiter left while we subscribed: undo it on the next round.
+                state.dirty.insert(name.clone());
+            }
+        }
+        drop(state);
+        shared.confirmed.send_modify(|n| *n += 1);
+    }
+    Ok(())
+}

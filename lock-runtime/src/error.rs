@@ -1,0 +1,158 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a held lock stopped being ours.
+///
+/// Carried by [`LockError::Lost`] and returned by [`LockGuard::lost`](crate::LockGuard::lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// An explicit lease ran out (no watchdog renews leased locks).
+    LeaseExpired,
+    /// Renewal found the lock gone or held by someone else: it was deleted, force-unlocked or
+    /// expired on the server (for example after a Redis restart).
+    Deleted,
+    /// Renewal could not be confirmed before the lease would have run out (minus a safety
+    /// margin): Redis was unreachable or too slow. The lock is declared lost *before* Redis can
+    /// expire it, so another owner cannot have it while we still believe we do.
+    RenewalFailed,
+    /// The maximum hold time ([`LockOptions::max_hold`](crate::LockOptions::max_hold)) passed;
+    /// the lock was released.
+    MaxHoldExceeded,
+    /// The guard was released (or dropped) by its owner; only seen by re-entrant guards that
+    /// outlive the outermost one.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            LossReason::LeaseExpired => "the lease expired",
+            LossReason::Deleted => "the lock was deleted or taken over on the server",
+            LossReason::RenewalFailed => "renewal could not be confirmed before the lease ran out",
+            LossReason::MaxHoldExceeded => "the maximum hold time passed",
+            LossReason::Released => "the outermost guard was released",
+        })
+    }
+}
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a catch-all arm.
+/// The helpers [`is_busy`](LockError::is_busy), [`is_unavailable`](LockError::is_unavailable)
+/// and [`retry_after`](LockError::retry_after) classify errors the way an HTTP or gRPC layer needs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock stayed held by another owner for the whole wait.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    WaitTimeout {
+        /// The lock name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+        /// The holder's remaining lease when we gave up, if known.
+        remaining_ttl: Option<Duration>,
+    },
+    /// The lock is not held by this owner (never was, already released, or expired).
+    #[error("lock `{name}` is not held by this owner")]
+    NotOwner {
+        /// The lock name.
+        name: String,
+    },
+    /// A held lock was lost (see [`LossReason`]).
+    #[error("lock `{name}` was lost: {reason}")]
+    Lost {
+        /// The lock name.
+        name: String,
+        /// Why it was lost.
+        reason: LossReason,
+    },
+    /// The lock name cannot be used.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name (cut to 64 characters).
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A configuration value (URL, duration, prefix, option) is invalid.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The Redis key of the lock holds data that is not ours (for example a plain string).
+    /// Nothing was changed.
+    #[error("key `{key}` holds a Redis {found} that is not a lock; refusing to touch it")]
+    ForeignData {
+        /// The full Redis key.
+        key: String,
+        /// The Redis type found there.
+        found: String,
+    },
+    /// Redis could not be reached, did not answer in time, or answered with an error.
+    #[error("redis error during {op}: {source}")]
+    Backend {
+        /// What we were doing.
+        op: &'static str,
+        /// The underlying redis error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis did not answer within the configured time.
+    #[error("redis did not answer {op} within {timeout:?}")]
+    Timeout {
+        /// What we were doing.
+        op: &'static str,
+        /// The limit that passed.
+        timeout: Duration,
+    },
+    /// No default client was installed with
+    /// [`LockClient::install_default`](crate::LockClient::install_default).
+    #[error(
+        "no default LockClient is installed: call LockClient::install_default at start-up or pass `client = …`"
+    )]
+    NoDefaultClient,
+}
+
+impl LockError {
+    /// The lock is held by someone else (a wait timed out). HTTP: 423/409; gRPC: `ABORTED`.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, LockError::WaitTimeout { .. })
+    }
+
+    /// Redis is down, unreachable or too slow. HTTP: 503; gRPC: `UNAVAILABLE`.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, LockError::Backend { .. } | LockError::Timeout { .. })
+    }
+
+    /// The lock was lost while held.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    /// For a busy lock, when a retry may succeed: the holder's remaining lease.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::WaitTimeout { remaining_ttl, .. } => *remaining_ttl,
+            _ => None,
+        }
+    }
+
+    pub(crate) fn backend(op: &'static str, source: redis::RedisError) -> Self {
+        LockError::Backend { op, source }
+    }
+
+    pub(crate) fn invalid_name(name: &str, reason: &'static str) -> Self {
+        LockError::InvalidName {
+            name: name.chars().take(64).collect(),
+            reason,
+        }
+    }
+}
+
+/// Whether a failed command may have run on the server anyway (a timeout or a connection
+/// dropped after sending), so its outcome is unknown and must be reconciled.
+pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
+    err.is_timeout() || err.is_connection_dropped() || err.is_io_error()
+}

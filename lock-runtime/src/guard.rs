@@ -1,0 +1,289 @@
+//! `LockGuard`: proof of holding a lock, its fencing token and its loss signal.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::outcome_unknown;
+use crate::names::LockNames;
+use crate::releaser::ReleaseJob;
+use crate::script::{self, Reply};
+use crate::{LockClient, LockError, LossReason, scope};
+
+/// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
+pub(crate) struct LossSignal {
+    tx: watch::Sender<Option<LossReason>>,
+}
+
+impl LossSignal {
+    pub(crate) fn new() -> LossSignal {
+        LossSignal {
+            tx: watch::Sender::new(None),
+        }
+    }
+
+    /// Records the first reason; later ones are ignored.
+    pub(crate) fn declare(&self, name: &str, reason: LossReason) {
+        let first = self.tx.send_if_modified(|v| {
+            if v.is_none() {
+                *v = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first && reason != LossReason::Released {
+            tracing::warn!(lock = name, %reason, "lock lost");
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<LossReason> {
+        *self.tx.borrow()
+    }
+
+    async fn wait(&self) -> LossReason {
+        let mut rx = self.tx.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.unwrap_or(LossReason::Released),
+            // The sender lives in `self`; it cannot close while we borrow it.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// The state of one outermost acquisition, shared with its re-entrant guards.
+pub(crate) struct Held {
+    pub(crate) client: LockClient,
+    pub(crate) names: Arc<LockNames>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) acquisition: u64,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+    pub(crate) signal: Arc<LossSignal>,
+}
+
+/// Proof that this owner holds a lock.
+///
+/// - [`fencing_token`](LockGuard::fencing_token): strictly increasing per lock name across
+///   holders; pass it to the storage you protect and reject writes with an older token.
+/// - [`lost`](LockGuard::lost): resolves if the lock is lost while held (renewal failed or found
+///   it gone, lease ran out); race it against your work.
+/// - [`scope`](LockGuard::scope) / [`run`](LockGuard::run): run code in which taking the same
+///   lock again re-enters instead of deadlocking.
+/// - [`release`](LockGuard::release) releases and reports errors. Dropping the guard releases in
+///   the background within milliseconds and never blocks.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// let guard = locks.lock("stock:42").acquire().await?;
+/// let token = guard.fencing_token();
+/// let outcome = guard
+///     .run(async {
+///         // Re-enters: no round trip, no deadlock.
+///         let inner = locks.lock("stock:42").acquire().await?;
+///         assert!(inner.is_reentrant());
+///         Ok::<_, lock_runtime::LockError>(token)
+///     })
+///     .await??;
+/// guard.release().await?;
+/// # let _ = outcome; Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    held: Arc<Held>,
+    reentrant: bool,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(held: Held) -> LockGuard {
+        LockGuard {
+            held: Arc::new(held),
+            reentrant: false,
+            released: false,
+        }
+    }
+
+    pub(crate) fn reentrant(held: Arc<Held>) -> LockGuard {
+        LockGuard {
+            held,
+            reentrant: true,
+            released: false,
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.held.names.name
+    }
+
+    /// The Redis key of the lock hash (prefix and hash tag included).
+    pub fn key(&self) -> &str {
+        &self.held.names.key
+    }
+
+    /// The owner id written to Redis: `<client id>:<acquisition id>`.
+    pub fn owner(&self) -> &str {
+        &self.held.owner
+    }
+
+    /// The fencing token of this acquisition. Tokens of one lock name strictly increase across
+    /// acquisitions (re-entrant guards share their outermost guard's token).
+    pub fn fencing_token(&self) -> u64 {
+        self.held.token
+    }
+
+    /// Whether this guard re-entered a lock held by an enclosing scope (it releases nothing).
+    pub fn is_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Whether the lock is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.signal.get().is_some()
+    }
+
+    /// Resolves with [`LockError::Lost`] once the lock is lost; pending while it is held.
+    ///
+    /// With the watchdog this fires before the lease could expire when renewal cannot be
+    /// confirmed, and at the next renewal when the lock was deleted or taken over; with an
+    /// explicit lease it fires when the lease ends.
+    pub async fn lost(&self) -> LockError {
+        let reason = self.held.signal.wait().await;
+        self.lost_error(reason)
+    }
+
+    /// Runs `fut` inside this guard's reentrancy scope: taking the same lock (same client, same
+    /// name) inside it re-enters without a round trip.
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        scope::enter(self.held.clone(), fut)
+    }
+
+    /// Like [`scope`](LockGuard::scope), but if the lock is lost while `fut` runs, `fut` is
+    /// dropped and [`LockError::Lost`] returned.
+    pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        if let Some(reason) = self.held.signal.get() {
+            return Err(self.lost_error(reason));
+        }
+        let body = self.scope(fut);
+        tokio::select! {
+            biased;
+            lost = self.lost() => Err(lost),
+            out = body => Ok(out),
+        }
+    }
+
+    /// Releases the lock and reports the outcome.
+    ///
+    /// - `Ok(())`: it was ours and is now free (a waiter has been woken).
+    /// - [`LockError::Lost`]: it had been lost before (your critical section may have overlapped
+    ///   with another holder's); whatever was left of it is released.
+    /// - [`LockError::NotOwner`]: it was no longer ours (expired or force-unlocked).
+    /// - Backend errors: the release is retried in the background until the lease ends.
+    ///
+    /// A re-entrant guard releases nothing (its outermost guard does) and returns `Ok(())`
+    /// unless the lock is lost.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        if self.reentrant {
+            return match self.held.signal.get() {
+                Some(reason) => Err(self.lost_error(reason)),
+                None => Ok(()),
+            };
+        }
+        self.released = true;
+        let held = self.held.clone();
+        let inner = &held.client.inner;
+        inner.watchdog.deregister(held.acquisition);
+        let lost_before = held.signal.get();
+        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
+        let result = tracing::Instrument::instrument(release_now(&held), span).await;
+        held.signal.declare(&held.names.name, LossReason::Released);
+        if result.as_ref().is_err_and(LockError::is_unavailable) {
+            inner.releaser.submit(self.release_job());
+        }
+        match (lost_before, result) {
+            (Some(reason), _) => Err(self.lost_error(reason)),
+            (None, Ok(true)) => Ok(()),
+            (None, Ok(false)) => Err(LockError::NotOwner {
+                name: held.names.name.clone(),
+            }),
+            (None, Err(e)) => Err(e),
+        }
+    }
+
+    fn lost_error(&self, reason: LossReason) -> LockError {
+        LockError::Lost {
+            name: self.held.names.name.clone(),
+            reason,
+        }
+    }
+
+    fn release_job(&self) -> ReleaseJob {
+        ReleaseJob::new(
+            &self.held.names,
+            &self.held.owner,
+            Instant::now() + self.held.lease,
+        )
+    }
+}
+
+/// Runs the release script; `Ok(false)` when the lock was not ours.
+async fn release_now(held: &Held) -> Result<bool, LockError> {
+    let mut conn = held.client.inner.conn.clone();
+    let mut retried = false;
+    loop {
+        let reply = script::RELEASE
+            .key(&held.names.key)
+            .key(&held.names.channel)
+            .arg(&*held.owner)
+            .invoke_async::<Reply>(&mut conn)
+            .await;
+        return match reply {
+            Ok(Reply::Done(_)) => Ok(true),
+            // After an unknown outcome, "not ours any more" means our first attempt went
+            // through: the watchdog had not declared the lock lost, so it had not expired.
+            Ok(Reply::NotDone(_)) => Ok(retried),
+            Ok(Reply::Foreign(found)) => Err(LockError::ForeignData {
+                key: held.names.key.clone(),
+                found,
+            }),
+            Err(e) if outcome_unknown(&e) && !retried => {
+                tracing::debug!(error = %e, "release outcome unknown; retrying once");
+                retried = true;
+                continue;
+            }
+            Err(e) => Err(LockError::backend("release", e)),
+        };
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.reentrant || self.released {
+            return;
+        }
+        let inner = &self.held.client.inner;
+        inner.watchdog.deregister(self.held.acquisition);
+        self.held
+            .signal
+            .declare(&self.held.names.name, LossReason::Released);
+        inner.releaser.submit(self.release_job());
+        tracing::debug!(lock = %self.held.names.name, "guard dropped; release handed to the background releaser");
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.held.names.name)
+            .field("owner", &self.held.owner)
+            .field("fencing_token", &self.held.token)
+            .field("reentrant", &self.reentrant)
+            .field("lost", &self.held.signal.get())
+            .finish()
+    }
+}

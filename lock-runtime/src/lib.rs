@@ -1,0 +1,106 @@
+//! A Redisson-class distributed lock for async Rust, on Redis.
+//!
+//! - **Reentrant by structure**, not by thread: inside a guard's [`scope`](LockGuard::scope)
+//!   taking the same lock again re-enters without a round trip; a spawned task or a `join!`ed
+//!   sibling is a different owner and is excluded.
+//! - **Pub/sub wake-up**, never blind polling: every waiting task of a client shares one
+//!   subscription connection; an unlock wakes one local waiter within about one round trip.
+//! - **Watchdog renewal**: without an explicit lease the lease is renewed while the guard lives,
+//!   for all locks of a client in one pipelined round trip; [`LockGuard::lost`] fires *before*
+//!   the lease could expire when renewal cannot be confirmed.
+//! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
+//!   stale holder's writes.
+//! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
+//!   nothing behind; the background releaser frees the lock within milliseconds.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_runtime::{LockClient, LockError, LockOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//!
+//! // Wait up to 5 s for the lock; the watchdog renews it while `guard` lives.
+//! let guard = locks.lock("stock:42").try_acquire(Duration::from_secs(5)).await?;
+//! let token = guard.fencing_token(); // send it along with your writes
+//!
+//! // Run the critical section; if the lock is lost meanwhile, it is dropped and
+//! // `LockError::Lost` is returned.
+//! guard
+//!     .run(async {
+//!         // … read, compute, write with `token` …
+//!     })
+//!     .await?;
+//! guard.release().await?;
+//!
+//! // A fixed 10 s lease without renewal; one attempt only.
+//! let opts = LockOptions::new().wait(Duration::ZERO).lease(Duration::from_secs(10));
+//! match locks.lock("report").acquire_with(opts).await {
+//!     Ok(guard) => drop(guard), // released in the background within milliseconds
+//!     Err(e) if e.is_busy() => println!("busy, retry in {:?}", e.retry_after()),
+//!     Err(e) => return Err(e),
+//! }
+//! # let _ = token;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! A lock named `N` is a Redis hash at `<prefix>:{N}` (field: owner id, value: hold count),
+//! always with a TTL. Lua scripts (sent with `EVALSHA`, reloaded after `SCRIPT FLUSH`)
+//! acquire, release, renew and force-unlock it; releasing publishes on `<prefix>:{N}:unlock`;
+//! the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
+//! cluster slot. See [`MAX_NAME_LEN`] for name rules.
+//!
+//! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
+//! acquisition, so two tasks of one process never share a hold by accident.
+//!
+//! # Caveats
+//!
+//! - A lock on one Redis primary is as safe as that primary: a failover to a replica that had
+//!   not yet received the lock loses it. Use the fencing token wherever correctness matters.
+//! - [`LockGuard::lost`] is the only promise about a held lock; check it (or use
+//!   [`LockGuard::run`]) around long critical sections.
+//! - A re-entrant acquisition inherits the outermost acquisition's options (lease, watchdog).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod client;
+mod demux;
+mod error;
+mod guard;
+mod lock;
+mod names;
+mod options;
+mod releaser;
+mod scope;
+mod script;
+mod watchdog;
+
+pub use client::{DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder};
+pub use error::{LockError, LossReason};
+pub use guard::LockGuard;
+pub use lock::Lock;
+pub use names::MAX_NAME_LEN;
+pub use options::LockOptions;
+
+/// Runs the annotated `async fn` while holding a distributed lock.
+///
+/// See the [`lock-macros`](https://docs.rs/lock-macros) documentation for the options.
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+#[doc(inline)]
+pub use lock_macros::distributed_lock;
+
+/// What `#[distributed_lock]` expansions call. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::client::LockClient;
+    pub use crate::error::LockError;
+    pub use crate::options::LockOptions;
+    pub use tracing;
+}

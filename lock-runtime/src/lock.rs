@@ -1,0 +1,370 @@
+//! `Lock`: one named lock, and the race-free acquire loop.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::outcome_unknown;
+use crate::guard::{Held, LossSignal};
+use crate::names::LockNames;
+use crate::releaser::ReleaseJob;
+use crate::script::{self, Reply};
+use crate::watchdog::Entry;
+use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
+
+/// How often an acquire whose outcome is unknown (timeout, dropped connection) is retried with
+/// the same owner id before giving up.
+const RECONCILE_TRIES: u32 = 3;
+/// The longest sleep between attempts on a lock whose key has no TTL (foreign data).
+const NO_TTL_POLL: Duration = Duration::from_secs(1);
+/// The longest sleep between attempts while the unlock channel is not confirmed.
+const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(100);
+
+/// A named lock; made by [`LockClient::lock`]. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::{LockError, LockOptions};
+///
+/// let lock = locks.lock("stock:42");
+/// match lock.try_acquire(Duration::from_millis(200)).await {
+///     Ok(guard) => { /* … */ guard.release().await?; }
+///     Err(LockError::WaitTimeout { .. }) => { /* busy */ }
+///     Err(e) => return Err(e),
+/// }
+/// let leased = lock
+///     .acquire_with(LockOptions::new().wait(Duration::from_secs(5)).lease(Duration::from_secs(10)))
+///     .await?;
+/// # drop(leased); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: LockClient,
+    names: Result<Arc<LockNames>, (String, &'static str)>,
+}
+
+enum Attempt {
+    /// Taken with this fencing token; the request was sent at `sent`.
+    Taken { token: u64, sent: Instant },
+    /// Held by another owner with this PTTL in ms (-1: no TTL, -2: vanished meanwhile).
+    Busy(i64),
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: &str) -> Lock {
+        let names = LockNames::new(&client.inner.config.prefix, name)
+            .map(Arc::new)
+            .map_err(|e| match e {
+                LockError::InvalidName { name, reason } => (name, reason),
+                _ => (name.chars().take(64).collect(), "invalid lock name"),
+            });
+        Lock { client, names }
+    }
+
+    fn names(&self) -> Result<&Arc<LockNames>, LockError> {
+        self.names.as_ref().map_err(|(name, reason)| LockError::InvalidName {
+            name: name.clone(),
+            reason,
+        })
+    }
+
+    /// The lock name (as given, without prefix).
+    pub fn name(&self) -> &str {
+        match &self.names {
+            Ok(n) => &n.name,
+            Err((name, _)) => name,
+        }
+    }
+
+    /// Waits as long as it takes, then holds with the watchdog.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        self.acquire_with(LockOptions::new()).await
+    }
+
+    /// Waits at most `wait` ([`LockError::WaitTimeout`] after that); `Duration::ZERO` makes
+    /// exactly one attempt.
+    pub async fn try_acquire(&self, wait: Duration) -> Result<LockGuard, LockError> {
+        self.acquire_with(LockOptions::new().wait(wait)).await
+    }
+
+    /// Acquires with explicit options.
+    ///
+    /// Inside the [`scope`](LockGuard::scope) of a guard of the same lock this re-enters at
+    /// once (the options of the outermost acquisition apply). Otherwise it tries once (one round
+    /// trip when the lock is free); if the lock is busy it subscribes to its unlock channel,
+    /// tries again, and sleeps until an unlock message, the holder's remaining lease or the
+    /// deadline, whichever comes first, then retries.
+    ///
+    /// Cancellation-safe: dropping the future at any point leaves no hold in Redis (a possibly
+    /// taken hold is released in the background), no subscription and no watchdog entry.
+    pub async fn acquire_with(&self, opts: LockOptions) -> Result<LockGuard, LockError> {
+        opts.validate()?;
+        let names = self.names()?;
+        let inner = &self.client.inner;
+        if let Some(held) = scope::find(&inner.id, &names.key) {
+            if let Some(reason) = held.signal.get() {
+                return Err(LockError::Lost {
+                    name: names.name.clone(),
+                    reason,
+                });
+            }
+            tracing::trace!(lock = %names.name, "re-entered");
+            return Ok(LockGuard::reentrant(held));
+        }
+        let span = tracing::debug_span!("lock.acquire", lock = %names.name, wait = ?opts.wait);
+        tracing::Instrument::instrument(self.acquire_fresh(names, opts), span).await
+    }
+
+    async fn acquire_fresh(
+        &self,
+        names: &Arc<LockNames>,
+        opts: LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let inner = &self.client.inner;
+        let start = Instant::now();
+        let deadline = opts.wait.map(|w| start + w);
+        let (acquisition, owner) = inner.next_owner();
+        let owner: Arc<str> = owner.into();
+        let lease = opts.lease.unwrap_or(inner.config.watchdog_timeout);
+        let timeout = |pttl: i64| LockError::WaitTimeout {
+            name: names.name.clone(),
+            waited: start.elapsed(),
+            remaining_ttl: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
+        };
+        let taken = |token, sent| {
+            self.hold(names, &owner, acquisition, token, sent, lease, &opts)
+        };
+
+        // Uncontended: one round trip, no subscription.
+        let mut pttl = match self.attempt(names, &owner, lease).await? {
+            Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
+            Attempt::Busy(pttl) => pttl,
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(timeout(pttl));
+        }
+
+        let sub = inner.demux.subscribe(&names.channel);
+        let mut baton = Baton(None);
+        tracing::debug!(pttl, "lock busy; waiting for an unlock message");
+        loop {
+            // Be subscribed before the attempt, so an unlock published after it cannot be
+            // missed. A subscription that cannot be confirmed degrades to short polling.
+            let now = Instant::now();
+            let confirm_until = deadline.map_or(now + inner.config.response_timeout, |d| {
+                d.min(now + inner.config.response_timeout)
+            });
+            let subscribed = sub.is_ready() || sub.ready(confirm_until).await;
+
+            let notified = sub.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let attempt = self.attempt(names, &owner, lease).await;
+            if attempt.is_ok() {
+                // Decided: either ours, or taken by someone whose release will publish again.
+                baton.0 = None;
+            }
+            pttl = match attempt? {
+                Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
+                Attempt::Busy(pttl) => pttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(timeout(pttl));
+            }
+            let mut sleep = match pttl {
+                p if p > 0 => Duration::from_millis(p as u64),
+                -1 => NO_TTL_POLL,
+                _ => Duration::ZERO,
+            };
+            if !subscribed {
+                sleep = sleep.min(UNSUBSCRIBED_POLL);
+            }
+            let wake = deadline.map_or(now + sleep, |d| d.min(now + sleep));
+            tokio::select! {
+                _ = &mut notified => baton.0 = Some(sub.notify()),
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
+    /// id (retaking our own hold is idempotent), and if we give up or are cancelled while a
+    /// request may have taken the lock, the possible hold is released in the background.
+    async fn attempt(
+        &self,
+        names: &LockNames,
+        owner: &Arc<str>,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
+        let inner = &self.client.inner;
+        let mut cleanup = Cleanup {
+            client: &self.client,
+            job: Some(ReleaseJob::new(names, owner, Instant::now() + lease)),
+        };
+        let mut conn = inner.conn.clone();
+        let mut tries = 0;
+        loop {
+            let sent = Instant::now();
+            let reply = script::ACQUIRE
+                .key(&names.key)
+                .key(&names.fence)
+                .arg(&**owner)
+                .arg(lease.as_millis() as u64)
+                .arg(inner.config.fence_retention.as_millis() as u64)
+                .invoke_async::<Reply>(&mut conn)
+                .await;
+            return match reply {
+                Ok(reply) => {
+                    cleanup.job = None;
+                    match reply {
+                        Reply::Done(token) => {
+                            tracing::debug!(token, "acquired");
+                            Ok(Attempt::Taken {
+                                token: token as u64,
+                                sent,
+                            })
+                        }
+                        Reply::NotDone(pttl) => Ok(Attempt::Busy(pttl)),
+                        Reply::Foreign(found) => Err(LockError::ForeignData {
+                            key: names.key.clone(),
+                            found,
+                        }),
+                    }
+                }
+                Err(e) if outcome_unknown(&e) && tries < RECONCILE_TRIES => {
+                    tries += 1;
+                    tracing::warn!(error = %e, tries, "acquire outcome unknown; reconciling");
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(tries))).await;
+                    continue;
+                }
+                Err(e) => {
+                    if !outcome_unknown(&e) {
+                        cleanup.job = None;
+                    }
+                    Err(LockError::backend("acquire", e))
+                }
+            };
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &self,
+        names: &Arc<LockNames>,
+        owner: &Arc<str>,
+        acquisition: u64,
+        token: u64,
+        sent: Instant,
+        lease: Duration,
+        opts: &LockOptions,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
+        let signal = Arc::new(LossSignal::new());
+        inner.watchdog.register(
+            acquisition,
+            Entry {
+                names: names.clone(),
+                owner: owner.clone(),
+                renew: opts.lease.is_none(),
+                confirmed_until: sent + lease,
+                max_hold_until: opts.max_hold.map(|m| sent + m),
+                signal: signal.clone(),
+            },
+        );
+        LockGuard::new(Held {
+            client: self.client.clone(),
+            names: names.clone(),
+            owner: owner.clone(),
+            acquisition,
+            token,
+            lease,
+            signal,
+        })
+    }
+
+    /// Whether anyone holds the lock.
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        Ok(matches!(self.inspect().await?, Reply::Done(_)))
+    }
+
+    /// The holder's remaining lease; `None` when the lock is free (or a foreign hash at its key
+    /// has no TTL).
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        Ok(match self.inspect().await? {
+            Reply::Done(pttl) if pttl > 0 => Some(Duration::from_millis(pttl as u64)),
+            _ => None,
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. The holder's guard reports the loss
+    /// at its next renewal. Returns whether a lock was deleted.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        let names = self.names()?;
+        let reply = script::FORCE_UNLOCK
+            .key(&names.key)
+            .key(&names.channel)
+            .invoke_async::<Reply>(&mut self.client.inner.conn.clone())
+            .await
+            .map_err(|e| LockError::backend("force_unlock", e))?;
+        tracing::info!(lock = %names.name, deleted = matches!(reply, Reply::Done(_)), "force unlock");
+        self.checked(reply).map(|r| matches!(r, Reply::Done(_)))
+    }
+
+    async fn inspect(&self) -> Result<Reply, LockError> {
+        let names = self.names()?;
+        let reply = script::INSPECT
+            .key(&names.key)
+            .invoke_async::<Reply>(&mut self.client.inner.conn.clone())
+            .await
+            .map_err(|e| LockError::backend("inspect", e))?;
+        self.checked(reply)
+    }
+
+    fn checked(&self, reply: Reply) -> Result<Reply, LockError> {
+        match reply {
+            Reply::Foreign(found) => Err(LockError::ForeignData {
+                key: self.names()?.key.clone(),
+                found,
+            }),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Passes a consumed unlock notification on to the next local waiter if this waiter is
+/// cancelled or fails before its attempt decided anything, so a wake-up is never swallowed.
+struct Baton<'a>(Option<&'a Notify>);
+
+impl Drop for Baton<'_> {
+    fn drop(&mut self) {
+        if let Some(notify) = self.0 {
+            notify.notify_one();
+        }
+    }
+}
+
+/// Releases a hold that an interrupted acquire may have taken.
+struct Cleanup<'a> {
+    client: &'a LockClient,
+    job: Option<ReleaseJob>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            tracing::debug!("acquire interrupted with an unknown outcome; releasing in the background");
+            self.client.inner.releaser.submit(job);
+        }
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name()).finish()
+    }
+}

@@ -1,0 +1,115 @@
+//! The background releaser: releases handed over by `Drop` (guards, cancelled acquires).
+//!
+//! `Drop` cannot await, so it queues a job on an unbounded channel (never blocks) and this task
+//! runs it within milliseconds: every queued job goes out in one pipeline. Failed releases are
+//! retried with backoff until the lease they protect would have run out anyway.
+//!
+//! The task holds a clone of the command connection, not the client: it drains what was
+//! queued and exits once the client (the only sender) is gone.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::names::LockNames;
+use crate::script;
+
+/// Releases per pipeline.
+const BATCH: usize = 256;
+
+/// One release to run in the background.
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseJob {
+    key: String,
+    channel: String,
+    owner: String,
+    /// Past this the lease has run out by itself; stop retrying.
+    give_up_at: Instant,
+}
+
+impl ReleaseJob {
+    pub(crate) fn new(names: &LockNames, owner: &str, lease_end: Instant) -> ReleaseJob {
+        ReleaseJob {
+            key: names.key.clone(),
+            channel: names.channel.clone(),
+            owner: owner.to_owned(),
+            give_up_at: lease_end,
+        }
+    }
+}
+
+pub(crate) struct Releaser {
+    tx: mpsc::UnboundedSender<ReleaseJob>,
+}
+
+impl Releaser {
+    pub(crate) fn start(conn: ConnectionManager) -> Releaser {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(conn, rx));
+        Releaser { tx }
+    }
+
+    /// Queues a release; never blocks.
+    pub(crate) fn submit(&self, job: ReleaseJob) {
+        // The receiver lives as long as any sender; it cannot be gone while we hold one.
+        let _ = self.tx.send(job);
+    }
+}
+
+async fn run(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<ReleaseJob>) {
+    let mut jobs: Vec<ReleaseJob> = Vec::new();
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        if jobs.is_empty() {
+            match rx.recv().await {
+                Some(job) => jobs.push(job),
+                None => return,
+            }
+        }
+        while jobs.len() < BATCH {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        jobs.retain(|j| j.give_up_at > now);
+        if jobs.is_empty() {
+            continue;
+        }
+        match release_all(&mut conn, &jobs).await {
+            Ok(()) => {
+                tracing::debug!(released = jobs.len(), "background release done");
+                jobs.clear();
+                backoff = Duration::from_millis(20);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, pending = jobs.len(), retry_in = ?backoff, "background release failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+async fn release_all(conn: &mut ConnectionManager, jobs: &[ReleaseJob]) -> redis::RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for job in jobs {
+        pipe.cmd("EVALSHA")
+            .arg(script::RELEASE.get_hash())
+            .arg(2)
+            .arg(&job.key)
+            .arg(&job.channel)
+            .arg(&job.owner)
+            .ignore();
+    }
+    match pipe.exec_async(conn).await {
+        Err(e) if script::is_no_script(&e) => {
+            script::RELEASE.prepare_invoke().load_async(conn).await?;
+            pipe.exec_async(conn).await
+        }
+        other => other,
+    }
+}

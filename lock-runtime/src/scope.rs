@@ -1,0 +1,48 @@
+//! The reentrancy scope: which locks the *enclosing* code of the current task holds.
+//!
+//! Ownership follows structure, not threads (Redisson's thread-id ownership breaks async code):
+//! a future run with [`LockGuard::scope`](crate::LockGuard::scope) sees the guard's lock as held,
+//! so taking the same lock inside it re-enters at once, with no round trip and no deadlock.
+//! Everything else is a new owner: a spawned task (task-locals are not inherited), and two
+//! `join!`ed branches that each take the lock (neither runs inside the other's scope).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::guard::Held;
+
+tokio::task_local! {
+    static SCOPE: Frame;
+}
+
+/// The innermost held lock of a scope, linked to the enclosing ones.
+#[derive(Clone, Default)]
+struct Frame(Option<Arc<Node>>);
+
+struct Node {
+    held: Arc<Held>,
+    parent: Frame,
+}
+
+/// The hold on `key` of client `client_id` that an enclosing scope has, if any.
+pub(crate) fn find(client_id: &str, key: &str) -> Option<Arc<Held>> {
+    SCOPE
+        .try_with(|frame| {
+            let mut node = frame.0.as_ref();
+            while let Some(n) = node {
+                if n.held.names.key == key && &*n.held.client.inner.id == client_id {
+                    return Some(n.held.clone());
+                }
+                node = n.parent.0.as_ref();
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}
+
+/// Runs `fut` with `held` added to the current task's scope.
+pub(crate) fn enter<F: Future>(held: Arc<Held>, fut: F) -> impl Future<Output = F::Output> {
+    let parent = SCOPE.try_with(Frame::clone).unwrap_or_default();
+    SCOPE.scope(Frame(Some(Arc::new(Node { held, parent }))), fut)
+}

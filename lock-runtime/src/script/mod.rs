@@ -1,0 +1,116 @@
+//! The Lua scripts that implement the lock protocol, and their replies.
+//!
+//! Each script is a `.lua` file next to this one, hashed once and sent with `EVALSHA`;
+//! [`redis::ScriptInvocation::invoke_async`] reloads it transparently after `SCRIPT FLUSH`
+//! (and [`renew_pipeline`] does the same for the watchdog's pipelined batches).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+/// Takes (or idempotently re-takes) the lock and bumps the fencing counter.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+/// Releases our hold and publishes the unlock message.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("release.lua")));
+/// Renews many leases at once.
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("renew.lua")));
+/// Deletes the lock whoever holds it and publishes the unlock message.
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+/// Reads the lock's state.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+
+/// The `{code, detail}` pair every single-key script returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// `{1, n}`: done (taken with token `n`, released, deleted, or locked with PTTL `n`).
+    Done(i64),
+    /// `{0, n}`: not done (held by another with PTTL `n`, not ours, or free).
+    NotDone(i64),
+    /// `{-1, type}`: the key holds data of this Redis type that is not a lock.
+    Foreign(String),
+}
+
+impl redis::FromRedisValue for Reply {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        let (code, detail): (i64, Value) = redis::FromRedisValue::from_redis_value(v)?;
+        let int = |v: Value| -> Result<i64, redis::ParsingError> {
+            redis::FromRedisValue::from_redis_value(v)
+        };
+        match code {
+            1 => Ok(Reply::Done(int(detail)?)),
+            0 => Ok(Reply::NotDone(int(detail)?)),
+            -1 => Ok(Reply::Foreign(redis::FromRedisValue::from_redis_value(
+                detail,
+            )?)),
+            other => Err(format!("unexpected lock script status {other}").into()),
+        }
+    }
+}
+
+/// Builds one pipeline that renews all `(key, owner)` pairs, `chunk` keys per `EVALSHA`, so
+/// the whole batch costs one round trip however many locks there are.
+pub(crate) fn renew_pipeline<'a>(
+    entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    lease_ms: u64,
+    chunk: usize,
+) -> redis::Pipeline {
+    let entries: Vec<_> = entries.collect();
+    let mut pipe = redis::pipe();
+    for part in entries.chunks(chunk.max(1)) {
+        let cmd = pipe
+            .cmd("EVALSHA")
+            .arg(RENEW.get_hash())
+            .arg(part.len());
+        for (key, _) in part {
+            cmd.arg(*key);
+        }
+        cmd.arg(lease_ms);
+        for (_, owner) in part {
+            cmd.arg(*owner);
+        }
+    }
+    pipe
+}
+
+/// Whether an error says the server has no script for our hash (after `SCRIPT FLUSH` or a
+/// restart).
+pub(crate) fn is_no_script(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::FromRedisValue;
+
+    #[test]
+    fn replies_parse() {
+        let v = |code, detail| Value::Array(vec![Value::Int(code), detail]);
+        assert_eq!(
+            Reply::from_redis_value(v(1, Value::Int(42))).unwrap(),
+            Reply::Done(42)
+        );
+        assert_eq!(
+            Reply::from_redis_value(v(0, Value::Int(-1))).unwrap(),
+            Reply::NotDone(-1)
+        );
+        assert_eq!(
+            Reply::from_redis_value(v(-1, Value::BulkString(b"string".to_vec()))).unwrap(),
+            Reply::Foreign("string".into())
+        );
+        assert!(Reply::from_redis_value(v(7, Value::Int(0))).is_err());
+    }
+
+    #[test]
+    fn renew_batches_are_chunked_into_one_pipeline() {
+        let keys = ["a", "b", "c"];
+        let owners = ["x", "y", "z"];
+        let pipe = renew_pipeline(keys.iter().copied().zip(owners.iter().copied()), 1000, 2);
+        assert_eq!(pipe.cmd_iter().count(), 2);
+    }
+}

@@ -1,0 +1,239 @@
+//! The watchdog: one task per client that renews every held lock in one pipelined batch.
+//!
+//! - Locks taken without an explicit lease get the watchdog timeout as lease and are renewed
+//!   every third of it, all of them in one round trip (a pipeline of `EVALSHA renew`, each
+//!   covering up to [`RENEW_CHUNK`] keys).
+//! - A renewal that fails is retried quickly. If a lease cannot be confirmed before it would run
+//!   out minus a safety margin, the lock is declared lost *before* Redis can expire it and hand
+//!   it to someone else. A renewal that finds the lock gone declares the loss at once.
+//! - Locks with an explicit lease are not renewed; they are declared lost when the lease ends.
+//! - An optional maximum hold time stops renewal and releases the lock.
+//!
+//! The task holds only a `Weak` reference to the client and stops when it is gone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::client::{Config, Inner};
+use crate::guard::LossSignal;
+use crate::names::LockNames;
+use crate::releaser::ReleaseJob;
+use crate::script;
+use crate::LossReason;
+
+/// Keys per renewal script call; a batch of any size is still one pipelined round trip.
+pub(crate) const RENEW_CHUNK: usize = 500;
+
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    entries: Mutex<HashMap<u64, Entry>>,
+    /// Wakes the task when an entry was added (its deadline may be the earliest).
+    changed: Notify,
+    lease: Duration,
+    period: Duration,
+    margin: Duration,
+    retry: Duration,
+}
+
+/// One held lock, by acquisition id.
+pub(crate) struct Entry {
+    pub(crate) names: Arc<LockNames>,
+    pub(crate) owner: Arc<str>,
+    /// Renewed by the watchdog (`true`) or an explicit lease (`false`).
+    pub(crate) renew: bool,
+    /// The lease is confirmed to last at least until here (measured from when the request
+    /// that set it was *sent*, so it never overestimates).
+    pub(crate) confirmed_until: Instant,
+    pub(crate) max_hold_until: Option<Instant>,
+    pub(crate) signal: Arc<LossSignal>,
+}
+
+impl Watchdog {
+    pub(crate) fn new(config: &Config) -> Watchdog {
+        let lease = config.watchdog_timeout;
+        let period = lease / 3;
+        Watchdog {
+            shared: Arc::new(Shared {
+                entries: Mutex::new(HashMap::new()),
+                changed: Notify::new(),
+                lease,
+                period,
+                // Declare a lease lost this long before it could run out.
+                margin: (lease / 10).max(Duration::from_millis(5)),
+                retry: (period / 4).min(Duration::from_millis(200)),
+            }),
+        }
+    }
+
+    pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortHandle {
+        let shared = inner.watchdog.shared.clone();
+        tokio::spawn(run(Arc::downgrade(inner), shared)).abort_handle()
+    }
+
+    pub(crate) fn register(&self, id: u64, entry: Entry) {
+        self.shared.lock().insert(id, entry);
+        self.shared.changed.notify_one();
+    }
+
+    /// Stops tracking a lock; returns whether it was still tracked (not yet declared lost).
+    pub(crate) fn deregister(&self, id: u64) -> bool {
+        self.shared.lock().remove(&id).is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock().len()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Declares lost every entry past its deadline; returns the earliest remaining deadline.
+    fn expire(&self, now: Instant, releases: &mut Vec<ReleaseJob>) -> Option<Instant> {
+        let mut entries = self.lock();
+        let mut earliest: Option<Instant> = None;
+        entries.retain(|_, e| {
+            let deadline = if e.renew {
+                e.confirmed_until.checked_sub(self.margin).unwrap_or(now)
+            } else {
+                e.confirmed_until
+            };
+            let reason = if e.max_hold_until.is_some_and(|t| now >= t) {
+                releases.push(ReleaseJob::new(&e.names, &e.owner, e.confirmed_until));
+                Some(LossReason::MaxHoldExceeded)
+            } else if now >= deadline {
+                Some(if e.renew {
+                    LossReason::RenewalFailed
+                } else {
+                    LossReason::LeaseExpired
+                })
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => {
+                    e.signal.declare(&e.names.name, reason);
+                    false
+                }
+                None => {
+                    let next = e.max_hold_until.map_or(deadline, |t| t.min(deadline));
+                    earliest = Some(earliest.map_or(next, |x| x.min(next)));
+                    true
+                }
+            }
+        });
+        earliest
+    }
+}
+
+async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
+    let mut next_renewal = Instant::now() + shared.period;
+    loop {
+        let now = Instant::now();
+        let mut releases = Vec::new();
+        let mut earliest = shared.expire(now, &mut releases);
+        if !releases.is_empty() {
+            let Some(inner) = client.upgrade() else { return };
+            for job in releases {
+                inner.releaser.submit(job);
+            }
+        }
+
+        if now >= next_renewal {
+            let Some(inner) = client.upgrade() else { return };
+            next_renewal = match renew(&inner, &shared, earliest).await {
+                Ok(sent) => sent + shared.period,
+                Err(()) => Instant::now() + shared.retry,
+            };
+            drop(inner);
+            // Renewal may have removed or confirmed entries; recompute the earliest deadline.
+            earliest = shared.expire(Instant::now(), &mut Vec::new());
+        }
+
+        let wake = earliest.map_or(next_renewal, |d| d.min(next_renewal));
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = shared.changed.notified() => {}
+        }
+    }
+}
+
+/// Renews every watchdog entry in one pipelined round trip. Returns when the request was sent.
+async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Result<Instant, ()> {
+    let batch: Vec<(u64, Arc<LockNames>, Arc<str>)> = shared
+        .lock()
+        .iter()
+        .filter(|(_, e)| e.renew && e.max_hold_until.is_none_or(|t| t > Instant::now()))
+        .map(|(id, e)| (*id, e.names.clone(), e.owner.clone()))
+        .collect();
+    let sent = Instant::now();
+    if batch.is_empty() {
+        return Ok(sent);
+    }
+    let lease_ms = shared.lease.as_millis() as u64;
+    let pipe = script::renew_pipeline(
+        batch.iter().map(|(_, n, o)| (n.key.as_str(), &**o)),
+        lease_ms,
+        RENEW_CHUNK,
+    );
+    // Never wait past the earliest loss deadline: expiry must be declared on time even when
+    // Redis hangs.
+    let limit = deadline
+        .map(|d| d.saturating_duration_since(sent))
+        .unwrap_or(inner.config.response_timeout)
+        .clamp(Duration::from_millis(1), inner.config.response_timeout);
+    let span = tracing::debug_span!("lock.renew", locks = batch.len());
+    let _enter = span.enter();
+    let mut conn = inner.conn.clone();
+    let mut reply = tokio::time::timeout(limit, pipe.query_async::<Vec<Vec<i64>>>(&mut conn)).await;
+    if let Ok(Err(e)) = &reply {
+        if script::is_no_script(e) {
+            // Scripts were flushed (or Redis restarted): load and retry once at once.
+            tracing::debug!("renew script missing on the server; reloading");
+            let retry = async {
+                script::RENEW.prepare_invoke().load_async(&mut conn).await?;
+                pipe.query_async::<Vec<Vec<i64>>>(&mut conn).await
+            };
+            reply = tokio::time::timeout(limit, retry).await;
+        }
+    }
+    match reply {
+        Ok(Ok(results)) => {
+            let mut entries = shared.lock();
+            let confirmed = sent + shared.lease;
+            let mut lost = 0usize;
+            for ((id, names, _), renewed) in batch.iter().zip(results.into_iter().flatten()) {
+                let Some(entry) = entries.get_mut(id) else {
+                    continue;
+                };
+                if renewed == 1 {
+                    entry.confirmed_until = confirmed;
+                } else {
+                    entry.signal.declare(&names.name, LossReason::Deleted);
+                    entries.remove(id);
+                    lost += 1;
+                }
+            }
+            tracing::debug!(renewed = batch.len() - lost, lost, "renewal batch done");
+            Ok(sent)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying");
+            Err(())
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?limit, locks = batch.len(), "lock renewal timed out; retrying");
+            Err(())
+        }
+    }
+}

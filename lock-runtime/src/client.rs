@@ -249,7 +249,10 @@ impl LockClientBuilder {
         let client = Client::open(self.url.as_str())
             .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
         let info = client.get_connection_info().clone();
-        let redis = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let redis = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
         let pubsub_client = Client::open(info.set_redis_settings(redis))
             .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
 

@@ -66,10 +66,12 @@ impl Lock {
     }
 
     fn names(&self) -> Result<&Arc<LockNames>, LockError> {
-        self.names.as_ref().map_err(|(name, reason)| LockError::InvalidName {
-            name: name.clone(),
-            reason,
-        })
+        self.names
+            .as_ref()
+            .map_err(|(name, reason)| LockError::InvalidName {
+                name: name.clone(),
+                reason,
+            })
     }
 
     /// The lock name (as given, without prefix).
@@ -135,9 +137,7 @@ impl Lock {
             waited: start.elapsed(),
             remaining_ttl: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
         };
-        let taken = |token, sent| {
-            self.hold(names, &owner, acquisition, token, sent, lease, &opts)
-        };
+        let taken = |token, sent| self.hold(names, &owner, acquisition, token, sent, lease, &opts);
 
         // Uncontended: one round trip, no subscription.
         let mut pttl = match self.attempt(names, &owner, lease).await? {
@@ -357,7 +357,9 @@ struct Cleanup<'a> {
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         if let Some(job) = self.job.take() {
-            tracing::debug!("acquire interrupted with an unknown outcome; releasing in the background");
+            tracing::debug!(
+                "acquire interrupted with an unknown outcome; releasing in the background"
+            );
             self.client.inner.releaser.submit(job);
         }
     }

@@ -46,7 +46,10 @@ impl LockNames {
 
 fn validate_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {
-        return Err(LockError::invalid_name(name, "a lock name must not be empty"));
+        return Err(LockError::invalid_name(
+            name,
+            "a lock name must not be empty",
+        ));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(LockError::invalid_name(

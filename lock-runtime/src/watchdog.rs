@@ -19,12 +19,12 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::LossReason;
 use crate::client::{Config, Inner};
 use crate::guard::LossSignal;
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
 use crate::script;
-use crate::LossReason;
 
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
@@ -143,14 +143,18 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
         let mut releases = Vec::new();
         let mut earliest = shared.expire(now, &mut releases);
         if !releases.is_empty() {
-            let Some(inner) = client.upgrade() else { return };
+            let Some(inner) = client.upgrade() else {
+                return;
+            };
             for job in releases {
                 inner.releaser.submit(job);
             }
         }
 
         if now >= next_renewal {
-            let Some(inner) = client.upgrade() else { return };
+            let Some(inner) = client.upgrade() else {
+                return;
+            };
             next_renewal = match renew(&inner, &shared, earliest).await {
                 Ok(sent) => sent + shared.period,
                 Err(()) => Instant::now() + shared.retry,

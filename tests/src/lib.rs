@@ -1,1 +1,351 @@
-pub fn x(){}
+//! Test support: real `redis-server` processes on free loopback ports.
+//!
+//! Every test starts its own server with [`RedisServer::start`]; nothing assumes a server on
+//! 6379. The server can be stopped, killed (`SIGKILL`), frozen (`SIGSTOP`/`SIGCONT`), paused
+//! (`CLIENT PAUSE`) and restarted on the same port, and [`RedisServer::cmd`] sends raw commands
+//! over a plain TCP connection, independent of the client under test.
+//!
+//! The binary is `redis-server` from `PATH`, or `$REDIS_SERVER_BIN`.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A reply of the Redis protocol, as read by [`RedisServer::cmd`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    /// `+OK` and other simple strings.
+    Simple(String),
+    /// `-ERR …`.
+    Error(String),
+    /// `:42`.
+    Int(i64),
+    /// `$…`; `None` for a nil reply.
+    Bulk(Option<String>),
+    /// `*…`; `None` for a nil array.
+    Array(Option<Vec<Resp>>),
+}
+
+impl Resp {
+    /// The integer, for `:n` replies.
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Resp::Int(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The text of a simple or bulk string.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Resp::Simple(s) | Resp::Bulk(Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The elements of an array (empty for anything else).
+    pub fn items(&self) -> &[Resp] {
+        match self {
+            Resp::Array(Some(items)) => items,
+            _ => &[],
+        }
+    }
+}
+
+/// A `redis-server` child process on a free loopback port, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+impl RedisServer {
+    /// Starts a server with persistence off on a free port and waits until it answers `PING`.
+    ///
+    /// # Panics
+    /// If `redis-server` cannot be started (the README's test command installs it).
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Like [`start`](RedisServer::start), with extra `redis-server` arguments
+    /// (e.g. `["--maxmemory", "10mb"]`).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "lock-tests-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create a temp dir for redis-server");
+        let mut last_err = String::new();
+        // A free port can be taken by someone else between our probe and the server's bind:
+        // retry with a new one.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                dir: dir.clone(),
+                args: args.iter().map(|s| s.to_string()).collect(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_err = e.to_string(),
+            }
+        }
+        panic!(
+            "could not start redis-server ({last_err}); install it (Debian: apt-get install -y redis-server) or set REDIS_SERVER_BIN"
+        );
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let mut child = Command::new(bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--protected-mode", "no"])
+            .args(["--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "redis-server exited with {status}"
+                )));
+            }
+            if let Ok(Resp::Simple(pong)) = self.try_cmd(&["PING"]) {
+                if pong == "PONG" {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::other("redis-server did not answer PING in 10 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process runs (started and not stopped or killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Stops the server with `SHUTDOWN NOSAVE` (clients see closed connections) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.try_cmd(&["SHUTDOWN", "NOSAVE"]);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server with `SIGKILL`: no goodbye to its clients.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: persistence is off).
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                // The port may linger for a moment after the old process died.
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("could not restart redis-server on port {}: {e}", self.port),
+            }
+        }
+    }
+
+    /// Freezes the process (`SIGSTOP`): connections stay open, nothing answers.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a frozen process (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("redis-server is not running");
+        let status = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid} failed");
+    }
+
+    /// `CLIENT PAUSE <ms> ALL`: the server stops answering clients for that long.
+    pub fn pause_clients(&self, pause: Duration) {
+        self.cmd(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "ALL"]);
+    }
+
+    /// Sends one command on a fresh connection and returns the reply.
+    ///
+    /// # Panics
+    /// If the server cannot be reached or the reply cannot be read.
+    pub fn cmd(&self, args: &[&str]) -> Resp {
+        self.try_cmd(args)
+            .unwrap_or_else(|e| panic!("redis command {args:?} failed: {e}"))
+    }
+
+    /// Like [`cmd`](RedisServer::cmd), but returns I/O errors.
+    pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
+        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        (&stream).write_all(&out)?;
+        read_reply(&mut BufReader::new(&stream))
+    }
+
+    /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut cursor = "0".to_string();
+        let mut keys = Vec::new();
+        loop {
+            let reply = self.cmd(&["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"]);
+            let items = reply.items();
+            cursor = items[0].text().expect("scan cursor").to_string();
+            keys.extend(
+                items[1]
+                    .items()
+                    .iter()
+                    .filter_map(|k| k.text().map(str::to_string)),
+            );
+            if cursor == "0" {
+                return keys;
+            }
+        }
+    }
+
+    /// The channels with at least one subscriber matching `pattern` (`PUBSUB CHANNELS`).
+    pub fn pubsub_channels(&self, pattern: &str) -> Vec<String> {
+        self.cmd(&["PUBSUB", "CHANNELS", pattern])
+            .items()
+            .iter()
+            .filter_map(|c| c.text().map(str::to_string))
+            .collect()
+    }
+
+    /// Kills every client connection of a type (`normal`, `pubsub`, …); returns how many.
+    pub fn kill_clients(&self, kind: &str) -> i64 {
+        self.cmd(&["CLIENT", "KILL", "TYPE", kind])
+            .int()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            // A frozen server ignores SIGTERM but not SIGKILL; thaw it anyway for tidiness.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(pid.to_string())
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("find a free loopback port")
+}
+
+fn read_reply(r: &mut impl BufRead) -> io::Result<Resp> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    let line = line.trim_end_matches("\r\n");
+    let (kind, rest) = line.split_at(1);
+    let bad =
+        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("bad {what}: {line}"));
+    Ok(match kind {
+        "+" => Resp::Simple(rest.to_string()),
+        "-" => Resp::Error(rest.to_string()),
+        ":" => Resp::Int(rest.parse().map_err(|_| bad("integer"))?),
+        "$" => {
+            let len: i64 = rest.parse().map_err(|_| bad("bulk length"))?;
+            if len < 0 {
+                Resp::Bulk(None)
+            } else {
+                let mut buf = vec![0; len as usize + 2];
+                r.read_exact(&mut buf)?;
+                buf.truncate(len as usize);
+                Resp::Bulk(Some(String::from_utf8_lossy(&buf).into_owned()))
+            }
+        }
+        "*" => {
+            let len: i64 = rest.parse().map_err(|_| bad("array length"))?;
+            if len < 0 {
+                Resp::Array(None)
+            } else {
+                let items = (0..len).map(|_| read_reply(r)).collect::<io::Result<_>>()?;
+                Resp::Array(Some(items))
+            }
+        }
+        _ => return Err(bad("reply type")),
+    })
+}

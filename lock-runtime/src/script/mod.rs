@@ -62,10 +62,7 @@ pub(crate) fn renew_pipeline<'a>(
     let entries: Vec<_> = entries.collect();
     let mut pipe = redis::pipe();
     for part in entries.chunks(chunk.max(1)) {
-        let cmd = pipe
-            .cmd("EVALSHA")
-            .arg(RENEW.get_hash())
-            .arg(part.len());
+        let cmd = pipe.cmd("EVALSHA").arg(RENEW.get_hash()).arg(part.len());
         for (key, _) in part {
             cmd.arg(*key);
         }

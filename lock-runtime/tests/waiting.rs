@@ -1,0 +1,175 @@
+//! Waiting: bounded waits, single attempts, pub/sub wake-up, and surviving a killed
+//! subscription connection.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockError, LockOptions};
+use lock_tests::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_gives_up_after_its_wait() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let _held = a.lock("busy").acquire().await.unwrap();
+    let start = Instant::now();
+    let err = b
+        .lock("busy")
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let waited = start.elapsed();
+    assert!(err.is_busy(), "{err:?}");
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    assert!(waited < Duration::from_millis(1000), "{waited:?}");
+    match err {
+        LockError::WaitTimeout { remaining_ttl, .. } => {
+            let ttl = remaining_ttl.expect("the holder's TTL is reported");
+            assert!(ttl > Duration::from_secs(25), "{ttl:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing left subscribed once the waiter gave up.
+    assert!(
+        common::eventually(Duration::from_secs(2), || redis
+            .pubsub_channels("lock:*")
+            .is_empty())
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_zero_makes_exactly_one_attempt() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let _held = a.lock("once").acquire().await.unwrap();
+    let before = common::command_calls(&redis, "evalsha");
+    let err = b
+        .lock("once")
+        .try_acquire(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(err.is_busy());
+    assert_eq!(common::command_calls(&redis, "evalsha") - before, 1);
+    assert_eq!(
+        common::command_calls(&redis, "subscribe"),
+        0,
+        "one attempt needs no subscription"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_not_by_the_lease_running_out() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let lease = LockOptions::new().lease(Duration::from_secs(10));
+    let holder = a.lock("wake").acquire_with(lease).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = b.lock("wake").acquire().await.unwrap();
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (got, _g) = waiter.await.unwrap();
+    let delay = got - released;
+    assert!(delay < Duration::from_millis(500), "woken after {delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_survive_a_killed_subscription_connection() {
+    let redis = RedisServer::start();
+    let holder_client = common::client(&redis).await;
+    let waiters_client = common::client(&redis).await;
+    let holder = holder_client
+        .lock("killed")
+        .acquire_with(LockOptions::new().lease(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let locks = waiters_client.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = locks.lock("killed").acquire().await.unwrap();
+            let t = Instant::now();
+            g.release().await.unwrap();
+            t
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(2), || !redis
+            .pubsub_channels("lock:*")
+            .is_empty())
+        .await
+    );
+    assert!(redis.kill_clients("pubsub") >= 1);
+    // The demux resubscribes by itself.
+    assert!(
+        common::eventually(Duration::from_secs(3), || !redis
+            .pubsub_channels("lock:*")
+            .is_empty())
+        .await,
+        "not resubscribed"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    for w in waiters {
+        let got = tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got > released);
+    }
+    // All five took their turn well before the 20 s lease could have freed the lock.
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_of_one_client_share_one_subscription() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let holder = a.lock("shared").acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..50 {
+        let b = b.clone();
+        waiters.push(tokio::spawn(async move {
+            b.lock("shared")
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }));
+    }
+    assert!(common::eventually(Duration::from_secs(2), || b.subscribed_channels() == 1).await);
+    let subs = redis.cmd(&["PUBSUB", "NUMSUB", "lock:{shared}:unlock"]);
+    assert_eq!(
+        subs.items()[1].int(),
+        Some(1),
+        "one subscriber connection for 50 waiters"
+    );
+    holder.release().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(
+        common::eventually(Duration::from_secs(2), || redis
+            .pubsub_channels("lock:*")
+            .is_empty())
+        .await
+    );
+}

@@ -61,19 +61,17 @@ impl LockOptions {
     }
 
     pub(crate) fn validate(&self) -> Result<(), LockError> {
-        if let Some(lease) = self.lease {
-            if lease < Duration::from_millis(1) {
-                return Err(LockError::InvalidConfig(format!(
-                    "lease must be at least 1 ms, got {lease:?}"
-                )));
-            }
+        if let Some(lease) = self.lease
+            && lease < Duration::from_millis(1)
+        {
+            return Err(LockError::InvalidConfig(format!(
+                "lease must be at least 1 ms, got {lease:?}"
+            )));
         }
-        if let Some(max) = self.max_hold {
-            if max.is_zero() {
-                return Err(LockError::InvalidConfig(
-                    "max_hold must be greater than zero".into(),
-                ));
-            }
+        if self.max_hold.is_some_and(|max| max.is_zero()) {
+            return Err(LockError::InvalidConfig(
+                "max_hold must be greater than zero".into(),
+            ));
         }
         Ok(())
     }

@@ -196,12 +196,13 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
         .map(|d| d.saturating_duration_since(sent))
         .unwrap_or(inner.config.response_timeout)
         .clamp(Duration::from_millis(1), inner.config.response_timeout);
-    let span = tracing::debug_span!("lock.renew", locks = batch.len());
-    let _enter = span.enter();
     let mut conn = inner.conn.clone();
-    let mut reply = tokio::time::timeout(limit, pipe.query_async::<Vec<Vec<i64>>>(&mut conn)).await;
-    if let Ok(Err(e)) = &reply {
-        if script::is_no_script(e) {
+    let query = async {
+        let mut reply =
+            tokio::time::timeout(limit, pipe.query_async::<Vec<Vec<i64>>>(&mut conn)).await;
+        if let Ok(Err(e)) = &reply
+            && script::is_no_script(e)
+        {
             // Scripts were flushed (or Redis restarted): load and retry once at once.
             tracing::debug!("renew script missing on the server; reloading");
             let retry = async {
@@ -210,7 +211,10 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
             };
             reply = tokio::time::timeout(limit, retry).await;
         }
-    }
+        reply
+    };
+    let span = tracing::debug_span!("lock.renew", locks = batch.len());
+    let reply = tracing::Instrument::instrument(query, span).await;
     match reply {
         Ok(Ok(results)) => {
             let mut entries = shared.lock();

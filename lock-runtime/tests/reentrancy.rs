@@ -70,6 +70,7 @@ async fn joined_siblings_taking_the_same_key_exclude_each_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::async_yields_async)] // the scope returns the spawned task's handle on purpose
 async fn a_spawned_task_is_a_new_owner_and_waits_for_the_holder() {
     let redis = RedisServer::start();
     let locks = common::client(&redis).await;

@@ -128,11 +128,11 @@ impl RedisServer {
                     "redis-server exited with {status}"
                 )));
             }
-            if let Ok(Resp::Simple(pong)) = self.try_cmd(&["PING"]) {
-                if pong == "PONG" {
-                    self.child = Some(child);
-                    return Ok(());
-                }
+            if let Ok(Resp::Simple(pong)) = self.try_cmd(&["PING"])
+                && pong == "PONG"
+            {
+                self.child = Some(child);
+                return Ok(());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();

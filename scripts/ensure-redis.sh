@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs redis-server where it is missing (Debian/Ubuntu: apt-get). Idempotent.
+set -euo pipefail
+if command -v redis-server >/dev/null 2>&1; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "redis-server is missing and apt-get is not available: install redis-server (>= 6.2) yourself" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+echo "installing redis-server with apt-get…" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+command -v redis-server >/dev/null

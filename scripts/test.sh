@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, docs, and every test against real redis-server
+# processes that the tests start on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+redis-server --version
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+cargo test --workspace --all-targets
+cargo test --workspace --doc

@@ -10,3 +10,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# rediss:// against a TLS redis-server with a private CA (certificates made with openssl).
+command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl >/dev/null; }
+cargo clippy -p lock-runtime --features tls --all-targets -- -D warnings
+cargo test -p lock-runtime --features tls --test tls

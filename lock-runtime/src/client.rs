@@ -106,6 +106,8 @@ impl LockClient {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 
@@ -187,9 +189,33 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl LockClientBuilder {
+    /// Trust this PEM root certificate (a private CA) for `rediss://` instead of the system's
+    /// trust store.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    fn open(&self, info: redis::ConnectionInfo) -> Result<Client, LockError> {
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &self.tls_root_certificate {
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            };
+            return Client::build_with_tls(info, certs)
+                .map_err(|e| LockError::InvalidConfig(format!("bad TLS settings: {e}")));
+        }
+        Client::open(info).map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))
+    }
+
     /// The prefix of every Redis key and channel this client uses (default `"lock"`). Must be
     /// printable and must not contain `{` or `}`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -246,15 +272,19 @@ impl LockClientBuilder {
             }
         }
 
-        let client = Client::open(self.url.as_str())
+        // redis' rustls support leaves the crypto provider to the application; pick ring unless
+        // the application installed one already.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+
+        let info = redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
             .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
-        let info = client.get_connection_info().clone();
-        let redis = info
+        let client = self.open(info.clone())?;
+        let resp3 = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let pubsub_client = Client::open(info.set_redis_settings(redis))
-            .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
+        let pubsub_client = self.open(info.set_redis_settings(resp3))?;
 
         let base = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))

@@ -61,6 +61,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
+    /// From `--requirepass`: [`cmd`](RedisServer::cmd) authenticates with it.
+    password: Option<String>,
     child: Option<Child>,
 }
 
@@ -93,6 +95,10 @@ impl RedisServer {
                 port,
                 dir: dir.clone(),
                 args: args.iter().map(|s| s.to_string()).collect(),
+                password: args
+                    .windows(2)
+                    .find(|w| w[0] == "--requirepass")
+                    .map(|w| w[1].to_string()),
                 child: None,
             };
             match server.spawn() {
@@ -242,14 +248,15 @@ impl RedisServer {
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
         let stream = TcpStream::connect(("127.0.0.1", self.port))?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a.as_bytes());
-            out.extend_from_slice(b"\r\n");
+        let mut reader = BufReader::new(&stream);
+        if let Some(password) = &self.password {
+            (&stream).write_all(&encode(&["AUTH", password]))?;
+            if let Resp::Error(e) = read_reply(&mut reader)? {
+                return Err(io::Error::other(format!("AUTH failed: {e}")));
+            }
         }
-        (&stream).write_all(&out)?;
-        read_reply(&mut BufReader::new(&stream))
+        (&stream).write_all(&encode(args))?;
+        read_reply(&mut reader)
     }
 
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
@@ -303,11 +310,22 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("find a free loopback port")
+}
+
+fn encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
 }
 
 fn read_reply(r: &mut impl BufRead) -> io::Result<Resp> {

@@ -1,9 +1,236 @@
-//! The `#[distributed_lock]` attribute (filled in by the lock-macros issue).
+//! The `#[distributed_lock]` attribute for [lock-runtime]: run an `async fn` while holding a
+//! Redis-backed distributed lock.
+//!
+//! Use it through `lock_runtime::distributed_lock` (re-exported behind lock-runtime's default
+//! `macros` feature); this crate is its implementation. See [`distributed_lock`] for the
+//! options.
+//!
+//! [lock-runtime]: https://docs.rs/lock-runtime
+
+mod attr;
+mod expand;
 
 use proc_macro::TokenStream;
 
-/// Placeholder: currently passes the item through unchanged.
+/// Runs the annotated `async fn` while holding a distributed lock.
+///
+/// ```ignore
+/// use lock_runtime::{distributed_lock, LockError};
+///
+/// #[distributed_lock(key = "stock:<id>", wait = "5s")]
+/// async fn reserve(id: u64, qty: u32) -> Result<Reservation, AppError> {
+///     // Only one caller, in any process, runs this for a given `id` at a time.
+///     # todo!()
+/// }
+/// ```
+///
+/// Each call formats the [key](#key) from the arguments, acquires the lock of that name,
+/// runs the body inside the guard's reentrancy scope, and releases the lock when the body is
+/// done. While the body runs, the lock's lease is renewed by the client's watchdog (unless a
+/// fixed [`lease`](#lease) is given), and if the lock is lost anyway, the body is dropped and
+/// `LockError::Lost` returned ([`on_lost`](#on_lost)).
+///
+/// # Requirements
+///
+/// The fn must be `async` and return `Result<T, E>` where `E: From<lock_runtime::LockError>`:
+/// lock errors (a [wait](#wait) that timed out, a lost lock, Redis unavailable, no default
+/// client) reach the caller through `E`, just like the body's own errors. Type aliases such as
+/// `AppResult<T>` work. Anything else is a compile error:
+///
+/// ```ignore
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     OutOfStock,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// #[distributed_lock(key = "stock:<id>")]
+/// async fn reserve(id: u64) -> Result<(), AppError> {
+///     Err(AppError::OutOfStock)
+/// }
+///
+/// match reserve(42).await {
+///     Err(AppError::Lock(e)) if e.is_busy() => { /* someone else holds it */ }
+///     other => { /* the body ran */ }
+/// }
+/// ```
+///
+/// Everything else about the fn stays as written: visibility, attributes and doc comments,
+/// generics, lifetimes and where-clauses, `impl Trait` arguments, patterns in parameters, and
+/// methods taking `&self`, `&mut self` or `self: Arc<Self>`. The returned future is `Send`
+/// whenever the body's future (and its output) is, so locked fns work as axum handlers and
+/// with `tokio::spawn`.
+///
+/// # Options
+///
+/// | option | default | |
+/// |---|---|---|
+/// | [`key = "…"`](#key) | required | the lock name, a template over the parameters |
+/// | [`wait = "…"`](#wait) | wait indefinitely | how long to wait for a busy lock |
+/// | [`lease = "…"`](#lease) | watchdog renewal | a fixed lease instead of renewal |
+/// | [`client = <expr>`](#client) | the process-wide default | which `LockClient` to use |
+/// | [`on_lost = abort \| ignore`](#on_lost) | `abort` | what a lost lock does to the body |
+/// | [`crate = "…"`](#crate) | `"::lock_runtime"` | where `lock_runtime` is |
+///
+/// ## `key`
+///
+/// The lock name: literal text with placeholders. `<name>` is the parameter `name`,
+/// `<name.field.subfield>` a field of it (tuple fields too: `<pair.0>`), and `<self.field>` a
+/// field of the receiver; each is formatted with `Display`. Names bound by patterns in the
+/// parameter list can be used too. Write `<<` and `>>` for a literal `<` and `>`.
+///
+/// ```ignore
+/// #[distributed_lock(key = "order:<order.customer.id>:<order.id>")]
+/// async fn ship(order: &Order) -> Result<(), AppError> { /* … */ }
+///
+/// #[distributed_lock(key = "stock:<self.warehouse>:<sku>")]
+/// async fn restock(&self, sku: &str, qty: u32) -> Result<(), AppError> { /* … */ }
+///
+/// // A fixed name: one lock for every call.
+/// #[distributed_lock(key = "nightly-report")]
+/// async fn nightly_report() -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// An empty key, an empty (`<>`) or unclosed (`<id`) placeholder, or a placeholder that names
+/// no parameter is a compile error pointing at the key. A key that formats to an invalid lock
+/// name (empty, too long, control characters) fails at run time with
+/// `LockError::InvalidName`. The formatted key is the lock name as
+/// `LockClient::lock` takes it, so other code can use the same lock:
+/// `locks.lock("stock:42").force_unlock()`.
+///
+/// ## `wait`
+///
+/// How long to wait for a lock someone else holds before giving up with
+/// `LockError::WaitTimeout` (through your error type). Durations are parsed at compile time:
+/// whole numbers with the units `h`, `m`, `s`, `ms`, largest first (`"250ms"`, `"5s"`,
+/// `"1m30s"`, `"1h"`). `"0s"` makes a single attempt. Without `wait`, the call waits as long
+/// as it takes (woken by the holder's unlock message, not by polling).
+///
+/// ```ignore
+/// // Try once; if the report is already running elsewhere, fail fast.
+/// #[distributed_lock(key = "nightly-report", wait = "0s")]
+/// async fn nightly_report() -> Result<(), AppError> { /* … */ }
+///
+/// #[distributed_lock(key = "stock:<id>", wait = "1m30s")]
+/// async fn reserve(id: u64) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// ## `lease`
+///
+/// A fixed lease: the lock expires this long after it was taken, with no renewal, and the
+/// body is treated as having lost the lock when it ends (see [`on_lost`](#on_lost)). Without
+/// `lease`, the client's watchdog renews the lock for as long as the body runs, and a crashed
+/// process's locks expire one watchdog timeout (30 s by default) after its last renewal.
+/// At least `"1ms"`.
+///
+/// ```ignore
+/// // Must finish within 10 s; the lock cannot outlive that even if this process hangs.
+/// #[distributed_lock(key = "payout:<account>", lease = "10s")]
+/// async fn payout(account: u64) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// ## `client`
+///
+/// Which `LockClient` to lock with: any expression, evaluated in the fn's scope before the body
+/// runs, whose value is a `LockClient` or derefs to one (`&LockClient`, `Arc<LockClient>`). It
+/// is borrowed, not moved, and cloned (a cheap `Arc` clone), so `client = self.locks` leaves
+/// `self` intact.
+///
+/// ```ignore
+/// struct Inventory {
+///     locks: LockClient,
+/// }
+///
+/// impl Inventory {
+///     #[distributed_lock(key = "stock:<sku>", client = self.locks)]
+///     async fn reserve(&self, sku: &str) -> Result<(), AppError> { /* … */ }
+/// }
+///
+/// // In an axum handler: `state.locks` where `state: State<AppState>`.
+/// #[distributed_lock(key = "stock:<id>", client = state.locks)]
+/// async fn reserve_handler(state: AppState, id: u64) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// Without `client`, the process-wide default client is used, installed at start-up with
+/// `LockClient::install_default`. If none is installed, the call returns
+/// `LockError::NoDefaultClient` through your error type; it never panics.
+///
+/// ```ignore
+/// let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// locks.install_default();
+/// reserve(42).await?; // uses `locks`
+/// ```
+///
+/// ## `on_lost`
+///
+/// What happens when the lock is lost while the body runs (the watchdog found it deleted or
+/// could not renew it in time, or a fixed `lease` ran out):
+///
+/// - `abort` (the default): the body's future is dropped at its next `.await` and the call
+///   returns `LockError::Lost` through your error type. Code after the loss does not run.
+/// - `ignore`: the body runs to completion and its result is returned; the loss is logged.
+///
+/// ```ignore
+/// // The body is idempotent and cheap to finish: let it run even if the lock is lost.
+/// #[distributed_lock(key = "cache-refresh", on_lost = ignore)]
+/// async fn refresh_cache() -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// ## `crate`
+///
+/// The path to `lock_runtime` in the generated code, for crates that re-export it under another
+/// name (like tokio's `crate = "…"`).
+///
+/// ```ignore
+/// // In a crate that depends on `my_platform`, which re-exports `lock_runtime`:
+/// #[distributed_lock(key = "job:<id>", crate = "my_platform::lock_runtime")]
+/// async fn run_job(id: u64) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// # Behaviour
+///
+/// - **Reentrancy.** The body runs inside the guard's reentrancy scope: a locked fn that calls
+///   another locked fn (or `LockClient::lock(…).acquire()`) with the same key and the same
+///   client re-enters at once instead of deadlocking. Two `join!`ed calls, or a call in a
+///   spawned task, are different owners and exclude each other.
+/// - **Release.** When the body returns (`Ok` or `Err`), the lock is released before the call
+///   returns, so the next waiter can proceed at once. If the body panics or the call's future
+///   is dropped, the guard's drop releases the lock in the background within milliseconds.
+/// - **Release errors** never replace the body's result: the body's effects have happened, and
+///   reporting a failure would invite a retry that repeats them. They are logged with
+///   `tracing` at `WARN` (a lock that could not be released expires with its lease; the client
+///   keeps retrying the release in the background). A loss detected during the body is
+///   reported as described under [`on_lost`](#on_lost).
+/// - **Tracing.** The acquisition and the body run in an `INFO` span named `distributed_lock`
+///   with the fields `function` (the fn's name) and `lock` (the formatted key).
+///
+/// # Expansion
+///
+/// Roughly (names simplified):
+///
+/// ```ignore
+/// async fn reserve(id: u64, qty: u32) -> Result<Reservation, AppError> {
+///     let key: String = format!("stock:{}", id);
+///     let client = LockClient::default_client(); // or `Ok(LockClient::clone(&(<expr>)))`
+///     let span = info_span!("distributed_lock", function = "reserve", lock = %key);
+///     run_locked(client, key, LockOptions::new().wait(5 s), OnLost::Abort, async move {
+///         /* the body, unchanged */
+///     })
+///     .instrument(span)
+///     .await
+/// }
+/// ```
+///
+/// where `run_locked` (in `lock_runtime::__private`) acquires, runs the body with
+/// `LockGuard::run` (or `LockGuard::scope` for `on_lost = ignore`) and releases. If the
+/// arguments are wrong, the fn is emitted unchanged next to the compile error.
 #[proc_macro_attribute]
-pub fn distributed_lock(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
 }

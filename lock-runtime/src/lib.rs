@@ -103,4 +103,105 @@ pub mod __private {
     pub use crate::error::LockError;
     pub use crate::options::LockOptions;
     pub use tracing;
+
+    use std::future::Future;
+
+    /// What to do when the lock is lost while the body runs (`on_lost = …`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum OnLost {
+        /// Drop the body and return [`LockError::Lost`] through the fn's error type.
+        Abort,
+        /// Keep running the body; the loss is only logged.
+        Ignore,
+    }
+
+    /// The return types `#[distributed_lock]` accepts: `Result<T, E>` with `E: From<LockError>`.
+    #[diagnostic::on_unimplemented(
+        message = "a `#[distributed_lock]` fn must return `Result<T, E>` with `E: From<LockError>`, not `{Self}`",
+        label = "this must be `Result<T, E>` where `E: From<LockError>`",
+        note = "the lock error (wait timeout, lost lock, Redis unavailable, no default client) is returned through `E`"
+    )]
+    pub trait LockedResult: Sized {
+        /// The `Err` carrying a lock error.
+        fn from_lock_error(error: LockError) -> Self;
+    }
+
+    impl<T, E: From<LockError>> LockedResult for Result<T, E> {
+        fn from_lock_error(error: LockError) -> Self {
+            Err(E::from(error))
+        }
+    }
+
+    /// How often a running body checks whether its lock was lost (`on_lost = abort`).
+    ///
+    /// `LockGuard::run` would react at once, but its future is not `Send` (`LossSignal::wait`
+    /// keeps a `watch::Ref` alive across an `.await`), and a locked fn's future must be `Send`.
+    /// The watchdog itself notices a loss only at a renewal, so 50 ms adds little.
+    const LOSS_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+    /// The body of every `#[distributed_lock]` fn: acquire `key` on `client` with `options`,
+    /// run `body` inside the guard's reentrancy scope (dropping it if the lock is lost and
+    /// `on_lost` is `Abort`), then release explicitly.
+    ///
+    /// A release error never replaces the body's result (the body's effects have happened;
+    /// reporting failure would invite a retry that does them twice): it is logged. Panics and
+    /// cancellation drop the guard, which releases in the background.
+    pub async fn run_locked<R, F>(
+        client: Result<LockClient, LockError>,
+        key: String,
+        options: LockOptions,
+        on_lost: OnLost,
+        body: F,
+    ) -> R
+    where
+        R: LockedResult,
+        F: Future<Output = R>,
+    {
+        let client = match client {
+            Ok(client) => client,
+            Err(e) => return R::from_lock_error(e),
+        };
+        let guard = match client.lock(&key).acquire_with(options).await {
+            Ok(guard) => guard,
+            Err(e) => return R::from_lock_error(e),
+        };
+        let out = match on_lost {
+            OnLost::Abort => match run_until_lost(&guard, body).await {
+                Some(out) => out,
+                None => {
+                    // Releases whatever is left of the hold and reports why it was lost.
+                    let lost = match guard.release().await {
+                        Err(lost @ LockError::Lost { .. }) => lost,
+                        _ => LockError::Lost {
+                            name: key,
+                            reason: crate::LossReason::Deleted,
+                        },
+                    };
+                    return R::from_lock_error(lost);
+                }
+            },
+            OnLost::Ignore => guard.scope(body).await,
+        };
+        if let Err(e) = guard.release().await {
+            tracing::warn!(lock = %key, error = %e, "could not release the lock after the body; returning the body's result");
+        }
+        out
+    }
+
+    /// Runs `body` in `guard`'s scope; `None` (and `body` dropped) once the lock is lost.
+    async fn run_until_lost<F: Future>(guard: &crate::LockGuard, body: F) -> Option<F::Output> {
+        let body = guard.scope(body);
+        tokio::pin!(body);
+        let mut checks = tokio::time::interval(LOSS_CHECK_INTERVAL);
+        checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if guard.is_lost() {
+                return None;
+            }
+            tokio::select! {
+                out = &mut body => return Some(out),
+                _ = checks.tick() => {}
+            }
+        }
+    }
 }

@@ -1,0 +1,365 @@
+//! Code generation: the user's fn, re-emitted piece by piece around a locked body.
+
+use std::collections::BTreeSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, TokenStreamExt, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{
+    AttrStyle, FnArg, Ident, Index, ItemFn, LitStr, Member, Pat, ReturnType, Signature, Token, Type,
+};
+
+use crate::attr::{KeyPart, KeyTemplate, LockArgs, OnLost};
+
+/// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
+/// written next to the error, so the rest of the crate (and the IDE) keeps working.
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let error = syn::Error::new(
+                Span::call_site(),
+                "`#[distributed_lock]` can only be applied to an `async fn`",
+            );
+            return with_error(item, error);
+        }
+    };
+    let args: LockArgs = match syn::parse2(args) {
+        Ok(args) => args,
+        Err(error) => return with_error(func.into_token_stream(), error),
+    };
+    match gen_function(&func, &args) {
+        Ok(tokens) => tokens,
+        Err(error) => with_error(func.into_token_stream(), error),
+    }
+}
+
+fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
+    let error = error.into_compile_error();
+    quote!(#item #error)
+}
+
+/// Collects several errors into one, so the user sees them all at once.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    fn check<T>(&mut self, result: syn::Result<T>) -> Option<T> {
+        result.map_err(|e| self.push(e)).ok()
+    }
+
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let Signature {
+        constness,
+        asyncness,
+        unsafety,
+        abi,
+        fn_token,
+        ident,
+        generics,
+        paren_token,
+        inputs,
+        variadic,
+        output,
+    } = sig;
+
+    let mut errors = Errors::default();
+    if asyncness.is_none() {
+        errors.push(syn::Error::new(
+            fn_token.span,
+            "the `async` keyword is missing from the function declaration: \
+             `#[distributed_lock]` works on `async fn` only",
+        ));
+    }
+    let return_type = errors.check(check_return_type(sig));
+    let key = errors
+        .check(args.key())
+        .and_then(|key| errors.check(key_expr(key, sig)));
+    errors.finish()?;
+    let (Some(return_type), Some(key)) = (return_type, key) else {
+        unreachable!("errors were reported above");
+    };
+
+    let krate = args
+        .krate
+        .as_ref()
+        .map_or_else(|| quote!(::lock_runtime), ToTokens::to_token_stream);
+    let private = quote!(#krate::__private);
+
+    // Generated locals: prefixed, and invisible to the user's code (mixed-site hygiene).
+    let local = |name: &str| format_ident!("__lock_{}", name, span = Span::mixed_site());
+    let (key_var, client_var, span_var) = (local("key"), local("client"), local("span"));
+
+    let client = match &args.client {
+        // Borrowed, not moved (`self.locks` stays usable), and cloned: a cheap `Arc` clone.
+        // Anything that derefs to a `LockClient` works: `LockClient`, `&LockClient`, `Arc<…>`.
+        Some(expr) => quote_spanned! {expr.span()=>
+            ::core::result::Result::Ok(
+                <#private::LockClient as ::core::clone::Clone>::clone(&(#expr))
+            )
+        },
+        None => quote!(#private::LockClient::default_client()),
+    };
+
+    let mut options = quote!(#private::LockOptions::new());
+    if let Some(wait) = &args.wait {
+        let ms = wait.millis;
+        options.extend(quote!(.wait(::core::time::Duration::from_millis(#ms))));
+    }
+    if let Some(lease) = &args.lease {
+        let ms = lease.millis;
+        options.extend(quote!(.lease(::core::time::Duration::from_millis(#ms))));
+    }
+    let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
+        OnLost::Abort => quote!(#private::OnLost::Abort),
+        OnLost::Ignore => quote!(#private::OnLost::Ignore),
+    };
+
+    // Like tracing's `#[instrument]`: a never-taken `return` of the declared type as the first
+    // statement, so `?` and `return` in the body infer the fn's return type eagerly.
+    let (fake_return_type, return_span) = return_type;
+    let fake_return = quote_spanned! {return_span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::let_with_type_underscore,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let __lock_fake_return: #fake_return_type = loop {};
+            return __lock_fake_return;
+        }
+    };
+    // Spanned at the return type, so "must return `Result<T, E>`" points there.
+    let run_locked = quote_spanned!(return_span=> #private::run_locked);
+    let fn_name = LitStr::new(&ident.to_string(), ident.span());
+
+    let (outer_attrs, inner_attrs): (Vec<_>, Vec<_>) = attrs
+        .iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
+    let (lt_token, params, gt_token, where_clause) = (
+        &generics.lt_token,
+        &generics.params,
+        &generics.gt_token,
+        &generics.where_clause,
+    );
+
+    let mut tokens = quote! {
+        #(#outer_attrs)*
+        #vis #constness #asyncness #unsafety #abi #fn_token #ident #lt_token #params #gt_token
+    };
+    paren_token.surround(&mut tokens, |tokens| {
+        inputs.to_tokens(tokens);
+        variadic.to_tokens(tokens);
+    });
+    output.to_tokens(&mut tokens);
+    where_clause.to_tokens(&mut tokens);
+    block.brace_token.surround(&mut tokens, |tokens| {
+        tokens.append_all(inner_attrs);
+        tokens.extend(quote! {
+            #[allow(clippy::useless_format)]
+            let #key_var: ::std::string::String = #key;
+            let #client_var = #client;
+            let #span_var = #private::tracing::info_span!(
+                target: ::core::module_path!(),
+                "distributed_lock",
+                function = #fn_name,
+                lock = %#key_var,
+            );
+            #private::tracing::Instrument::instrument(
+                #run_locked(#client_var, #key_var, #options, #on_lost, async move {
+                    #fake_return
+                    #block
+                }),
+                #span_var,
+            )
+            .await
+        });
+    });
+    Ok(tokens)
+}
+
+/// Checks the declared return type and returns it with `impl Trait` erased to `_` (for the
+/// fake return edge) and its span. Whether it really is `Result<T, E>` with
+/// `E: From<LockError>` is left to the type checker (`LockedResult`), so aliases such as
+/// `io::Result<T>` or `AppResult<T>` work.
+fn check_return_type(sig: &Signature) -> syn::Result<(Type, Span)> {
+    const MUST: &str =
+        "a `#[distributed_lock]` fn must return `Result<T, E>` with `E: From<LockError>`";
+    match &sig.output {
+        ReturnType::Default => Err(syn::Error::new(
+            sig.paren_token.span.join(),
+            format!("{MUST}, so the lock error can be returned; this fn returns `()`"),
+        )),
+        ReturnType::Type(_, ty) => match &**ty {
+            Type::Path(_) => {
+                let mut erased = (**ty).clone();
+                ImplTraitEraser.visit_type_mut(&mut erased);
+                Ok((erased, ty.span()))
+            }
+            other => Err(syn::Error::new_spanned(
+                other,
+                format!("{MUST}; found `{}`", other.to_token_stream()),
+            )),
+        },
+    }
+}
+
+struct ImplTraitEraser;
+
+impl VisitMut for ImplTraitEraser {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(_) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: Token![_](ty.span()),
+            });
+        } else {
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+}
+
+/// The expression that formats the key, with each placeholder checked against the fn's
+/// parameters. Errors point at the key literal.
+fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
+    let (has_self, names) = parameter_names(sig);
+    let span = key.lit.span();
+    let mut format = String::new();
+    let mut plain = String::new();
+    let mut values = Vec::new();
+    for part in &key.parts {
+        match part {
+            KeyPart::Text(text) => {
+                plain.push_str(text);
+                format.push_str(&text.replace('{', "{{").replace('}', "}}"));
+            }
+            KeyPart::Placeholder { root, fields } => {
+                let root_tokens = if root == "self" {
+                    if !has_self {
+                        return Err(syn::Error::new(
+                            span,
+                            format!(
+                                "placeholder `<{}>` refers to `self`, but `{}` has no `self` parameter",
+                                placeholder_text(root, fields),
+                                sig.ident
+                            ),
+                        ));
+                    }
+                    Token![self](span).into_token_stream()
+                } else if names.contains(root) {
+                    Ident::new(root, span).into_token_stream()
+                } else {
+                    return Err(unknown_placeholder(
+                        root, fields, &names, has_self, sig, span,
+                    ));
+                };
+                let fields = fields.iter().map(|field| match field.parse::<u32>() {
+                    Ok(index) => Member::Unnamed(Index { index, span }),
+                    Err(_) => Member::Named(Ident::new(field, span)),
+                });
+                values.push(quote_spanned!(span=> #root_tokens #(. #fields)*));
+                format.push_str("{}");
+            }
+        }
+    }
+    if values.is_empty() {
+        let plain = LitStr::new(&plain, span);
+        return Ok(quote_spanned!(span=> ::std::string::String::from(#plain)));
+    }
+    let format = LitStr::new(&format, span);
+    Ok(quote_spanned!(span=> ::std::format!(#format #(, #values)*)))
+}
+
+fn placeholder_text(root: &str, fields: &[String]) -> String {
+    std::iter::once(root)
+        .chain(fields.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn unknown_placeholder(
+    root: &str,
+    fields: &[String],
+    names: &BTreeSet<String>,
+    has_self: bool,
+    sig: &Signature,
+    span: Span,
+) -> syn::Error {
+    let mut known: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    if has_self {
+        known.insert(0, "`self`".to_string());
+    }
+    let known = if known.is_empty() {
+        format!("`{}` has no named parameters", sig.ident)
+    } else {
+        format!("the parameters of `{}` are {}", sig.ident, known.join(", "))
+    };
+    syn::Error::new(
+        span,
+        format!(
+            "unknown placeholder `<{}>` in the lock key: `{root}` is not a parameter; {known}",
+            placeholder_text(root, fields)
+        ),
+    )
+}
+
+/// Whether the fn has a `self` parameter, and the names its parameter patterns bind.
+fn parameter_names(sig: &Signature) -> (bool, BTreeSet<String>) {
+    let mut has_self = false;
+    let mut names = BTreeSet::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(_) => has_self = true,
+            FnArg::Typed(pat_type) => bound_names(&pat_type.pat, &mut names),
+        }
+    }
+    (has_self, names)
+}
+
+fn bound_names(pat: &Pat, names: &mut BTreeSet<String>) {
+    match pat {
+        Pat::Ident(p) => {
+            names.insert(p.ident.to_string());
+            if let Some((_, sub)) = &p.subpat {
+                bound_names(sub, names);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| bound_names(&f.pat, names)),
+        Pat::Slice(p) => p.elems.iter().for_each(|p| bound_names(p, names)),
+        Pat::Reference(p) => bound_names(&p.pat, names),
+        Pat::Paren(p) => bound_names(&p.pat, names),
+        Pat::Type(p) => bound_names(&p.pat, names),
+        // Every alternative binds the same names.
+        Pat::Or(p) => {
+            if let Some(first) = p.cases.first() {
+                bound_names(first, names);
+            }
+        }
+        _ => {}
+    }
+}

@@ -173,3 +173,34 @@ async fn many_waiters_of_one_client_share_one_subscription() {
         .await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_wakes_one_local_waiter_not_the_whole_herd() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let holder = a.lock("herd").acquire().await.unwrap();
+    let got = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for _ in 0..20 {
+        let (b, got) = (b.clone(), got.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = b.lock("herd").acquire().await.unwrap();
+            got.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            g.release().await.unwrap();
+        }));
+    }
+    // Let every waiter make its subscribed attempt and go to sleep.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = common::command_calls(&redis, "evalsha");
+    holder.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let calls = common::command_calls(&redis, "evalsha") - before;
+    assert_eq!(got.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The release, plus one woken waiter's acquire (a herd would be 21).
+    assert!(calls <= 3, "{calls} scripts ran after one release");
+    for w in waiters {
+        w.abort();
+    }
+}

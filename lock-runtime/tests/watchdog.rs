@@ -240,3 +240,42 @@ async fn frozen_client(redis: &RedisServer) -> lock_runtime::LockClient {
         .await
         .unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_renewal_reports_exactly_the_locks_that_were_lost() {
+    let redis = RedisServer::start();
+    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
+    let a = locks.lock("batch:a").acquire().await.unwrap();
+    let b = locks.lock("batch:b").acquire().await.unwrap();
+    let c = locks.lock("batch:c").acquire().await.unwrap();
+    redis.cmd(&["DEL", "lock:{batch:b}"]);
+    let err = tokio::time::timeout(WATCHDOG, b.lost())
+        .await
+        .expect("b is lost");
+    assert!(err.is_lost());
+    tokio::time::sleep(WATCHDOG).await;
+    assert!(!a.is_lost() && !c.is_lost());
+    assert_eq!(locks.held_locks(), 2);
+    assert!(redis.cmd(&["PTTL", "lock:{batch:a}"]).int().unwrap() > 0);
+    a.release().await.unwrap();
+    c.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_stall_of_redis_does_not_lose_the_lock() {
+    let redis = RedisServer::start();
+    let locks = frozen_client(&redis).await;
+    let guard = locks.lock("stall").acquire().await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        redis.freeze();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        redis.thaw();
+    }
+    tokio::time::sleep(WATCHDOG).await;
+    assert!(
+        !guard.is_lost(),
+        "a 250 ms stall must be ridden out by quick retries"
+    );
+    guard.release().await.unwrap();
+}

@@ -66,6 +66,12 @@
 //! - [`LockGuard::lost`] is the only promise about a held lock; check it (or use
 //!   [`LockGuard::run`]) around long critical sections.
 //! - A re-entrant acquisition inherits the outermost acquisition's options (lease, watchdog).
+//! - Reentrancy is by scope: a guard held in a local variable does not make a nested
+//!   `acquire` of the same lock re-enter unless the nested code runs inside
+//!   [`guard.scope(…)`](LockGuard::scope) or [`guard.run(…)`](LockGuard::run) (the
+//!   `#[distributed_lock]` macro always does this). Outside a scope it is a new owner and waits.
+//! - The background tasks (demultiplexer, watchdog, releaser) run on the Tokio runtime the
+//!   client was built on; keep that runtime alive as long as the client is used.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -16,6 +16,14 @@
 use crate::LockError;
 
 /// The longest lock name accepted, in bytes.
+///
+/// A lock name must also be non-empty and free of control characters; anything else (any
+/// UTF-8 text) is fine. A name is wrapped in a hash tag (`<prefix>:{name}`) so that the lock,
+/// its fencing counter and its unlock channel share one cluster slot; a name that already
+/// contains a non-empty hash tag (`order:{user:7}`) keeps it and is not wrapped.
+///
+/// Names built from untrusted input should be escaped by the caller (the `lock-tower` layer
+/// does this for path parameters and headers), so that a value cannot alias another lock.
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The Redis keys of one lock.

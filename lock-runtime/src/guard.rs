@@ -47,7 +47,9 @@ impl LossSignal {
 
     async fn wait(&self) -> LossReason {
         let mut rx = self.tx.subscribe();
-        match rx.wait_for(Option::is_some).await {
+        // Copy the reason out before any other await: the borrow guard is not `Send`.
+        let reason = rx.wait_for(Option::is_some).await.map(|v| *v);
+        match reason {
             Ok(reason) => reason.unwrap_or(LossReason::Released),
             // The sender lives in `self`; it cannot close while we borrow it.
             Err(_) => std::future::pending().await,

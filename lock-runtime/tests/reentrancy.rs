@@ -114,3 +114,19 @@ async fn another_client_is_another_owner_even_inside_the_scope() {
         .await;
     assert!(matches!(res, Err(LockError::WaitTimeout { .. })), "{res:?}");
 }
+
+/// Regression: `LockGuard::run` held a `watch` borrow across an await, so its future was not
+/// `Send` and could not be spawned (found by the chaos worker).
+#[test]
+fn lock_futures_are_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    fn check(lock: lock_runtime::Lock, guard: lock_runtime::LockGuard) {
+        assert_send(&lock.acquire());
+        assert_send(&lock.is_locked());
+        assert_send(&guard.lost());
+        assert_send(&guard.run(async {}));
+        assert_send(&guard.scope(async {}));
+        assert_send(&guard.release());
+    }
+    let _ = check;
+}

@@ -222,11 +222,15 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let Some(index) = UNITS.iter().position(|(u, _)| *u == unit) else {
-            return Err(if unit.is_empty() {
-                format!("`{number}` has no unit; {EXPECTED}")
-            } else {
-                format!("unknown unit `{unit}`; {EXPECTED}")
-            });
+            return Err(
+                if let Some(c) = rest.chars().next().filter(|_| unit.is_empty()) {
+                    format!("unexpected `{c}` after `{number}`; {EXPECTED}")
+                } else if unit.is_empty() {
+                    format!("`{number}` has no unit; {EXPECTED}")
+                } else {
+                    format!("unknown unit `{unit}`; {EXPECTED}")
+                },
+            );
         };
         if last.is_some_and(|l| index <= l) {
             return Err(format!("`{unit}` is out of order or repeated; {EXPECTED}"));

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, TokenStreamExt, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
@@ -33,6 +33,23 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         Ok(tokens) => tokens,
         Err(error) => with_error(func.into_token_stream(), error),
     }
+}
+
+/// `tokens` with every span (also inside groups) set to `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
@@ -112,11 +129,17 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
     let client = match &args.client {
         // Borrowed, not moved (`self.locks` stays usable), and cloned: a cheap `Arc` clone.
         // Anything that derefs to a `LockClient` works: `LockClient`, `&LockClient`, `Arc<…>`.
-        Some(expr) => quote_spanned! {expr.span()=>
-            ::core::result::Result::Ok(
-                <#private::LockClient as ::core::clone::Clone>::clone(&(#expr))
-            )
-        },
+        Some(expr) => {
+            // An invisible group keeps `expr` one operand (like `$e:expr` in `macro_rules!`)
+            // and lets a type error point at the whole expression.
+            let span = expr.span();
+            let expr = Group::new(Delimiter::None, expr.to_token_stream());
+            quote_spanned! {span=>
+                ::core::result::Result::Ok(
+                    <#private::LockClient as ::core::clone::Clone>::clone(&#expr)
+                )
+            }
+        }
         None => quote!(#private::LockClient::default_client()),
     };
 
@@ -153,8 +176,29 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
             return __lock_fake_return;
         }
     };
-    // Spanned at the return type, so "must return `Result<T, E>`" points there.
-    let run_locked = quote_spanned!(return_span=> #private::run_locked);
+    // The tail expression, `Instrument::instrument(run_locked(…), span).await`, with its own
+    // tokens spanned at the return type, so "must return `Result<T, E>`" points there (rustc
+    // reports the bound at the whole call and again at the `.await`).
+    let mut run_locked = respan(quote!(#private::run_locked), return_span);
+    let mut call_args = Group::new(
+        Delimiter::Parenthesis,
+        quote! {
+            #client_var, #key_var, #options, #on_lost, async move {
+                #fake_return
+                #block
+            }
+        },
+    );
+    call_args.set_span(return_span);
+    run_locked.append(call_args);
+    let mut tail = respan(
+        quote!(#private::tracing::Instrument::instrument),
+        return_span,
+    );
+    let mut instrument_args = Group::new(Delimiter::Parenthesis, quote!(#run_locked, #span_var));
+    instrument_args.set_span(return_span);
+    tail.append(instrument_args);
+    tail.extend(respan(quote!(.await), return_span));
     let fn_name = LitStr::new(&ident.to_string(), ident.span());
 
     let (outer_attrs, inner_attrs): (Vec<_>, Vec<_>) = attrs
@@ -189,14 +233,7 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
                 function = #fn_name,
                 lock = %#key_var,
             );
-            #private::tracing::Instrument::instrument(
-                #run_locked(#client_var, #key_var, #options, #on_lost, async move {
-                    #fake_return
-                    #block
-                }),
-                #span_var,
-            )
-            .await
+            #tail
         });
     });
     Ok(tokens)

@@ -1,0 +1,11 @@
+use lock_runtime::distributed_lock;
+
+#[derive(Debug)]
+struct MyError;
+
+#[distributed_lock(key = "a")]
+async fn wrong_error() -> Result<(), MyError> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,16 @@
+use lock_runtime::{LockError, distributed_lock};
+
+#[distributed_lock(key = "unit")]
+async fn returns_unit() {}
+
+#[distributed_lock(key = "tuple")]
+async fn returns_tuple() -> (u32, LockError) {
+    todo!()
+}
+
+#[distributed_lock(key = "option")]
+async fn returns_option() -> Option<u32> {
+    Some(1)
+}
+
+fn main() {}

@@ -1,6 +1,119 @@
-//! `LockLayer`: a tower middleware that locks per request (filled in by the lock-tower issue).
+//! `LockLayer`: a [tower] middleware that serves each request while holding a distributed lock
+//! named after the request, with [`lock_runtime`].
 //!
-//! This crate is a skeleton until the lock-tower issue lands; it re-exports the runtime so
-//! that dependents can already name its types.
+//! Requests for the same key (the same product, account, document) are served one at a time
+//! across every instance of a service; requests for different keys run in parallel. The lock
+//! is taken before the inner service is called, renewed by the watchdog while it runs, and
+//! released when the response is ready (or, opt-in, when its body has ended), when the inner
+//! service fails, or when the client goes away (the response future is dropped).
+//!
+//! # axum
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use axum::{Extension, Router, extract::Path, routing::post};
+//! use lock_tower::{HeldLock, LockClient, LockLayer};
+//!
+//! async fn reserve(Path(id): Path<String>, Extension(lock): Extension<HeldLock>) -> String {
+//!     // Only one request per `id` runs here at a time, across all instances.
+//!     format!("reserved {id} under {} (token {})", lock.name(), lock.fencing_token())
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let app = Router::new()
+//!     .route("/stock/{id}/reserve", post(reserve))
+//!     // `route_layer`: unknown paths stay 404 instead of being locked.
+//!     .route_layer(LockLayer::new(locks.clone(), "stock:<id>").wait(Duration::from_secs(5)));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `"stock:<id>"` fills `<id>` from the matched route's path parameter `{id}` (feature `axum`,
+//! on by default). A route without that parameter passes through unlocked.
+//!
+//! # tonic
+//!
+//! gRPC metadata are HTTP/2 headers, so key on them with [`key::Headers`]:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_tower::{LockClient, LockLayer, key::Headers};
+//! use tonic::{service::Routes, transport::Server};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let layer = LockLayer::new(locks, Headers::new("stock:<x-product-id>"))
+//!     .wait(Duration::from_secs(2));
+//! # let routes = Routes::default();
+//! Server::builder()
+//!     .layer(layer)
+//!     .add_routes(routes) // or `.add_service(InventoryServer::new(…))`
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Calls without the metadata pass through unlocked. A rejected call gets a proper gRPC status
+//! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad key),
+//! never an HTTP error page.
+//!
+//! # Keys
+//!
+//! | source | for |
+//! |---|---|
+//! | `"stock:<id>"` / [`key::PathParams`] | axum path parameters |
+//! | [`key::Headers`]`::new("stock:<x-product-id>")` | headers, gRPC metadata |
+//! | [`key::UriPattern`]`::new("/stock/{id}/reserve", "stock:<id>")` | any tower stack |
+//! | [`key::from_fn`] | anything else |
+//!
+//! Values taken from requests are untrusted: they are bounded
+//! ([`max_key_value_len`](LockLayer::max_key_value_len), default 128 bytes) and
+//! [escaped](key::escape), so a value can neither alias another key (`1:x`), nor choose a
+//! Redis Cluster slot (`{…}`), nor smuggle control bytes; an unusable value is answered with
+//! 400 / `INVALID_ARGUMENT`.
+//!
+//! # Responses
+//!
+//! The layer never fails on its own: lock failures become responses ([`rejection`]): 423
+//! Locked with `Retry-After` when the lock stays busy for the whole [`wait`](LockLayer::wait)
+//! (409 or anything else with [`busy_status`](LockLayer::busy_status)), 503 when Redis is
+//! unavailable, 503 when the lock is lost while the handler runs (the handler is dropped first;
+//! [`lost_status`](LockLayer::lost_status)). Replace them with
+//! [`with_rejection_response`](LockLayer::with_rejection_response). Rejection responses carry
+//! a [`LockRejection`] (with the [`LockError`]) in their extensions.
+//!
+//! Handlers find the lock they run under, with its fencing token, in the request extensions
+//! as [`HeldLock`]. They run inside the guard's reentrancy scope: taking the same lock again
+//! with the same client (for example through `#[distributed_lock]`) re-enters instead of
+//! deadlocking.
+//!
+//! # Caveats
+//!
+//! - Put the layer where routing has happened: `Router::route_layer` (or `Router::layer`) in
+//!   axum, so path parameters are known; `route_layer` also keeps unknown paths at 404.
+//! - By default the lock covers the handler, not the streaming of the response body; use
+//!   [`hold_until_body_end`](LockLayer::hold_until_body_end) when the body does the work.
+//! - Waiting requests hold a connection and a ready inner service. Keep
+//!   [`wait`](LockLayer::wait) short (default [`DEFAULT_WAIT`], 10 s) and let clients retry
+//!   after `Retry-After`.
+//! - A lock on one Redis primary is only as safe as that primary; pass the fencing token to
+//!   the storage you protect.
+//!
+//! [tower]: https://docs.rs/tower
 
-pub use lock_runtime::{LockClient, LockError};
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod body;
+pub mod future;
+pub mod key;
+mod layer;
+pub mod rejection;
+mod service;
+
+pub use body::ResponseBody;
+pub use layer::{DEFAULT_WAIT, LockLayer};
+pub use lock_runtime::{LockClient, LockError, LockOptions};
+pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};
+pub use service::{HeldLock, LockService};

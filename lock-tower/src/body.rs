@@ -1,0 +1,139 @@
+//! The response body of a [`LockService`](crate::LockService).
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use lock_runtime::LockGuard;
+use pin_project_lite::pin_project;
+
+pin_project! {
+    /// The inner service's response body, or a rejection's body.
+    ///
+    /// With [`LockLayer::hold_until_body_end`](crate::LockLayer::hold_until_body_end) the lock
+    /// guard rides in this body and is released when the body has ended (or is dropped, for
+    /// example when the client goes away), so a streamed response is covered by the lock too.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner {
+            #[pin]
+            body: B,
+            guard: Option<LockGuard>,
+        },
+        Full {
+            data: Option<Bytes>,
+        },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// Wraps an inner body.
+    pub fn new(body: B) -> ResponseBody<B> {
+        ResponseBody {
+            kind: Kind::Inner { body, guard: None },
+        }
+    }
+
+    /// A body of one chunk (empty chunks are not sent).
+    pub fn full(data: impl Into<Bytes>) -> ResponseBody<B> {
+        let data: Bytes = data.into();
+        ResponseBody {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+        }
+    }
+
+    /// An empty body.
+    pub fn empty() -> ResponseBody<B> {
+        ResponseBody {
+            kind: Kind::Full { data: None },
+        }
+    }
+
+    /// Wraps an inner body and keeps `guard` until it has ended.
+    pub(crate) fn holding(body: B, guard: LockGuard) -> ResponseBody<B> {
+        ResponseBody {
+            kind: Kind::Inner {
+                body,
+                guard: Some(guard),
+            },
+        }
+    }
+
+    /// Whether this body still holds a lock (only in hold-until-body-end mode, until the
+    /// body has ended).
+    pub fn holds_lock(&self) -> bool {
+        matches!(&self.kind, Kind::Inner { guard: Some(_), .. })
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { mut body, guard } => {
+                let frame = std::task::ready!(body.as_mut().poll_frame(cx));
+                if frame.is_none() || matches!(frame, Some(Err(_))) || body.is_end_stream() {
+                    // The body has ended (an error ends it too): release now rather than
+                    // whenever the body is dropped.
+                    drop(guard.take());
+                }
+                Poll::Ready(frame)
+            }
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
+
+impl<B> Default for ResponseBody<B> {
+    fn default() -> Self {
+        ResponseBody::empty()
+    }
+}
+
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Inner { guard, .. } => f
+                .debug_struct("ResponseBody")
+                .field("inner", &std::any::type_name::<B>())
+                .field("guard", guard)
+                .finish(),
+            Kind::Full { data } => f.debug_struct("ResponseBody").field("full", data).finish(),
+        }
+    }
+}

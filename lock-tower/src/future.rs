@@ -1,0 +1,251 @@
+//! [`ResponseFuture`]: acquire the lock, then call the inner service with the guard riding
+//! along.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
+
+use http::{Request, Response};
+use lock_runtime::{LockError, LockGuard};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::body::ResponseBody;
+use crate::rejection::{LockRejection, RejectionResponse};
+use crate::service::HeldLock;
+
+type AcquireFuture = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+
+/// The inner call run by [`LockGuard::run`]: dropped if the lock is lost; hands the guard back.
+type LockedFuture<T> = Pin<Box<dyn Future<Output = (Result<T, LockError>, LockGuard)> + Send>>;
+
+pin_project! {
+    /// The response future of [`LockService`](crate::LockService).
+    ///
+    /// Acquiring → calling: the lock is taken first, then the inner service is called inside
+    /// the guard's reentrancy scope with the guard riding in this future. Dropping the future
+    /// (a client that went away) drops the guard, which releases the lock at once.
+    pub struct ResponseFuture<S, ReqBody, R>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+        rejection: Arc<R>,
+        hold_body: bool,
+        grpc: bool,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        // No key: the request passes through unlocked.
+        Unlocked {
+            #[pin]
+            fut: S::Future,
+        },
+        // Waiting for the lock, with the ready inner service and the request.
+        Acquiring {
+            acquire: AcquireFuture,
+            inner: Option<S>,
+            request: Option<Request<ReqBody>>,
+        },
+        // The inner service runs under the lock.
+        Calling {
+            fut: LockedFuture<Result<S::Response, S::Error>>,
+        },
+        // Rejected before acquiring (an invalid key).
+        Rejected {
+            error: Option<LockError>,
+        },
+    }
+}
+
+impl<S, ReqBody, R> ResponseFuture<S, ReqBody, R>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn unlocked(fut: S::Future, rejection: Arc<R>) -> Self {
+        ResponseFuture {
+            state: State::Unlocked { fut },
+            rejection,
+            hold_body: false,
+            grpc: false,
+        }
+    }
+
+    pub(crate) fn acquiring(
+        acquire: AcquireFuture,
+        inner: S,
+        request: Request<ReqBody>,
+        rejection: Arc<R>,
+        hold_body: bool,
+        grpc: bool,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Acquiring {
+                acquire,
+                inner: Some(inner),
+                request: Some(request),
+            },
+            rejection,
+            hold_body,
+            grpc,
+        }
+    }
+
+    pub(crate) fn rejected(error: LockError, rejection: Arc<R>, grpc: bool) -> Self {
+        ResponseFuture {
+            state: State::Rejected { error: Some(error) },
+            rejection,
+            hold_body: false,
+            grpc,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody: 'static, R> Future for ResponseFuture<S, ReqBody, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: RejectionResponse<ResBody>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Unlocked { fut } => {
+                    let response = ready!(fut.poll(cx))?;
+                    return Poll::Ready(Ok(response.map(ResponseBody::new)));
+                }
+                StateProj::Acquiring {
+                    acquire,
+                    inner,
+                    request,
+                } => {
+                    let guard = match ready!(acquire.as_mut().poll(cx)) {
+                        Ok(guard) => guard,
+                        Err(error) => {
+                            return Poll::Ready(Ok(reject(&**this.rejection, error, *this.grpc)));
+                        }
+                    };
+                    let mut inner = inner.take().expect("polled after completion");
+                    let mut request = request.take().expect("polled after completion");
+                    request
+                        .extensions_mut()
+                        .insert(HeldLock::new(guard.name(), guard.fencing_token()));
+                    // `inner` is the instance that went through `poll_ready`.
+                    let fut = inner.call(request);
+                    let fut: LockedFuture<_> = Box::pin(async move {
+                        let out = run_unless_lost(&guard, fut).await;
+                        (out, guard)
+                    });
+                    this.state.set(State::Calling { fut });
+                }
+                StateProj::Calling { fut } => {
+                    let (out, guard) = ready!(fut.as_mut().poll(cx));
+                    return Poll::Ready(match out {
+                        Ok(Ok(response)) if *this.hold_body => {
+                            Ok(response.map(|body| ResponseBody::holding(body, guard)))
+                        }
+                        Ok(Ok(response)) => {
+                            // Released in the background within milliseconds.
+                            drop(guard);
+                            Ok(response.map(ResponseBody::new))
+                        }
+                        Ok(Err(error)) => Err(error),
+                        Err(lost) => Ok(reject(&**this.rejection, lost, *this.grpc)),
+                    });
+                }
+                StateProj::Rejected { error } => {
+                    let error = error.take().expect("polled after completion");
+                    return Poll::Ready(Ok(reject(&**this.rejection, error, *this.grpc)));
+                }
+            }
+        }
+    }
+}
+
+/// How often a running handler checks whether its lock was lost (an in-memory flag; the
+/// watchdog declares a loss before the lease could run out, with a safety margin).
+///
+/// `LockGuard::run` would wake us at once, but its future is not `Send` in lock-runtime 0.1
+/// (it holds a `watch::Ref` across an await), and axum and tonic need `Send` futures.
+const LOSS_CHECK_PERIOD: Duration = Duration::from_millis(25);
+
+/// Runs `fut` inside `guard`'s reentrancy scope; drops it and returns [`LockError::Lost`] if
+/// the lock is lost first.
+async fn run_unless_lost<F: Future>(guard: &LockGuard, fut: F) -> Result<F::Output, LockError> {
+    let mut body = std::pin::pin!(guard.scope(fut));
+    let mut tick = tokio::time::interval(LOSS_CHECK_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    std::future::poll_fn(|cx| {
+        if let Some(lost) = lost_now(guard) {
+            return Poll::Ready(Err(lost));
+        }
+        if let Poll::Ready(out) = body.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        while tick.poll_tick(cx).is_ready() {
+            if let Some(lost) = lost_now(guard) {
+                return Poll::Ready(Err(lost));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The loss error if `guard`'s lock is known to be lost.
+fn lost_now(guard: &LockGuard) -> Option<LockError> {
+    if !guard.is_lost() {
+        return None;
+    }
+    // Already lost: `lost()` is ready at once. Polled here and dropped, never held across an
+    // await, so the enclosing future stays `Send`.
+    let lost = std::pin::pin!(guard.lost());
+    match lost.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(error) => Some(error),
+        Poll::Pending => None,
+    }
+}
+
+fn reject<R, B>(rejection: &R, error: LockError, grpc: bool) -> Response<ResponseBody<B>>
+where
+    R: RejectionResponse<B>,
+{
+    tracing::debug!(%error, grpc, "request rejected by the lock layer");
+    let rejection_info = LockRejection::new(error, grpc);
+    let mut response = rejection.rejection_response(rejection_info.clone());
+    response.extensions_mut().insert(rejection_info);
+    response
+}
+
+impl<S, ReqBody, R> fmt::Debug for ResponseFuture<S, ReqBody, R>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Unlocked { .. } => "unlocked",
+            State::Acquiring { .. } => "acquiring",
+            State::Calling { .. } => "calling",
+            State::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("hold_body", &self.hold_body)
+            .field("grpc", &self.grpc)
+            .finish()
+    }
+}

@@ -1,0 +1,340 @@
+//! What a client gets when its request cannot run under the lock.
+//!
+//! Every failure becomes a response (the layer never returns an error of its own, as axum
+//! requires). The [`DefaultRejection`] answers:
+//!
+//! | [`RejectionKind`] | HTTP | gRPC (trailers-only) |
+//! |---|---|---|
+//! | `Busy`: still held by another owner after `wait` | 423 Locked (configurable, e.g. 409) + `Retry-After` | `ABORTED` |
+//! | `Unavailable`: Redis unreachable or too slow | 503 Service Unavailable | `UNAVAILABLE` |
+//! | `Lost`: the lock was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
+//! | `InvalidKey`: an empty, over-long or otherwise unusable key value | 400 Bad Request | `INVALID_ARGUMENT` |
+//! | `Internal`: anything else (a misconfiguration) | 500 Internal Server Error | `INTERNAL` |
+//!
+//! A request is treated as gRPC when its `content-type` starts with `application/grpc`; it
+//! then gets a trailers-only response (HTTP 200, `grpc-status` and `grpc-message` in the
+//! headers, empty body), never an HTTP error page.
+//!
+//! Replace the default with [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response):
+//! any `Fn(LockRejection) -> Response<B> + Send + Sync + 'static` (where `B` is the inner
+//! service's response body) or your own [`RejectionResponse`]. Whatever produced it, the layer
+//! inserts the [`LockRejection`] into the response's extensions, so outer layers can inspect
+//! the [`LockError`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use lock_runtime::LockError;
+
+use crate::body::ResponseBody;
+
+/// Why a request was not served under its lock; cheap to clone (the error is shared).
+///
+/// Passed to the [`RejectionResponse`] and inserted into the rejection response's extensions.
+///
+/// ```
+/// use lock_tower::{LockRejection, RejectionKind};
+///
+/// fn describe(response: &http::Response<()>) -> Option<String> {
+///     let rejection = response.extensions().get::<LockRejection>()?;
+///     Some(match rejection.kind() {
+///         RejectionKind::Busy => format!("busy, retry after {:?}", rejection.retry_after()),
+///         _ => rejection.error().to_string(),
+///     })
+/// }
+/// # let _ = describe;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockRejection {
+    error: Arc<LockError>,
+    grpc: bool,
+}
+
+/// The classes of [`LockRejection`], each with its own default response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// The lock stayed held by another owner for the whole wait.
+    Busy,
+    /// Redis could not be reached or did not answer in time.
+    Unavailable,
+    /// The lock was lost while the inner service ran; its future was dropped.
+    Lost,
+    /// The request's key value is unusable (empty, too long, not UTF-8, …).
+    InvalidKey,
+    /// Anything else, such as invalid lock options.
+    Internal,
+}
+
+impl LockRejection {
+    /// A rejection for `error`; `grpc` says whether the request was a gRPC call.
+    pub fn new(error: LockError, grpc: bool) -> LockRejection {
+        LockRejection {
+            error: Arc::new(error),
+            grpc,
+        }
+    }
+
+    /// The class of failure.
+    pub fn kind(&self) -> RejectionKind {
+        match &*self.error {
+            e if e.is_busy() => RejectionKind::Busy,
+            e if e.is_unavailable() => RejectionKind::Unavailable,
+            e if e.is_lost() => RejectionKind::Lost,
+            LockError::InvalidName { .. } => RejectionKind::InvalidKey,
+            _ => RejectionKind::Internal,
+        }
+    }
+
+    /// The lock error.
+    pub fn error(&self) -> &LockError {
+        &self.error
+    }
+
+    /// The lock error, shared.
+    pub fn shared_error(&self) -> Arc<LockError> {
+        self.error.clone()
+    }
+
+    /// For [`Busy`](RejectionKind::Busy): when a retry may succeed, the holder's remaining
+    /// lease.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.error.retry_after()
+    }
+
+    /// Whether the request was a gRPC call (`content-type: application/grpc…`).
+    pub fn is_grpc(&self) -> bool {
+        self.grpc
+    }
+}
+
+impl fmt::Display for LockRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+/// Turns a [`LockRejection`] into a response; see the [module docs](crate::rejection).
+///
+/// Implemented by [`DefaultRejection`] and by every
+/// `Fn(LockRejection) -> Response<B> + Send + Sync + 'static`.
+pub trait RejectionResponse<B>: Send + Sync + 'static {
+    /// The response for `rejection`.
+    fn rejection_response(&self, rejection: LockRejection) -> Response<ResponseBody<B>>;
+}
+
+impl<B, F> RejectionResponse<B> for F
+where
+    F: Fn(LockRejection) -> Response<B> + Send + Sync + 'static,
+{
+    fn rejection_response(&self, rejection: LockRejection) -> Response<ResponseBody<B>> {
+        self(rejection).map(ResponseBody::new)
+    }
+}
+
+/// The default rejection responses (see the [module docs](crate::rejection) for the table).
+///
+/// HTTP responses carry the error as a `text/plain` body; busy ones a `Retry-After` header
+/// with the holder's remaining lease in whole seconds, at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefaultRejection {
+    busy_status: StatusCode,
+    lost_status: StatusCode,
+}
+
+impl DefaultRejection {
+    /// 423 for busy, 503 for lost.
+    pub const fn new() -> DefaultRejection {
+        DefaultRejection {
+            busy_status: StatusCode::LOCKED,
+            lost_status: StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The HTTP status for a busy lock (default 423 Locked; 409 Conflict is common too).
+    pub const fn busy_status(mut self, status: StatusCode) -> DefaultRejection {
+        self.busy_status = status;
+        self
+    }
+
+    /// The HTTP status when the lock was lost while the handler ran (default 503).
+    pub const fn lost_status(mut self, status: StatusCode) -> DefaultRejection {
+        self.lost_status = status;
+        self
+    }
+}
+
+impl Default for DefaultRejection {
+    fn default() -> Self {
+        DefaultRejection::new()
+    }
+}
+
+impl<B> RejectionResponse<B> for DefaultRejection {
+    fn rejection_response(&self, rejection: LockRejection) -> Response<ResponseBody<B>> {
+        let message = rejection.to_string();
+        if rejection.is_grpc() {
+            return grpc_response(grpc_code(rejection.kind()), &message);
+        }
+        let status = match rejection.kind() {
+            RejectionKind::Busy => self.busy_status,
+            RejectionKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            RejectionKind::Lost => self.lost_status,
+            RejectionKind::InvalidKey => StatusCode::BAD_REQUEST,
+            RejectionKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let mut response = Response::new(ResponseBody::full(Bytes::from(message + "\n")));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if rejection.kind() == RejectionKind::Busy {
+            headers.insert(
+                RETRY_AFTER,
+                retry_after_secs(rejection.retry_after()).into(),
+            );
+        }
+        response
+    }
+}
+
+/// Whole seconds, rounded up, at least 1.
+fn retry_after_secs(ttl: Option<Duration>) -> u64 {
+    let Some(ttl) = ttl else { return 1 };
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// gRPC status codes (grpc/doc/statuscodes.md) used by the default rejection.
+fn grpc_code(kind: RejectionKind) -> u16 {
+    const INVALID_ARGUMENT: u16 = 3;
+    const ABORTED: u16 = 10;
+    const INTERNAL: u16 = 13;
+    const UNAVAILABLE: u16 = 14;
+    match kind {
+        RejectionKind::Busy | RejectionKind::Lost => ABORTED,
+        RejectionKind::Unavailable => UNAVAILABLE,
+        RejectionKind::InvalidKey => INVALID_ARGUMENT,
+        RejectionKind::Internal => INTERNAL,
+    }
+}
+
+/// A trailers-only gRPC response: status and message in the headers, no body.
+fn grpc_response<B>(code: u16, message: &str) -> Response<ResponseBody<B>> {
+    let mut response = Response::new(ResponseBody::empty());
+    let headers: &mut HeaderMap = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", code.into());
+    if let Ok(value) = HeaderValue::from_str(&grpc_message_encode(message)) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// Percent-encodes a `grpc-message` as the gRPC HTTP/2 spec asks: every byte outside
+/// printable ASCII, and `%`.
+fn grpc_message_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &b in message.as_bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Whether a request is a gRPC call, judged by its content type.
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(ttl: Option<Duration>) -> LockError {
+        LockError::WaitTimeout {
+            name: "stock:1".into(),
+            waited: Duration::from_millis(10),
+            remaining_ttl: ttl,
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_at_least_one_second() {
+        assert_eq!(retry_after_secs(None), 1);
+        assert_eq!(retry_after_secs(Some(Duration::from_millis(1))), 1);
+        assert_eq!(retry_after_secs(Some(Duration::from_millis(1001))), 2);
+        assert_eq!(retry_after_secs(Some(Duration::from_secs(30))), 30);
+    }
+
+    #[test]
+    fn busy_http_is_423_with_retry_after_or_the_configured_status() {
+        let r = LockRejection::new(busy(Some(Duration::from_millis(2500))), false);
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(r.clone());
+        assert_eq!(res.status(), StatusCode::LOCKED);
+        assert_eq!(res.headers()[RETRY_AFTER], "3");
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .busy_status(StatusCode::CONFLICT)
+            .rejection_response(r);
+        assert_eq!(res.status(), StatusCode::CONFLICT);
+    }
+
+    #[test]
+    fn grpc_gets_trailers_only_statuses() {
+        let cases = [
+            (busy(None), "10"),
+            (
+                LockError::Timeout {
+                    op: "acquire",
+                    timeout: Duration::from_secs(1),
+                },
+                "14",
+            ),
+            (
+                LockError::InvalidName {
+                    name: "x".into(),
+                    reason: "too long",
+                },
+                "3",
+            ),
+            (LockError::InvalidConfig("x".into()), "13"),
+        ];
+        for (error, code) in cases {
+            let res: Response<ResponseBody<()>> =
+                DefaultRejection::new().rejection_response(LockRejection::new(error, true));
+            assert_eq!(res.status(), StatusCode::OK);
+            assert_eq!(res.headers()["grpc-status"], code);
+            assert_eq!(res.headers()[CONTENT_TYPE], "application/grpc");
+            assert!(res.headers().contains_key("grpc-message"));
+        }
+    }
+
+    #[test]
+    fn grpc_messages_are_percent_encoded() {
+        assert_eq!(grpc_message_encode("a b%c\né"), "a b%25c%0A%C3%A9");
+    }
+
+    #[test]
+    fn grpc_is_detected_by_content_type() {
+        let mut h = HeaderMap::new();
+        assert!(!is_grpc(&h));
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc+proto"),
+        );
+        assert!(is_grpc(&h));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert!(!is_grpc(&h));
+    }
+}

@@ -5,8 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker, ready};
-use std::time::Duration;
+use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
 use lock_runtime::{LockError, LockGuard};
@@ -147,7 +146,7 @@ where
                     // `inner` is the instance that went through `poll_ready`.
                     let fut = inner.call(request);
                     let fut: LockedFuture<_> = Box::pin(async move {
-                        let out = run_unless_lost(&guard, fut).await;
+                        let out = guard.run(fut).await;
                         (out, guard)
                     });
                     this.state.set(State::Calling { fut });
@@ -173,50 +172,6 @@ where
                 }
             }
         }
-    }
-}
-
-/// How often a running handler checks whether its lock was lost (an in-memory flag; the
-/// watchdog declares a loss before the lease could run out, with a safety margin).
-///
-/// `LockGuard::run` would wake us at once, but its future is not `Send` in lock-runtime 0.1
-/// (it holds a `watch::Ref` across an await), and axum and tonic need `Send` futures.
-const LOSS_CHECK_PERIOD: Duration = Duration::from_millis(25);
-
-/// Runs `fut` inside `guard`'s reentrancy scope; drops it and returns [`LockError::Lost`] if
-/// the lock is lost first.
-async fn run_unless_lost<F: Future>(guard: &LockGuard, fut: F) -> Result<F::Output, LockError> {
-    let mut body = std::pin::pin!(guard.scope(fut));
-    let mut tick = tokio::time::interval(LOSS_CHECK_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    std::future::poll_fn(|cx| {
-        if let Some(lost) = lost_now(guard) {
-            return Poll::Ready(Err(lost));
-        }
-        if let Poll::Ready(out) = body.as_mut().poll(cx) {
-            return Poll::Ready(Ok(out));
-        }
-        while tick.poll_tick(cx).is_ready() {
-            if let Some(lost) = lost_now(guard) {
-                return Poll::Ready(Err(lost));
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
-
-/// The loss error if `guard`'s lock is known to be lost.
-fn lost_now(guard: &LockGuard) -> Option<LockError> {
-    if !guard.is_lost() {
-        return None;
-    }
-    // Already lost: `lost()` is ready at once. Polled here and dropped, never held across an
-    // await, so the enclosing future stays `Send`.
-    let lost = std::pin::pin!(guard.lost());
-    match lost.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(error) => Some(error),
-        Poll::Pending => None,
     }
 }
 

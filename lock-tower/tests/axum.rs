@@ -1,0 +1,626 @@
+//! `LockLayer` in axum 0.8 against a real `redis-server` on loopback: mutual exclusion across
+//! two app instances, rejections (423, 503, 400), routing (404, pass-through), client
+//! disconnects and hold-until-body-end.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use lock_tests::RedisServer;
+use lock_tower::key::{self, UriPattern};
+use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions, LockRejection, RejectionKind};
+use tokio::sync::{Notify, mpsc};
+use tower::ServiceExt;
+
+/// Every test finishes within this, or fails.
+const TEST_LIMIT: Duration = Duration::from_secs(60);
+
+async fn bounded<F: Future>(fut: F) -> F::Output {
+    tokio::time::timeout(TEST_LIMIT, fut)
+        .await
+        .expect("test took too long")
+}
+
+async fn client(redis: &RedisServer) -> LockClient {
+    LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Measures, in the handler, how many requests run at once: per id and in total.
+#[derive(Default)]
+struct Probe {
+    hold: Duration,
+    per_id: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    max_same_id: AtomicUsize,
+    total: AtomicUsize,
+    max_total: AtomicUsize,
+    entered: Notify,
+    finished: AtomicUsize,
+    dropped: AtomicUsize,
+}
+
+impl Probe {
+    fn new(hold: Duration) -> Arc<Probe> {
+        Arc::new(Probe {
+            hold,
+            ..Probe::default()
+        })
+    }
+}
+
+/// Counts a handler in; counts it out on drop (completion or cancellation).
+struct Inside {
+    probe: Arc<Probe>,
+    same: Arc<AtomicUsize>,
+    done: bool,
+}
+
+impl Inside {
+    fn enter(probe: &Arc<Probe>, id: &str) -> Inside {
+        let same = probe
+            .per_id
+            .lock()
+            .unwrap()
+            .entry(id.to_owned())
+            .or_default()
+            .clone();
+        let now = same.fetch_add(1, Ordering::SeqCst) + 1;
+        probe.max_same_id.fetch_max(now, Ordering::SeqCst);
+        let total = probe.total.fetch_add(1, Ordering::SeqCst) + 1;
+        probe.max_total.fetch_max(total, Ordering::SeqCst);
+        probe.entered.notify_waiters();
+        Inside {
+            probe: probe.clone(),
+            same,
+            done: false,
+        }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        self.same.fetch_sub(1, Ordering::SeqCst);
+        self.probe.total.fetch_sub(1, Ordering::SeqCst);
+        if self.done {
+            self.probe.finished.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.probe.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn reserve(
+    State(probe): State<Arc<Probe>>,
+    Path(id): Path<String>,
+    Extension(held): Extension<HeldLock>,
+) -> String {
+    let mut inside = Inside::enter(&probe, &id);
+    tokio::time::sleep(probe.hold).await;
+    inside.done = true;
+    format!("{} {}", held.name(), held.fencing_token())
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+fn app(layer: LockLayer<key::PathParams>, probe: Arc<Probe>) -> Router {
+    Router::new()
+        .route("/stock/{id}/reserve", post(reserve))
+        .route("/health", get(health))
+        .layer(layer)
+        .with_state(probe)
+}
+
+fn post_to(uri: &str) -> Request<Body> {
+    Request::post(uri).body(Body::empty()).unwrap()
+}
+
+async fn send(app: &Router, request: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Whether `name` can be taken right now by an independent client.
+async fn is_free(locks: &LockClient, name: &str) -> bool {
+    match locks.lock(name).try_acquire(Duration::ZERO).await {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            true
+        }
+        Err(e) if e.is_busy() => false,
+        Err(e) => panic!("unexpected {e}"),
+    }
+}
+
+/// How long until `name` becomes free (polling every 5 ms), or `None` within `limit`.
+async fn freed_within(locks: &LockClient, name: &str, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if is_free(locks, name).await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn same_id_requests_never_overlap_across_two_app_instances() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Probe::new(Duration::from_millis(15));
+        let a = app(
+            LockLayer::new(client(&redis).await, "stock:<id>"),
+            probe.clone(),
+        );
+        let b = app(
+            LockLayer::new(client(&redis).await, "stock:<id>"),
+            probe.clone(),
+        );
+        let mut tasks = Vec::new();
+        for i in 0..24 {
+            let app = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tasks.push(tokio::spawn(async move {
+                send(&app, post_to("/stock/42/reserve")).await
+            }));
+        }
+        let mut tokens = Vec::new();
+        for t in tasks {
+            let (status, _, body) = t.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let (name, token) = body.split_once(' ').unwrap();
+            assert_eq!(name, "stock:42");
+            tokens.push(token.parse::<u64>().unwrap());
+        }
+        assert_eq!(probe.finished.load(Ordering::SeqCst), 24);
+        assert_eq!(
+            probe.max_same_id.load(Ordering::SeqCst),
+            1,
+            "two requests for one id ran in the handler at once"
+        );
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 24, "every request had its own fencing token");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn different_ids_run_in_parallel() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Probe::new(Duration::from_millis(300));
+        let app = app(
+            LockLayer::new(client(&redis).await, "stock:<id>"),
+            probe.clone(),
+        );
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for id in 0..6 {
+            let app = app.clone();
+            tasks.push(tokio::spawn(async move {
+                send(&app, post_to(&format!("/stock/{id}/reserve"))).await
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap().0, StatusCode::OK);
+        }
+        assert!(
+            probe.max_total.load(Ordering::SeqCst) >= 3,
+            "different ids did not overlap: max {}",
+            probe.max_total.load(Ordering::SeqCst)
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(6 * 300),
+            "requests were serialised"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::ZERO);
+        let layer = LockLayer::new(locks.clone(), "stock:<id>").wait(Duration::from_millis(100));
+        let app = app(layer, probe.clone());
+
+        let holder = locks
+            .lock("stock:7")
+            .acquire_with(LockOptions::new().lease(Duration::from_millis(4500)))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let response = app
+            .clone()
+            .oneshot(post_to("/stock/7/reserve"))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "did not wait"
+        );
+        assert_eq!(response.status(), StatusCode::LOCKED);
+        let retry: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (4..=5).contains(&retry),
+            "Retry-After {retry} is not the holder's TTL"
+        );
+        let rejection = response.extensions().get::<LockRejection>().unwrap();
+        assert_eq!(rejection.kind(), RejectionKind::Busy);
+        assert!(rejection.error().is_busy());
+        assert_eq!(probe.max_total.load(Ordering::SeqCst), 0, "handler ran");
+
+        // Configurable status.
+        let conflict = LockLayer::new(locks.clone(), "stock:<id>")
+            .wait(Duration::ZERO)
+            .busy_status(StatusCode::CONFLICT);
+        let (status, headers, _) =
+            send(&app_with(conflict, &probe), post_to("/stock/7/reserve")).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(headers.contains_key("retry-after"));
+
+        // Free again: served.
+        holder.release().await.unwrap();
+        assert_eq!(
+            send(&app, post_to("/stock/7/reserve")).await.0,
+            StatusCode::OK
+        );
+    })
+    .await;
+}
+
+fn app_with(layer: LockLayer<key::PathParams>, probe: &Arc<Probe>) -> Router {
+    app(layer, probe.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_is_503_and_requests_without_the_param_pass_through() {
+    bounded(async {
+        let mut redis = RedisServer::start();
+        let probe = Probe::new(Duration::ZERO);
+        let app = app(
+            LockLayer::new(client(&redis).await, "stock:<id>"),
+            probe.clone(),
+        );
+        assert_eq!(
+            send(&app, post_to("/stock/1/reserve")).await.0,
+            StatusCode::OK
+        );
+
+        redis.stop();
+        let started = Instant::now();
+        let response = app
+            .clone()
+            .oneshot(post_to("/stock/1/reserve"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.extensions().get::<LockRejection>().unwrap().kind(),
+            RejectionKind::Unavailable
+        );
+        assert!(started.elapsed() < Duration::from_secs(15));
+        assert_eq!(
+            probe.finished.load(Ordering::SeqCst),
+            1,
+            "handler ran without the lock"
+        );
+
+        // `/health` has no `{id}`: it never touches Redis, so it still works.
+        let (status, _, body) =
+            send(&app, Request::get("/health").body(Body::empty()).unwrap()).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_routes_stay_404_with_route_layer() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        // A key for *every* path, so only `route_layer` keeps the lock off unknown routes.
+        let layer = LockLayer::new(locks.clone(), UriPattern::new("/{*path}", "any:<path>"))
+            .wait(Duration::ZERO);
+        let app: Router = Router::new()
+            .route("/stock/{id}/reserve", post(|| async { "reserved" }))
+            .route_layer(layer);
+        let _holder = locks.lock("any:nope").acquire().await.unwrap();
+        let _holder2 = locks
+            .lock("any:stock%2F1%2Freserve")
+            .acquire()
+            .await
+            .unwrap();
+
+        assert_eq!(send(&app, post_to("/nope")).await.0, StatusCode::NOT_FOUND);
+        // The same layer does apply to matched routes.
+        assert_eq!(
+            send(&app, post_to("/stock/1/reserve")).await.0,
+            StatusCode::LOCKED
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_long_and_non_utf8_ids_are_400_and_injected_ids_are_escaped() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Probe::new(Duration::ZERO);
+        let layer = LockLayer::new(client(&redis).await, "stock:<id>").max_key_value_len(16);
+        let app = app(layer, probe.clone());
+
+        let long = "x".repeat(17);
+        let (status, _, body) = send(&app, post_to(&format!("/stock/{long}/reserve"))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let response = app
+            .clone()
+            .oneshot(post_to("/stock/%FF/reserve"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            response.extensions().get::<LockRejection>().unwrap().kind(),
+            RejectionKind::InvalidKey
+        );
+        let (status, _, _) =
+            send(&app, post_to(&format!("/stock/{}/reserve", "x".repeat(16)))).await;
+        assert_eq!(status, StatusCode::OK, "16 bytes is within the limit");
+
+        // `:` and braces cannot alias another key or pick a hash tag; control bytes are escaped.
+        for (raw, name) in [
+            ("1:x", "stock:1%3Ax"),
+            ("%7Bslot%7D", "stock:%7Bslot%7D"),
+            ("a%0Ab", "stock:a%0Ab"),
+            ("a%25b", "stock:a%25b"),
+        ] {
+            let (status, _, body) = send(&app, post_to(&format!("/stock/{raw}/reserve"))).await;
+            assert_eq!(status, StatusCode::OK, "{raw}: {body}");
+            assert_eq!(body.split_once(' ').unwrap().0, name, "{raw}");
+        }
+        let fences = redis.keys("lock:*:fence");
+        assert!(
+            fences.contains(&"lock:{stock:1%3Ax}:fence".to_owned()),
+            "{fences:?}"
+        );
+        assert!(fences.iter().all(|k| !k.contains("{slot}")), "{fences:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_request_future_frees_the_lock_at_once() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::from_secs(3600));
+        let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe.clone());
+
+        let entered = probe.entered.notified();
+        let request = tokio::spawn({
+            let app = app.clone();
+            async move { send(&app, post_to("/stock/9/reserve")).await }
+        });
+        entered.await;
+        assert!(
+            !is_free(&locks, "stock:9").await,
+            "the handler runs without the lock"
+        );
+        request.abort();
+        let freed = freed_within(&locks, "stock:9", Duration::from_secs(2)).await;
+        assert!(
+            freed.is_some_and(|d| d < Duration::from_millis(500)),
+            "freed after {freed:?}"
+        );
+        assert_eq!(probe.dropped.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_over_tcp_frees_the_lock_at_once() {
+    use tokio::io::AsyncWriteExt;
+
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::from_secs(3600));
+        let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let entered = probe.entered.notified();
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"POST /stock/5/reserve HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        entered.await;
+        assert!(!is_free(&locks, "stock:5").await);
+        drop(tcp);
+        let freed = freed_within(&locks, "stock:5", Duration::from_secs(2)).await;
+        assert!(
+            freed.is_some_and(|d| d < Duration::from_millis(500)),
+            "freed after {freed:?}"
+        );
+        assert_eq!(
+            probe.dropped.load(Ordering::SeqCst),
+            1,
+            "the handler was not dropped"
+        );
+        server.abort();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_lost_mid_handler_drops_the_handler_and_answers_503() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Probe::new(Duration::from_secs(5));
+        let layer =
+            LockLayer::new(client(&redis).await, "stock:<id>").lease(Duration::from_millis(300));
+        let app = app(layer, probe.clone());
+        let started = Instant::now();
+        let response = app
+            .clone()
+            .oneshot(post_to("/stock/3/reserve"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.extensions().get::<LockRejection>().unwrap().kind(),
+            RejectionKind::Lost
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(probe.dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(probe.finished.load(Ordering::SeqCst), 0);
+    })
+    .await;
+}
+
+/// A response body whose chunks come from a channel; ends when the sender is dropped.
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
+        let streaming = {
+            let senders = senders.clone();
+            move || {
+                let senders = senders.clone();
+                async move {
+                    let (tx, rx) = mpsc::channel(4);
+                    senders.lock().unwrap().push(tx);
+                    Body::new(ChannelBody(rx))
+                }
+            }
+        };
+        for hold in [true, false] {
+            let mut layer = LockLayer::new(locks.clone(), "report:<id>");
+            if hold {
+                layer = layer.hold_until_body_end();
+            }
+            let app: Router = Router::new()
+                .route("/report/{id}", get(streaming.clone()))
+                .layer(layer);
+            let response = app
+                .oneshot(Request::get("/report/1").body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let tx = senders.lock().unwrap().pop().unwrap();
+            let mut body = response.into_body();
+            if !hold {
+                // Default: released once the head is ready, while the body still streams.
+                let freed = freed_within(&locks, "report:1", Duration::from_secs(1)).await;
+                assert!(freed.is_some(), "the lock outlived the handler");
+                continue;
+            }
+            tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), "part 1");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                !is_free(&locks, "report:1").await,
+                "released before the body ended"
+            );
+            drop(tx);
+            assert!(body.frame().await.is_none());
+            let freed = freed_within(&locks, "report:1", Duration::from_secs(1)).await;
+            assert!(
+                freed.is_some_and(|d| d < Duration::from_millis(500)),
+                "{freed:?}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions() {
+    use axum::response::{IntoResponse, Response};
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let seen = Arc::new(AtomicBool::new(false));
+        let layer = LockLayer::new(locks.clone(), "stock:<id>")
+            .wait(Duration::ZERO)
+            .with_rejection_response({
+                let seen = seen.clone();
+                move |rejection: LockRejection| -> Response {
+                    seen.store(rejection.kind() == RejectionKind::Busy, Ordering::SeqCst);
+                    (StatusCode::TOO_MANY_REQUESTS, "come back later").into_response()
+                }
+            });
+        let app: Router = Router::new()
+            .route("/stock/{id}/reserve", post(|| async { "ok" }))
+            .route_layer(layer);
+        let _holder = locks.lock("stock:1").acquire().await.unwrap();
+        let response = app.oneshot(post_to("/stock/1/reserve")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(seen.load(Ordering::SeqCst));
+        assert!(
+            response
+                .extensions()
+                .get::<LockRejection>()
+                .unwrap()
+                .error()
+                .is_busy()
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "come back later");
+    })
+    .await;
+}

@@ -1,0 +1,272 @@
+//! `LockLayer` in tonic 0.14's `Server::builder().layer(…)` against a real `redis-server`:
+//! calls keyed on `x-product-id` metadata serialise, and rejections are gRPC statuses
+//! (`ABORTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`). The service is written by hand (no protoc).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::uri::PathAndQuery;
+use lock_tests::RedisServer;
+use lock_tower::key::Headers;
+use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions};
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+use tonic::{Code, Status};
+use tonic_prost::ProstCodec;
+
+const TEST_LIMIT: Duration = Duration::from_secs(60);
+const RESERVE: &str = "/inventory.Inventory/Reserve";
+
+async fn bounded<F: Future>(fut: F) -> F::Output {
+    tokio::time::timeout(TEST_LIMIT, fut)
+        .await
+        .expect("test took too long")
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReserveRequest {
+    #[prost(uint32, tag = "1")]
+    quantity: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReserveReply {
+    #[prost(string, tag = "1")]
+    lock: String,
+    #[prost(uint64, tag = "2")]
+    fencing_token: u64,
+}
+
+/// Counts how many calls run in the handler at once.
+#[derive(Default)]
+struct Probe {
+    now: AtomicUsize,
+    max: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+/// A hand-written unary gRPC service: what tonic-build would generate, minus the trait.
+#[derive(Clone)]
+struct Inventory {
+    probe: Arc<Probe>,
+    hold: Duration,
+}
+
+impl tonic::server::NamedService for Inventory {
+    const NAME: &'static str = "inventory.Inventory";
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl tonic::server::UnaryService<ReserveRequest> for Inventory {
+    type Response = ReserveReply;
+    type Future = BoxFuture<Result<tonic::Response<ReserveReply>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<ReserveRequest>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let held = request
+                .extensions()
+                .get::<HeldLock>()
+                .cloned()
+                .ok_or_else(|| Status::internal("not locked"))?;
+            let n = this.probe.now.fetch_add(1, Ordering::SeqCst) + 1;
+            this.probe.max.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(this.hold).await;
+            this.probe.now.fetch_sub(1, Ordering::SeqCst);
+            this.probe.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(tonic::Response::new(ReserveReply {
+                lock: held.name().to_owned(),
+                fencing_token: held.fencing_token(),
+            }))
+        })
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Inventory {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            if request.uri().path() != RESERVE {
+                return Ok(Status::unimplemented(request.uri().path()).into_http());
+            }
+            let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
+            Ok(grpc.unary(this, request).await)
+        })
+    }
+}
+
+async fn serve(layer: LockLayer<Headers>, service: Inventory) -> SocketAddr {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(service)
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
+async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply, Status> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(ReserveRequest { quantity: 1 });
+    if let Some(product) = product {
+        request
+            .metadata_mut()
+            .insert("x-product-id", product.parse().unwrap());
+    }
+    grpc.unary(
+        request,
+        PathAndQuery::from_static(RESERVE),
+        ProstCodec::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+async fn client(redis: &RedisServer) -> LockClient {
+    LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn layer(locks: LockClient) -> LockLayer<Headers> {
+    LockLayer::new(locks, Headers::new("stock:<x-product-id>"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_with_the_same_metadata_key_serialise_across_two_servers() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::from_millis(15),
+        };
+        let a = serve(layer(client(&redis).await), service.clone()).await;
+        let b = serve(layer(client(&redis).await), service).await;
+        let calls: Vec<_> = (0..16)
+            .map(|i| tokio::spawn(reserve(if i % 2 == 0 { a } else { b }, Some("42"))))
+            .collect();
+        let mut tokens = Vec::new();
+        for call in calls {
+            let reply = call.await.unwrap().unwrap();
+            assert_eq!(reply.lock, "stock:42", "key from metadata");
+            tokens.push(reply.fencing_token);
+        }
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 16);
+        assert_eq!(probe.max.load(Ordering::SeqCst), 1, "calls overlapped");
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 16);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn different_keys_overlap_and_calls_without_the_key_pass_through() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::from_millis(300),
+        };
+        let addr = serve(layer(client(&redis).await), service).await;
+        let calls: Vec<_> = (0..4)
+            .map(|i| tokio::spawn(async move { reserve(addr, Some(&i.to_string())).await }))
+            .collect();
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        assert!(
+            probe.max.load(Ordering::SeqCst) >= 2,
+            "different keys did not overlap"
+        );
+
+        // No `x-product-id`: not locked, so the handler finds no `HeldLock`.
+        let status = reserve(addr, None).await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        assert_eq!(status.message(), "not locked");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_is_aborted_and_a_bad_key_is_invalid_argument() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::ZERO,
+        };
+        let addr = serve(
+            layer(locks.clone())
+                .wait(Duration::from_millis(100))
+                .max_key_value_len(8),
+            service,
+        )
+        .await;
+        let _holder = locks
+            .lock("stock:7")
+            .acquire_with(LockOptions::new().lease(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let status = reserve(addr, Some("7")).await.unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{status:?}");
+        assert!(status.message().contains("stock:7"), "{}", status.message());
+
+        let status = reserve(addr, Some("123456789")).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 0);
+
+        assert_eq!(reserve(addr, Some("8")).await.unwrap().lock, "stock:8");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_is_unavailable() {
+    bounded(async {
+        let mut redis = RedisServer::start();
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::ZERO,
+        };
+        let addr = serve(layer(client(&redis).await), service).await;
+        reserve(addr, Some("1")).await.unwrap();
+        redis.stop();
+        let started = Instant::now();
+        let status = reserve(addr, Some("1")).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(started.elapsed() < Duration::from_secs(15));
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}

@@ -14,6 +14,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod chaos;
+mod proxy;
+
+pub use proxy::TcpProxy;
+
+/// Nanoseconds on the system-wide monotonic clock (`CLOCK_MONOTONIC`), comparable across
+/// processes on one machine.
+pub fn mono_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
 /// A reply of the Redis protocol, as read by [`RedisServer::cmd`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resp {
@@ -208,6 +221,23 @@ impl RedisServer {
                 Err(e) => panic!("could not restart redis-server on port {}: {e}", self.port),
             }
         }
+    }
+
+    /// Stops the server, deletes its data (RDB and AOF files) and starts it again empty: the
+    /// "restart without persistence" fault even for a server started with AOF.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+        self.restart();
     }
 
     /// Freezes the process (`SIGSTOP`): connections stay open, nothing answers.

@@ -6,6 +6,13 @@
 //!     `done <n>` and exits.
 //! lock-worker hold <redis-url> <lock> <watchdog-ms>
 //!     takes <lock> with the watchdog, prints `held <fencing-token>`, then sleeps until killed.
+//! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
+//!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
+//!     store, some cancelled at random points; one record per critical section is appended to
+//!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end.
+//! lock-worker block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>
+//!     on a single-threaded runtime: takes <key>, blocks the thread for <block-ms>, then tries
+//!     its fenced read-modify-write and records the outcome.
 //! ```
 
 use std::time::Duration;
@@ -13,10 +20,26 @@ use std::time::Duration;
 use lock_runtime::LockClient;
 use redis::AsyncCommands;
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if args.first() == Some(&"block") {
+        // A single thread: blocking it stops the watchdog too, like a stuck process.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        return rt.block_on(chaos::block(&args[1..]));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run(args));
+}
+
+async fn run(args: Vec<&str>) {
     match args.as_slice() {
         ["count", url, lock, key, tasks, n] => {
             let tasks: usize = tasks.parse().expect("tasks");
@@ -56,11 +79,244 @@ async fn main() {
             println!("held {}", guard.fencing_token());
             std::future::pending::<()>().await;
         }
+        ["chaos", rest @ ..] => chaos::workload(rest).await,
         _ => {
-            eprintln!(
-                "usage: lock-worker count <url> <lock> <key> <tasks> <n> | hold <url> <lock> <watchdog-ms>"
-            );
+            eprintln!("usage: lock-worker count … | hold … | chaos … | block … (see the source)");
             std::process::exit(2);
         }
+    }
+}
+
+mod chaos {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use lock_runtime::{LockClient, LockGuard, LockOptions};
+    use lock_tests::chaos::{FENCED_READ, FENCED_WRITE, Outcome, Record, store_keys};
+    use lock_tests::mono_ns;
+    use rand::Rng;
+    use redis::aio::MultiplexedConnection;
+
+    async fn client(url: &str, watchdog_ms: &str) -> LockClient {
+        LockClient::builder(url)
+            .watchdog_timeout(Duration::from_millis(
+                watchdog_ms.parse().expect("watchdog ms"),
+            ))
+            .response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("connect")
+    }
+
+    /// The fenced read-modify-write; `None` if a store error ended it.
+    async fn critical_section(
+        store: &mut MultiplexedConnection,
+        key: &str,
+        token: u64,
+        pause: Duration,
+    ) -> Outcome {
+        let [tk, vk, lk] = store_keys(key);
+        let read: redis::RedisResult<(i64, u64)> = FENCED_READ
+            .key(&tk)
+            .key(&vk)
+            .arg(token)
+            .invoke_async(store)
+            .await;
+        let value = match read {
+            Ok((1, v)) => v,
+            Ok(_) => return Outcome::RejectedRead,
+            Err(_) => return Outcome::Failed,
+        };
+        // The non-atomic part: only the lock (and, when it is lost, fencing) keeps it right.
+        tokio::time::sleep(pause).await;
+        let wrote: redis::RedisResult<i64> = FENCED_WRITE
+            .key(&tk)
+            .key(&vk)
+            .key(&lk)
+            .arg(token)
+            .arg(value + 1)
+            .invoke_async(store)
+            .await;
+        match wrote {
+            Ok(1) => Outcome::Committed,
+            Ok(_) => Outcome::RejectedWrite,
+            Err(_) => Outcome::Failed,
+        }
+    }
+
+    fn record(
+        out: &std::sync::Mutex<std::fs::File>,
+        guard: &LockGuard,
+        start_ns: u64,
+        outcome: Outcome,
+    ) {
+        let r = Record {
+            key: guard.name().to_string(),
+            token: guard.fencing_token(),
+            owner: guard.owner().to_string(),
+            start_ns,
+            end_ns: mono_ns(),
+            outcome,
+            lost: guard.is_lost(),
+        };
+        let mut f = out.lock().unwrap_or_else(|e| e.into_inner());
+        // One write per line, flushed: a SIGKILL loses at most the section in flight.
+        let _ = writeln!(f, "{r}");
+        let _ = f.flush();
+    }
+
+    pub(super) async fn workload(args: &[&str]) {
+        let [
+            lock_url,
+            store_url,
+            keys,
+            tasks,
+            duration_ms,
+            watchdog_ms,
+            out,
+        ] = args
+        else {
+            panic!("chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>");
+        };
+        let keys: usize = keys.parse().expect("keys");
+        let tasks: usize = tasks.parse().expect("tasks");
+        let until =
+            tokio::time::Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms"));
+        let locks = client(lock_url, watchdog_ms).await;
+        let store = redis::Client::open(*store_url).expect("store url");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(out)
+                .expect("open out"),
+        ));
+        let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let locks = locks.clone();
+            let out = out.clone();
+            let cancelled = cancelled.clone();
+            let cancel = move || {
+                cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            };
+            let mut store = store
+                .get_multiplexed_async_connection()
+                .await
+                .expect("store");
+            handles.push(tokio::spawn(async move {
+                while tokio::time::Instant::now() < until {
+                    let (key, mode, cancel_at, pause) = {
+                        let mut rng = rand::rng();
+                        (
+                            format!("chaos:{}", rng.random_range(0..keys)),
+                            rng.random_range(0..10u8),
+                            Duration::from_micros(rng.random_range(0..4000)),
+                            Duration::from_micros(rng.random_range(0..2000)),
+                        )
+                    };
+                    let lock = locks.lock(&key);
+                    let opts = LockOptions::new().wait(Duration::from_secs(5));
+                    let guard = if mode == 0 {
+                        // Cancellation fuzz: the acquire is dropped at a random point.
+                        match tokio::time::timeout(cancel_at, lock.acquire_with(opts)).await {
+                            Ok(Ok(g)) => g,
+                            Ok(Err(_)) => continue,
+                            Err(_) => {
+                                cancel();
+                                continue;
+                            }
+                        }
+                    } else {
+                        match lock.acquire_with(opts).await {
+                            Ok(g) => g,
+                            Err(_) => {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                                continue;
+                            }
+                        }
+                    };
+                    let start = mono_ns();
+                    let body = guard.run(critical_section(
+                        &mut store,
+                        &key,
+                        guard.fencing_token(),
+                        pause,
+                    ));
+                    let outcome = if mode == 1 {
+                        // Cancellation fuzz: the body is dropped at a random point.
+                        match tokio::time::timeout(cancel_at, body).await {
+                            Ok(Ok(o)) => o,
+                            Ok(Err(_lost)) => Outcome::Failed,
+                            Err(_) => {
+                                cancel();
+                                Outcome::Cancelled
+                            }
+                        }
+                    } else {
+                        match body.await {
+                            Ok(o) => o,
+                            Err(_lost) => Outcome::Failed,
+                        }
+                    };
+                    record(&out, &guard, start, outcome);
+                    if mode == 2 {
+                        // Cancellation fuzz: the release is dropped at a random point.
+                        if tokio::time::timeout(cancel_at / 4, guard.release())
+                            .await
+                            .is_err()
+                        {
+                            cancel();
+                        }
+                    } else {
+                        let _ = guard.release().await;
+                    }
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("task");
+        }
+        // Give the background releaser a moment, then report what is left.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        println!(
+            "exit held={} subscribed={} cancelled={}",
+            locks.held_locks(),
+            locks.subscribed_channels(),
+            cancelled.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+
+    pub(super) async fn block(args: &[&str]) {
+        let [lock_url, store_url, key, block_ms, watchdog_ms, out] = args else {
+            panic!("block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>");
+        };
+        let locks = client(lock_url, watchdog_ms).await;
+        let store = redis::Client::open(*store_url).expect("store url");
+        let mut store = store
+            .get_multiplexed_async_connection()
+            .await
+            .expect("store");
+        let out = std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(out)
+                .expect("open out"),
+        );
+        let guard = locks.lock(key).acquire().await.expect("acquire");
+        let start = mono_ns();
+        println!("held {}", guard.fencing_token());
+        // Block the only runtime thread: no renewal can run.
+        std::thread::sleep(Duration::from_millis(block_ms.parse().expect("ms")));
+        // Let the watchdog run once now that the thread is free again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        println!("lost {}", guard.is_lost());
+        let outcome =
+            critical_section(&mut store, key, guard.fencing_token(), Duration::ZERO).await;
+        record(&out, &guard, start, outcome);
+        println!("outcome {outcome:?}");
+        let _ = guard.release().await;
     }
 }

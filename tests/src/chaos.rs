@@ -1,0 +1,326 @@
+//! The chaos workload's records, the fenced store it writes to, and the checker.
+//!
+//! Every critical section records `(key, fencing token, owner, start, end)` on the shared
+//! monotonic clock ([`crate::mono_ns`]) and does a non-atomic read-modify-write of a counter in
+//! a *separate* store (another Redis, never faulted) that honours fencing: a read or write with
+//! a token older than the newest one seen for that key is rejected. Commits are appended, with
+//! their token, to a log in the store, atomically with the write.
+//!
+//! The checker proves, from the records and the store:
+//! - no two critical sections on one key overlapped unless one of them had been told its lock
+//!   was lost (or the overlap falls in a window where the lock state itself was wiped);
+//! - the tokens of committed writes strictly increase per key (the store's commit log);
+//! - the counter equals the number of commits (no lost update got through).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::LazyLock;
+
+/// How a critical section ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The fenced write was accepted.
+    Committed,
+    /// The store rejected the read: a newer token had been seen.
+    RejectedRead,
+    /// The store rejected the write: a newer token had been seen.
+    RejectedWrite,
+    /// The body was cancelled (dropped) part-way.
+    Cancelled,
+    /// A store or lock error ended the body.
+    Failed,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Committed => "committed",
+            Outcome::RejectedRead => "rejected-read",
+            Outcome::RejectedWrite => "rejected-write",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Outcome> {
+        Some(match s {
+            "committed" => Outcome::Committed,
+            "rejected-read" => Outcome::RejectedRead,
+            "rejected-write" => Outcome::RejectedWrite,
+            "cancelled" => Outcome::Cancelled,
+            "failed" => Outcome::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// One critical section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The lock name.
+    pub key: String,
+    /// The guard's fencing token.
+    pub token: u64,
+    /// The guard's owner id.
+    pub owner: String,
+    /// When the guard was obtained ([`crate::mono_ns`]).
+    pub start_ns: u64,
+    /// When the critical section ended, before release.
+    pub end_ns: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Whether the guard reported the lock lost by `end_ns`.
+    pub lost: bool,
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.key,
+            self.token,
+            self.owner,
+            self.start_ns,
+            self.end_ns,
+            self.outcome.as_str(),
+            u8::from(self.lost)
+        )
+    }
+}
+
+impl Record {
+    /// Parses a line written by `Display`.
+    pub fn parse(line: &str) -> Option<Record> {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 7 {
+            return None;
+        }
+        Some(Record {
+            key: f[0].to_string(),
+            token: f[1].parse().ok()?,
+            owner: f[2].to_string(),
+            start_ns: f[3].parse().ok()?,
+            end_ns: f[4].parse().ok()?,
+            outcome: Outcome::parse(f[5])?,
+            lost: f[6] == "1",
+        })
+    }
+}
+
+/// Store keys for lock `key`: the newest token seen, the counter, and the commit log.
+pub fn store_keys(key: &str) -> [String; 3] {
+    [
+        format!("store:{{{key}}}:token"),
+        format!("store:{{{key}}}:value"),
+        format!("store:{{{key}}}:log"),
+    ]
+}
+
+/// A fenced read: registers `token` as seen and returns the counter, or rejects an old token.
+/// KEYS: token, value. ARGV: token. Returns `{1, value}` or `{0, 0}`.
+pub static FENCED_READ: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+        if tonumber(ARGV[1]) < seen then return {0, 0} end
+        redis.call('SET', KEYS[1], ARGV[1])
+        return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+        ",
+    )
+});
+
+/// A fenced write: stores the counter and logs the token, unless a newer token was seen.
+/// KEYS: token, value, log. ARGV: token, new value. Returns 1 or 0.
+pub static FENCED_WRITE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1])
+        redis.call('SET', KEYS[2], ARGV[2])
+        redis.call('RPUSH', KEYS[3], ARGV[1])
+        return 1
+        ",
+    )
+});
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Critical sections checked.
+    pub records: usize,
+    /// Commits in the store's logs.
+    pub commits: usize,
+    /// Records whose fenced read or write was rejected.
+    pub rejected: usize,
+    /// Records whose guard reported the lock lost.
+    pub lost: usize,
+    /// Overlapping pairs excused because one side had been told of the loss, or because the
+    /// lock state was wiped at the time.
+    pub excused_overlaps: usize,
+    /// Everything that broke a promise, with the offending records.
+    pub violations: Vec<String>,
+}
+
+/// The store's view of one key: the counter and the commit log (tokens in commit order).
+#[derive(Debug, Clone, Default)]
+pub struct StoreState {
+    /// The counter.
+    pub value: u64,
+    /// Committed tokens, in commit order.
+    pub log: Vec<u64>,
+}
+
+/// Checks the records against the lock model and the store. `wiped` lists `[from, to)`
+/// windows (on [`crate::mono_ns`]) in which the lock state was wiped (a restart without
+/// persistence): exclusion is not promised there, only fencing.
+pub fn check(
+    records: &[Record],
+    store: &HashMap<String, StoreState>,
+    wiped: &[(u64, u64)],
+) -> Report {
+    let mut report = Report {
+        records: records.len(),
+        rejected: records
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::RejectedRead | Outcome::RejectedWrite))
+            .count(),
+        lost: records.iter().filter(|r| r.lost).count(),
+        ..Report::default()
+    };
+
+    let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
+    for r in records {
+        by_key.entry(&r.key).or_default().push(r);
+    }
+    for (key, mut recs) in by_key {
+        recs.sort_by_key(|r| r.start_ns);
+        // Exclusion: sweep by start time, keeping the sections still open.
+        let mut open: Vec<&Record> = Vec::new();
+        for r in &recs {
+            open.retain(|o| o.end_ns > r.start_ns);
+            for o in &open {
+                let in_wipe = wiped
+                    .iter()
+                    .any(|&(from, to)| o.start_ns < to && r.end_ns.max(o.end_ns) > from);
+                if o.lost || r.lost || in_wipe {
+                    report.excused_overlaps += 1;
+                } else {
+                    report
+                        .violations
+                        .push(format!("overlap on `{key}`:\n  {o}\n  {r}"));
+                }
+            }
+            open.push(r);
+        }
+        // Tokens are unique per acquisition.
+        let mut tokens: HashMap<u64, &Record> = HashMap::new();
+        for r in &recs {
+            if let Some(other) = tokens.insert(r.token, r)
+                && other.owner != r.owner
+            {
+                report.violations.push(format!(
+                    "token {} issued twice on `{key}`:\n  {other}\n  {r}",
+                    r.token
+                ));
+            }
+        }
+    }
+
+    for (key, state) in store {
+        report.commits += state.log.len();
+        if let Some(w) = state.log.windows(2).find(|w| w[0] >= w[1]) {
+            report.violations.push(format!(
+                "committed tokens on `{key}` not strictly increasing: {} then {}",
+                w[0], w[1]
+            ));
+        }
+        if state.value != state.log.len() as u64 {
+            report.violations.push(format!(
+                "counter `{key}` is {} but {} writes committed (a lost update got through)",
+                state.value,
+                state.log.len()
+            ));
+        }
+        let committed_records = records
+            .iter()
+            .filter(|r| r.key == *key && r.outcome == Outcome::Committed)
+            .count();
+        if committed_records > state.log.len() {
+            report.violations.push(format!(
+                "`{key}`: {committed_records} records say committed, the store logged {}",
+                state.log.len()
+            ));
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &str, token: u64, start: u64, end: u64, lost: bool) -> Record {
+        Record {
+            key: key.into(),
+            token,
+            owner: format!("o{token}"),
+            start_ns: start,
+            end_ns: end,
+            outcome: Outcome::Committed,
+            lost,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_their_line_format() {
+        let r = rec("k", 7, 1, 2, true);
+        assert_eq!(Record::parse(&r.to_string()), Some(r));
+    }
+
+    #[test]
+    fn the_checker_finds_overlaps_lost_updates_and_token_order() {
+        let store = HashMap::from([(
+            "k".to_string(),
+            StoreState {
+                value: 2,
+                log: vec![1, 3, 2],
+            },
+        )]);
+        let records = [
+            rec("k", 1, 0, 10, false),
+            rec("k", 2, 5, 15, false),
+            rec("k", 3, 20, 30, false),
+        ];
+        let report = check(&records, &store, &[]);
+        assert_eq!(report.violations.len(), 3, "{:#?}", report.violations);
+    }
+
+    #[test]
+    fn overlaps_after_a_reported_loss_or_in_a_wipe_are_excused() {
+        let store = HashMap::from([(
+            "k".to_string(),
+            StoreState {
+                value: 1,
+                log: vec![2],
+            },
+        )]);
+        let stale = Record {
+            outcome: Outcome::RejectedWrite,
+            ..rec("k", 1, 0, 10, true)
+        };
+        let lost = [stale.clone(), rec("k", 2, 5, 15, false)];
+        let report = check(&lost, &store, &[]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        let wiped = [
+            Record {
+                lost: false,
+                ..stale
+            },
+            rec("k", 2, 5, 15, false),
+        ];
+        let report = check(&wiped, &store, &[(4, 6)]);
+        assert!(report.violations.is_empty());
+        assert_eq!(report.excused_overlaps, 1);
+    }
+}

@@ -1,0 +1,361 @@
+//! The chaos suite: several worker processes contend on a few locks while faults are injected,
+//! then a checker proves exclusion, fencing and no lost updates from the records.
+//!
+//! Short mode (CI): every fault once, about a minute. Long mode: `CHAOS_LONG=1` (10 minutes of
+//! faults in a loop) or `CHAOS_SECONDS=<n>`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use lock_tests::chaos::{self, Outcome, Record, StoreState};
+use lock_tests::{RedisServer, TcpProxy, mono_ns};
+use tokio::process::{Child, Command};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
+const KEYS: usize = 3;
+const WATCHDOG_MS: u64 = 1500;
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    ScriptFlush,
+    KillCommandConnections,
+    KillPubSubConnections,
+    ClientPause,
+    DebugSleep,
+    ProxyLatency,
+    ProxyCut,
+    ProxyBlackHole,
+    KillWorker,
+    BlockedThread,
+    RestartWithAof,
+    RestartEmpty,
+}
+
+const FAULTS: [Fault; 12] = [
+    Fault::ScriptFlush,
+    Fault::KillCommandConnections,
+    Fault::KillPubSubConnections,
+    Fault::ClientPause,
+    Fault::DebugSleep,
+    Fault::ProxyLatency,
+    Fault::ProxyCut,
+    Fault::ProxyBlackHole,
+    Fault::KillWorker,
+    Fault::BlockedThread,
+    Fault::RestartWithAof,
+    Fault::RestartEmpty,
+];
+
+struct Worker {
+    child: Child,
+    out: PathBuf,
+}
+
+fn spawn_worker(lock_url: &str, store_url: &str, tasks: usize, ms: u64, out: &Path) -> Worker {
+    let child = Command::new(WORKER)
+        .args(["chaos", lock_url, store_url])
+        .args([
+            KEYS.to_string(),
+            tasks.to_string(),
+            ms.to_string(),
+            WATCHDOG_MS.to_string(),
+        ])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn lock-worker");
+    Worker {
+        child,
+        out: out.to_path_buf(),
+    }
+}
+
+fn read_records(path: &Path) -> Vec<Record> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        // A worker killed mid-write may leave a torn last line.
+        .filter_map(Record::parse)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion_and_fencing_hold_under_faults() {
+    let long = std::env::var("CHAOS_LONG").is_ok();
+    let seconds: u64 = std::env::var("CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if long { 600 } else { 50 });
+    let (processes, tasks) = if long { (4, 6) } else { (3, 4) };
+    let dir = std::env::temp_dir().join(format!("lock-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let mut locks = RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let store = RedisServer::start();
+    let proxy = TcpProxy::start(([127, 0, 0, 1], locks.port()).into())
+        .await
+        .unwrap();
+    let lock_url = proxy.url();
+    let store_url = store.url();
+
+    let started = tokio::time::Instant::now();
+    let total = Duration::from_secs(seconds);
+    let mut workers: Vec<Worker> = (0..processes)
+        .map(|i| {
+            spawn_worker(
+                &lock_url,
+                &store_url,
+                tasks,
+                total.as_millis() as u64,
+                &dir.join(format!("w{i}.tsv")),
+            )
+        })
+        .collect();
+    let mut wiped: Vec<(u64, u64)> = Vec::new();
+    let mut injected: Vec<(Fault, u64, u64)> = Vec::new();
+    let mut kills: Vec<u64> = Vec::new();
+    let mut blocker: Option<(Child, PathBuf)> = None;
+
+    // Faults one after another, each while the workload runs, until 6 s before the end.
+    let mut n = 0;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    while started.elapsed() + Duration::from_secs(9) < total {
+        let fault = FAULTS[n % FAULTS.len()];
+        if !long && n == FAULTS.len() {
+            break;
+        }
+        n += 1;
+        let from = mono_ns();
+        match fault {
+            Fault::ScriptFlush => {
+                locks.cmd(&["SCRIPT", "FLUSH"]);
+            }
+            Fault::KillCommandConnections => {
+                locks.kill_clients("normal");
+            }
+            Fault::KillPubSubConnections => {
+                locks.kill_clients("pubsub");
+            }
+            Fault::ClientPause => {
+                locks.pause_clients(Duration::from_secs(2));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Fault::DebugSleep => {
+                let port = locks.port();
+                tokio::task::spawn_blocking(move || {
+                    let probe = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+                    let mut c = probe.get_connection().unwrap();
+                    let _: () = redis::cmd("DEBUG")
+                        .arg("SLEEP")
+                        .arg(1)
+                        .query(&mut c)
+                        .unwrap();
+                })
+                .await
+                .unwrap();
+            }
+            Fault::ProxyLatency => {
+                proxy.set_latency(Duration::from_millis(50));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                proxy.set_latency(Duration::ZERO);
+            }
+            Fault::ProxyCut => proxy.cut_all(),
+            Fault::ProxyBlackHole => {
+                proxy.set_black_hole(true);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                proxy.cut_all();
+                proxy.set_black_hole(false);
+            }
+            Fault::KillWorker => {
+                let victim = workers.remove(0);
+                let mut child = victim.child;
+                child.start_kill().unwrap(); // SIGKILL
+                child.wait().await.unwrap();
+                kills.push(mono_ns());
+                let left = total.saturating_sub(started.elapsed());
+                let out = dir.join(format!("w-respawn-{n}.tsv"));
+                workers.push(spawn_worker(
+                    &lock_url,
+                    &store_url,
+                    tasks,
+                    left.as_millis() as u64,
+                    &out,
+                ));
+                // Keep the victim's records: its completed sections count too.
+                workers.push(Worker {
+                    child,
+                    out: victim.out,
+                });
+            }
+            Fault::BlockedThread => {
+                let out = dir.join(format!("blocker-{n}.tsv"));
+                let child = Command::new(WORKER)
+                    .args(["block", &lock_url, &store_url, "chaos:0"])
+                    .args([(2 * WATCHDOG_MS).to_string(), WATCHDOG_MS.to_string()])
+                    .arg(&out)
+                    .stdout(Stdio::piped())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                blocker = Some((child, out));
+            }
+            Fault::RestartWithAof => locks.restart(),
+            Fault::RestartEmpty => {
+                let at = mono_ns();
+                locks.restart_empty();
+                // Exclusion is not promised until every old holder has heard of the loss.
+                wiped.push((at, mono_ns() + (WATCHDOG_MS + 1000) * 1_000_000));
+            }
+        }
+        injected.push((fault, from, mono_ns()));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+
+    // The workload ends by itself; collect the workers' leak reports.
+    let mut records = Vec::new();
+    let mut cancellations = 0usize;
+    for w in workers {
+        let was_killed = w.child.id().is_none();
+        let out = tokio::time::timeout(total + Duration::from_secs(60), w.child.wait_with_output())
+            .await
+            .expect("worker finished")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !was_killed && out.status.success() {
+            assert!(
+                stdout.contains("exit held=0 subscribed=0"),
+                "a worker leaked watchdog entries or subscriptions: {stdout}"
+            );
+            cancellations += stdout
+                .split("cancelled=")
+                .nth(1)
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+        }
+        records.extend(read_records(&w.out));
+    }
+    let (blocker_child, blocker_out) = blocker.expect("the blocked-thread fault ran");
+    let out = blocker_child.wait_with_output().await.unwrap();
+    let blocker_stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let blocked = read_records(&blocker_out);
+    assert_eq!(blocked.len(), 1, "blocker: {blocker_stdout}");
+    assert!(
+        blocked[0].lost,
+        "a holder blocked past its lease must see lost(): {blocker_stdout}"
+    );
+    assert!(
+        matches!(
+            blocked[0].outcome,
+            Outcome::RejectedRead | Outcome::RejectedWrite
+        ),
+        "its late write must be fenced off: {blocker_stdout}"
+    );
+    records.extend(blocked);
+
+    // Nothing leaked on the lock server.
+    let settled = {
+        let mut ok = false;
+        for _ in 0..100 {
+            if locks.keys("lock:*").iter().all(|k| k.ends_with(":fence"))
+                && locks.pubsub_channels("lock:*").is_empty()
+            {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ok
+    };
+    assert!(
+        settled,
+        "left behind: {:?} {:?}",
+        locks.keys("lock:*"),
+        locks.pubsub_channels("lock:*")
+    );
+
+    // Recovery after SIGKILL: every key was taken again within the lease + 1 s.
+    let mut max_recovery = Duration::ZERO;
+    for &kill in &kills {
+        for k in 0..KEYS {
+            let key = format!("chaos:{k}");
+            let next = records
+                .iter()
+                .filter(|r| r.key == key && r.start_ns > kill)
+                .map(|r| r.start_ns)
+                .min()
+                .expect("the key was used after the kill");
+            let recovery = Duration::from_nanos(next - kill);
+            max_recovery = max_recovery.max(recovery);
+        }
+    }
+    assert!(
+        max_recovery <= Duration::from_millis(WATCHDOG_MS + 1000),
+        "after kill -9 a key stayed blocked for {max_recovery:?}"
+    );
+
+    let mut state = HashMap::new();
+    for k in 0..KEYS {
+        let key = format!("chaos:{k}");
+        let [_, value_key, log_key] = chaos::store_keys(&key);
+        let value = store
+            .cmd(&["GET", &value_key])
+            .text()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let log = store
+            .cmd(&["LRANGE", &log_key, "0", "-1"])
+            .items()
+            .iter()
+            .filter_map(|t| t.text().and_then(|t| t.parse().ok()))
+            .collect();
+        state.insert(key, StoreState { value, log });
+    }
+    let report = chaos::check(&records, &state, &wiped);
+    println!(
+        "chaos: {seconds} s, {processes} processes × {tasks} tasks, {} faults injected ({:?}), \
+         {} critical sections, {} commits, {} fenced off, {} saw lost(), {} overlaps excused \
+         (lost or wiped), {cancellations} operations cancelled at random points, max recovery \
+         after kill -9 {:?}, violations {}",
+        injected.len(),
+        injected.iter().map(|f| f.0).collect::<Vec<_>>(),
+        report.records,
+        report.commits,
+        report.rejected,
+        report.lost,
+        report.excused_overlaps,
+        max_recovery,
+        report.violations.len()
+    );
+    assert!(
+        report.violations.is_empty(),
+        "violations:\n{}",
+        report.violations.join("\n")
+    );
+    assert!(
+        report.commits >= 200,
+        "too little work got done: {}",
+        report.commits
+    );
+    assert!(
+        cancellations >= 1000,
+        "only {cancellations} cancellations were exercised"
+    );
+    if std::env::var("CHAOS_KEEP").is_ok() {
+        println!(
+            "records kept in {}; wiped windows {wiped:?}; faults {injected:?}",
+            dir.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -485,10 +485,17 @@ async fn the_key_formats_parameters_fields_and_self() {
     );
 }
 
+#[derive(Debug)]
+struct RecordedSpan {
+    name: String,
+    target: String,
+    fields: Vec<(String, String)>,
+}
+
 /// Records the spans created on this thread.
 #[derive(Default)]
 struct SpanRecorder {
-    spans: Mutex<Vec<(String, String, Vec<(String, String)>)>>,
+    spans: Mutex<Vec<RecordedSpan>>,
     next_id: AtomicUsize,
 }
 
@@ -509,11 +516,11 @@ impl tracing::Subscriber for SpanRecorder {
         let mut fields = Vec::new();
         span.record(&mut FieldVisitor(&mut fields));
         let meta = span.metadata();
-        self.spans.lock().unwrap().push((
-            meta.name().to_string(),
-            meta.target().to_string(),
+        self.spans.lock().unwrap().push(RecordedSpan {
+            name: meta.name().to_string(),
+            target: meta.target().to_string(),
             fields,
-        ));
+        });
         tracing::span::Id::from_u64(self.next_id.fetch_add(1, SeqCst) as u64 + 1)
     }
     fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
@@ -541,15 +548,16 @@ async fn a_tracing_span_names_the_key() {
     let spans = recorder.spans.lock().unwrap();
     let span = spans
         .iter()
-        .find(|(name, ..)| name == "distributed_lock")
+        .find(|span| span.name == "distributed_lock")
         .unwrap_or_else(|| panic!("no distributed_lock span in {spans:?}"));
-    assert_eq!(span.1, "behaviour");
+    assert_eq!(span.target, "behaviour");
     assert!(
-        span.2.contains(&("lock".into(), "counter:42".into())),
+        span.fields.contains(&("lock".into(), "counter:42".into())),
         "{span:?}"
     );
     assert!(
-        span.2.contains(&("function".into(), "\"guarded\"".into())),
+        span.fields
+            .contains(&("function".into(), "\"guarded\"".into())),
         "{span:?}"
     );
 }

@@ -12,6 +12,7 @@ use tokio::task::AbortHandle;
 use crate::demux::Demux;
 use crate::names::validate_prefix;
 use crate::releaser::Releaser;
+use crate::stats::{ClientStats, Counters};
 use crate::watchdog::Watchdog;
 use crate::{Lock, LockError};
 
@@ -58,6 +59,7 @@ pub(crate) struct Inner {
     pub(crate) demux: Demux,
     pub(crate) watchdog: Watchdog,
     pub(crate) releaser: Releaser,
+    pub(crate) counters: Arc<Counters>,
     next_acquisition: AtomicU64,
     tasks: Mutex<Vec<AbortHandle>>,
 }
@@ -143,6 +145,11 @@ impl LockClient {
     /// this client knows.
     pub fn subscribed_channels(&self) -> usize {
         self.inner.demux.subscribed_len()
+    }
+
+    /// Counters of what this client has done (acquisitions, renewal round trips, losses, …).
+    pub fn stats(&self) -> ClientStats {
+        self.inner.counters.snapshot()
     }
 
     /// Makes this client the process-wide default, used by `#[distributed_lock]` without a
@@ -322,7 +329,8 @@ impl LockClientBuilder {
         };
         let mut tasks = Vec::new();
         let demux = Demux::start(pubsub, push_rx, &mut tasks);
-        let releaser = Releaser::start(conn.clone());
+        let counters = Arc::new(Counters::default());
+        let releaser = Releaser::start(conn.clone(), counters.clone());
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
             watchdog: Watchdog::new(&config),
@@ -330,6 +338,7 @@ impl LockClientBuilder {
             conn,
             demux,
             releaser,
+            counters,
             next_acquisition: AtomicU64::new(1),
             tasks: Mutex::new(Vec::new()),
         });

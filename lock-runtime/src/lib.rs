@@ -85,6 +85,7 @@ mod options;
 mod releaser;
 mod scope;
 mod script;
+mod stats;
 mod watchdog;
 
 pub use client::{DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder};
@@ -93,6 +94,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
 pub use options::LockOptions;
+pub use stats::ClientStats;
 
 /// Runs the annotated `async fn` while holding a distributed lock.
 ///
@@ -138,13 +140,6 @@ pub mod __private {
         }
     }
 
-    /// How often a running body checks whether its lock was lost (`on_lost = abort`).
-    ///
-    /// `LockGuard::run` would react at once, but its future is not `Send` (`LossSignal::wait`
-    /// keeps a `watch::Ref` alive across an `.await`), and a locked fn's future must be `Send`.
-    /// The watchdog itself notices a loss only at a renewal, so 50 ms adds little.
-    const LOSS_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
-
     /// The body of every `#[distributed_lock]` fn: acquire `key` on `client` with `options`,
     /// run `body` inside the guard's reentrancy scope (dropping it if the lock is lost and
     /// `on_lost` is `Abort`), then release explicitly.
@@ -172,17 +167,11 @@ pub mod __private {
             Err(e) => return R::from_lock_error(e),
         };
         let out = match on_lost {
-            OnLost::Abort => match run_until_lost(&guard, body).await {
-                Some(out) => out,
-                None => {
-                    // Releases whatever is left of the hold and reports why it was lost.
-                    let lost = match guard.release().await {
-                        Err(lost @ LockError::Lost { .. }) => lost,
-                        _ => LockError::Lost {
-                            name: key,
-                            reason: crate::LossReason::Deleted,
-                        },
-                    };
+            OnLost::Abort => match guard.run(body).await {
+                Ok(out) => out,
+                Err(lost) => {
+                    // Frees whatever is left of the hold; its error repeats `lost`.
+                    let _ = guard.release().await;
                     return R::from_lock_error(lost);
                 }
             },
@@ -192,22 +181,5 @@ pub mod __private {
             tracing::warn!(lock = %key, error = %e, "could not release the lock after the body; returning the body's result");
         }
         out
-    }
-
-    /// Runs `body` in `guard`'s scope; `None` (and `body` dropped) once the lock is lost.
-    async fn run_until_lost<F: Future>(guard: &crate::LockGuard, body: F) -> Option<F::Output> {
-        let body = guard.scope(body);
-        tokio::pin!(body);
-        let mut checks = tokio::time::interval(LOSS_CHECK_INTERVAL);
-        checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            if guard.is_lost() {
-                return None;
-            }
-            tokio::select! {
-                out = &mut body => return Some(out),
-                _ = checks.tick() => {}
-            }
-        }
     }
 }

@@ -12,6 +12,7 @@ use crate::guard::{Held, LossSignal};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
 use crate::script::{self, Reply};
+use crate::stats::Counters;
 use crate::watchdog::Entry;
 use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
 
@@ -115,6 +116,7 @@ impl Lock {
                 });
             }
             tracing::trace!(lock = %names.name, "re-entered");
+            Counters::add(&inner.counters.reentries, 1);
             return Ok(LockGuard::reentrant(held));
         }
         let span = tracing::debug_span!("lock.acquire", lock = %names.name, wait = ?opts.wait);
@@ -264,6 +266,7 @@ impl Lock {
         opts: &LockOptions,
     ) -> LockGuard {
         let inner = &self.client.inner;
+        Counters::add(&inner.counters.acquisitions, 1);
         let signal = Arc::new(LossSignal::new());
         inner.watchdog.register(
             acquisition,

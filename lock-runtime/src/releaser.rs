@@ -15,6 +15,8 @@ use tokio::time::Instant;
 
 use crate::names::LockNames;
 use crate::script;
+use crate::stats::Counters;
+use std::sync::Arc;
 
 /// Releases per pipeline.
 const BATCH: usize = 256;
@@ -45,9 +47,9 @@ pub(crate) struct Releaser {
 }
 
 impl Releaser {
-    pub(crate) fn start(conn: ConnectionManager) -> Releaser {
+    pub(crate) fn start(conn: ConnectionManager, counters: Arc<Counters>) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, rx));
+        tokio::spawn(run(conn, rx, counters));
         Releaser { tx }
     }
 
@@ -58,7 +60,11 @@ impl Releaser {
     }
 }
 
-async fn run(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<ReleaseJob>) {
+async fn run(
+    mut conn: ConnectionManager,
+    mut rx: mpsc::UnboundedReceiver<ReleaseJob>,
+    counters: Arc<Counters>,
+) {
     let mut jobs: Vec<ReleaseJob> = Vec::new();
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -82,6 +88,7 @@ async fn run(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Releas
         match release_all(&mut conn, &jobs).await {
             Ok(()) => {
                 tracing::debug!(released = jobs.len(), "background release done");
+                Counters::add(&counters.background_releases, jobs.len() as u64);
                 jobs.clear();
                 backoff = Duration::from_millis(20);
             }

@@ -25,6 +25,7 @@ use crate::guard::LossSignal;
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
 use crate::script;
+use crate::stats::Counters;
 
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
@@ -98,10 +99,12 @@ impl Shared {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Declares lost every entry past its deadline; returns the earliest remaining deadline.
-    fn expire(&self, now: Instant, releases: &mut Vec<ReleaseJob>) -> Option<Instant> {
+    /// Declares lost every entry past its deadline; returns the earliest remaining deadline
+    /// and how many were lost.
+    fn expire(&self, now: Instant, releases: &mut Vec<ReleaseJob>) -> (Option<Instant>, u64) {
         let mut entries = self.lock();
         let mut earliest: Option<Instant> = None;
+        let mut lost = 0;
         entries.retain(|_, e| {
             let deadline = if e.renew {
                 e.confirmed_until.checked_sub(self.margin).unwrap_or(now)
@@ -123,6 +126,7 @@ impl Shared {
             match reason {
                 Some(reason) => {
                     e.signal.declare(&e.names.name, reason);
+                    lost += 1;
                     false
                 }
                 None => {
@@ -132,26 +136,17 @@ impl Shared {
                 }
             }
         });
-        earliest
+        (earliest, lost)
     }
 }
 
 async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
     let mut next_renewal = Instant::now() + shared.period;
     loop {
-        let now = Instant::now();
-        let mut releases = Vec::new();
-        let mut earliest = shared.expire(now, &mut releases);
-        if !releases.is_empty() {
-            let Some(inner) = client.upgrade() else {
-                return;
-            };
-            for job in releases {
-                inner.releaser.submit(job);
-            }
-        }
-
-        if now >= next_renewal {
+        let Some(mut earliest) = settle(&client, &shared) else {
+            return;
+        };
+        if Instant::now() >= next_renewal {
             let Some(inner) = client.upgrade() else {
                 return;
             };
@@ -161,7 +156,10 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
             };
             drop(inner);
             // Renewal may have removed or confirmed entries; recompute the earliest deadline.
-            earliest = shared.expire(Instant::now(), &mut Vec::new());
+            let Some(next) = settle(&client, &shared) else {
+                return;
+            };
+            earliest = next;
         }
 
         let wake = earliest.map_or(next_renewal, |d| d.min(next_renewal));
@@ -170,6 +168,21 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
             _ = shared.changed.notified() => {}
         }
     }
+}
+
+/// Declares overdue entries lost, counts them and queues the releases they need. Returns the
+/// earliest remaining deadline, or `None` once the client is gone.
+fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<Option<Instant>> {
+    let mut releases = Vec::new();
+    let (earliest, lost) = shared.expire(Instant::now(), &mut releases);
+    if lost > 0 {
+        let inner = client.upgrade()?;
+        Counters::add(&inner.counters.losses, lost);
+        for job in releases {
+            inner.releaser.submit(job);
+        }
+    }
+    Some(earliest)
 }
 
 /// Renews every watchdog entry in one pipelined round trip. Returns when the request was sent.
@@ -217,6 +230,7 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
     let reply = tracing::Instrument::instrument(query, span).await;
     match reply {
         Ok(Ok(results)) => {
+            Counters::add(&inner.counters.renewal_round_trips, 1);
             let mut entries = shared.lock();
             let confirmed = sent + shared.lease;
             let mut lost = 0usize;
@@ -233,6 +247,8 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
                 }
             }
             tracing::debug!(renewed = batch.len() - lost, lost, "renewal batch done");
+            Counters::add(&inner.counters.renewals, (batch.len() - lost) as u64);
+            Counters::add(&inner.counters.losses, lost as u64);
             Ok(sent)
         }
         Ok(Err(e)) => {

@@ -39,6 +39,8 @@ async fn nested_acquire_inside_the_scope_reenters_without_a_round_trip() {
         before,
         "re-entry must not touch Redis"
     );
+    assert_eq!(locks.stats().reentries, 2);
+    assert_eq!(locks.stats().acquisitions, 1);
     // The inner release left the outer hold intact.
     assert!(locks.lock("nest").is_locked().await.unwrap());
     outer.release().await.unwrap();

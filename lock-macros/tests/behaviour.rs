@@ -410,7 +410,7 @@ async fn settle(locks: &LockClient, id: u32, fail: bool) -> Result<u32, AppError
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_is_released_before_the_call_returns() {
+async fn the_lock_is_free_once_the_call_returns_ok_or_err() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
 

@@ -85,6 +85,7 @@ mod options;
 mod releaser;
 mod scope;
 mod script;
+mod stats;
 mod watchdog;
 
 pub use client::{DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder};
@@ -93,6 +94,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
 pub use options::LockOptions;
+pub use stats::ClientStats;
 
 /// Runs the annotated `async fn` while holding a distributed lock.
 ///

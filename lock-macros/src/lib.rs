@@ -123,8 +123,8 @@ use proc_macro::TokenStream;
 ///
 /// ## `lease`
 ///
-/// A fixed lease: the lock expires this long after it was taken, with no renewal, and the
-/// body is treated as having lost the lock when it ends (see [`on_lost`](#on_lost)). Without
+/// A fixed lease: the lock expires this long after it was taken, with no renewal. A body still
+/// running when the lease ends has lost the lock (see [`on_lost`](#on_lost)). Without
 /// `lease`, the client's watchdog renews the lock for as long as the body runs, and a crashed
 /// process's locks expire one watchdog timeout (30 s by default) after its last renewal.
 /// At least `"1ms"`.
@@ -207,8 +207,9 @@ use proc_macro::TokenStream;
 ///   `tracing` at `WARN` (a lock that could not be released expires with its lease; the client
 ///   keeps retrying the release in the background). A loss detected during the body is
 ///   reported as described under [`on_lost`](#on_lost).
-/// - **Tracing.** The acquisition and the body run in an `INFO` span named `distributed_lock`
-///   with the fields `function` (the fn's name) and `lock` (the formatted key).
+/// - **Tracing.** The acquisition and the body run in an `INFO` span named `distributed_lock`,
+///   with the fn's module as its target and the fields `function` (the fn's name) and `lock`
+///   (the formatted key).
 ///
 /// # Expansion
 ///

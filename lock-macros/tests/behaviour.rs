@@ -442,7 +442,7 @@ struct Orders {
 impl Orders {
     /// Checks from another client that exactly `expected` is locked while the body runs.
     #[distributed_lock(
-        key = "<self.tenant>:order:<order.customer.id>/<order.number>:<pair.1>:<<x>>",
+        key = "<self.tenant>:order:<order.customer.id>/<order.number>:<pair.1>:<<x>>{y}",
         client = self.locks
     )]
     async fn check_key(
@@ -470,7 +470,7 @@ async fn the_key_formats_parameters_fields_and_self() {
         number: "A-1".into(),
     };
 
-    let expected = "acme:order:7/A-1:2:<x>";
+    let expected = "acme:order:7/A-1:2:<x>{y}";
     assert!(
         orders
             .check_key(&observer, &order, (1, 2), expected)

@@ -1,0 +1,487 @@
+//! An inventory service that sells stock on a store without transactions, protected by
+//! `LockLayer`, and a load demo that tries hard to oversell.
+//!
+//! Run with `cargo run --release -p example-inventory` (or add `-- --no-lock` to see what the
+//! lock prevents). It starts its own redis-server on a free loopback port unless `REDIS_URL`
+//! is set, starts three service instances as separate processes, fires 2,000 concurrent
+//! purchase requests over HTTP at five products, and prints what was sold.
+//!
+//! The purchase handler is a classic lost-update hazard: it loads the stock (`GET`), thinks
+//! for a millisecond, and saves `stock - 1` (`SET`), like an ORM's load/save. Without the lock
+//! two requests read the same stock and both sell the last unit. With
+//! `LockLayer::new(locks, "stock:<id>")` requests for one product run one at a time across all
+//! instances, and every save carries the lock's fencing token: the store refuses a save whose
+//! token is older than the last one it accepted, so even a holder that lost its lock cannot
+//! overwrite a newer state.
+//!
+//! Options: `--no-lock`, `--requests N` (2000), `--products N` (5), `--stock N` (100 per
+//! product), `--instances N` (3). The process exits non-zero if anything was oversold with the
+//! lock on.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use lock_tower::{HeldLock, LockClient, LockLayer};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a purchase waits for its product's lock before it is answered 423.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// The "business logic" between load and save; it widens the race window the lock closes.
+const THINK: Duration = Duration::from_millis(1);
+
+/// Saves a product's stock if the fencing token is not older than the last accepted one: the
+/// only thing the store must support. KEYS: stock, fence; ARGV: new stock, token.
+const FENCED_SAVE: &str = r"
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) < last then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+";
+
+fn stock_key(id: &str) -> String {
+    format!("inventory:stock:{id}")
+}
+fn fence_key(id: &str) -> String {
+    format!("inventory:fence:{id}")
+}
+fn sold_key(id: &str) -> String {
+    format!("inventory:sold:{id}")
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [cmd, url, port, mode] = args.as_slice()
+        && cmd == "serve"
+    {
+        return serve(url, port.parse()?, mode == "lock").await;
+    }
+    let config = Config::parse(&args)?;
+    let oversold = drive(config).await?;
+    if oversold > 0 && config.locked {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The service
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct Store {
+    redis: ConnectionManager,
+    save: Arc<redis::Script>,
+}
+
+/// One service instance: `POST /stock/{id}/purchase` and `GET /health`.
+async fn serve(url: &str, port: u16, locked: bool) -> Result<(), BoxError> {
+    let store = Store {
+        redis: ConnectionManager::new(redis::Client::open(url)?).await?,
+        save: Arc::new(redis::Script::new(FENCED_SAVE)),
+    };
+    let mut purchases = Router::new().route("/stock/{id}/purchase", post(purchase));
+    if locked {
+        let locks = LockClient::connect(url).await?;
+        // `route_layer`: only matched routes are locked; the key is the `{id}` path param.
+        purchases = purchases.route_layer(LockLayer::new(locks, "stock:<id>").wait(WAIT));
+    }
+    let app = purchases
+        .route("/health", get(|| async { "ok" }))
+        .with_state(store);
+
+    // Exit when the driver goes away (our stdin closes), even if it could not kill us.
+    tokio::spawn(async {
+        let mut buf = [0u8; 64];
+        while tokio::io::stdin().read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        std::process::exit(0);
+    });
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Sells one unit: load, think, save (fenced when locked), count.
+async fn purchase(
+    State(store): State<Store>,
+    Path(id): Path<String>,
+    held: Option<Extension<HeldLock>>,
+) -> Result<(StatusCode, &'static str), (StatusCode, String)> {
+    let fail = |e: redis::RedisError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    let mut redis = store.redis.clone();
+    let stock: Option<i64> = redis.get(stock_key(&id)).await.map_err(fail)?;
+    let stock = stock.unwrap_or(0);
+    tokio::time::sleep(THINK).await;
+    if stock <= 0 {
+        return Ok((StatusCode::CONFLICT, "out of stock"));
+    }
+    match held {
+        Some(Extension(lock)) => {
+            let saved: i64 = store
+                .save
+                .key(stock_key(&id))
+                .key(fence_key(&id))
+                .arg(stock - 1)
+                .arg(lock.fencing_token())
+                .invoke_async(&mut redis)
+                .await
+                .map_err(fail)?;
+            if saved == 0 {
+                return Ok((StatusCode::CONFLICT, "stale fencing token"));
+            }
+        }
+        None => {
+            let () = redis.set(stock_key(&id), stock - 1).await.map_err(fail)?;
+        }
+    }
+    let _: i64 = redis.incr(sold_key(&id), 1).await.map_err(fail)?;
+    Ok((StatusCode::OK, "sold"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The load driver
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    locked: bool,
+    requests: usize,
+    products: usize,
+    stock: i64,
+    instances: usize,
+}
+
+impl Config {
+    fn parse(args: &[String]) -> Result<Config, BoxError> {
+        let mut c = Config {
+            locked: true,
+            requests: 2000,
+            products: 5,
+            stock: 100,
+            instances: 3,
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut num = || -> Result<usize, BoxError> {
+                let v = it.next().ok_or(format!("{arg} needs a value"))?;
+                Ok(v.parse()
+                    .map_err(|_| format!("{arg}: {v:?} is not a number"))?)
+            };
+            match arg.as_str() {
+                "--no-lock" => c.locked = false,
+                "--requests" => c.requests = num()?,
+                "--products" => c.products = num()?.max(1),
+                "--stock" => c.stock = num()? as i64,
+                "--instances" => c.instances = num()?.max(1),
+                "-h" | "--help" => {
+                    println!(
+                        "usage: example-inventory [--no-lock] [--requests N] [--products N] [--stock N] [--instances N]"
+                    );
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown argument {other:?} (try --help)").into()),
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    sold: usize,
+    out_of_stock: usize,
+    stale: usize,
+    busy: usize,
+    unavailable: usize,
+    errors: usize,
+    latencies: Vec<Duration>,
+}
+
+/// Starts Redis (if needed) and the instances, runs the load, prints the table; returns the
+/// number of units oversold.
+async fn drive(config: Config) -> Result<u64, BoxError> {
+    let started = Instant::now();
+    let (_redis, url) = match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = lock_tests::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let mut redis = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
+    let products: Vec<String> = (1..=config.products).map(|i| format!("p{i}")).collect();
+    for id in &products {
+        let () = redis.set(stock_key(id), config.stock).await?;
+        let () = redis.del(&[fence_key(id), sold_key(id)]).await?;
+    }
+
+    let mode = if config.locked { "lock" } else { "nolock" };
+    let exe = std::env::current_exe()?;
+    let mut children: Vec<Child> = Vec::new();
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for _ in 0..config.instances {
+        let port = lock_tests::free_port();
+        let child = Command::new(&exe)
+            .args(["serve", &url, &port.to_string(), mode])
+            .stdin(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        children.push(child);
+        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    for addr in &addrs {
+        wait_healthy(*addr).await?;
+    }
+
+    let in_flight = config.requests.min(fd_budget());
+    println!(
+        "\n\x1b[1minventory demo\x1b[0m: {} purchase requests over HTTP, {} in flight, to {} instances (separate processes); {} products x {} in stock; {}",
+        config.requests,
+        in_flight,
+        config.instances,
+        config.products,
+        config.stock,
+        if config.locked {
+            "\x1b[32mLockLayer on\x1b[0m (key stock:<id>, fenced saves)"
+        } else {
+            "\x1b[31mno lock\x1b[0m (--no-lock)"
+        }
+    );
+
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = tokio::spawn(progress_bar(done.clone(), config.requests));
+    let gate = Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let load_started = Instant::now();
+    let mut tasks = Vec::with_capacity(config.requests);
+    for i in 0..config.requests {
+        let addr = addrs[i % addrs.len()];
+        let path = format!("/stock/{}/purchase", products[i % products.len()]);
+        let gate = gate.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = gate.acquire_owned().await;
+            let t = Instant::now();
+            let status = post_purchase(addr, &path).await;
+            done.fetch_add(1, Ordering::Relaxed);
+            (status, t.elapsed())
+        }));
+    }
+    let mut tally = Tally::default();
+    for task in tasks {
+        let (status, latency) = task.await?;
+        tally.latencies.push(latency);
+        match status {
+            Ok((200, _)) => tally.sold += 1,
+            Ok((409, body)) if body == "out of stock" => tally.out_of_stock += 1,
+            Ok((409, _)) => tally.stale += 1,
+            Ok((423, _)) => tally.busy += 1,
+            Ok((503, _)) => tally.unavailable += 1,
+            _ => tally.errors += 1,
+        }
+    }
+    let load_time = load_started.elapsed();
+    progress.await?;
+    drop(children);
+
+    // The store's own view: units sold per product against what was in stock.
+    let mut per_product = BTreeMap::new();
+    let mut oversold = 0u64;
+    for id in &products {
+        let sold: Option<i64> = redis.get(sold_key(id)).await?;
+        let left: Option<i64> = redis.get(stock_key(id)).await?;
+        let sold = sold.unwrap_or(0);
+        oversold += (sold - config.stock).max(0) as u64;
+        per_product.insert(id.clone(), (sold, left.unwrap_or(0)));
+    }
+    print_table(
+        &config,
+        &tally,
+        &per_product,
+        oversold,
+        load_time,
+        started.elapsed(),
+    );
+    Ok(oversold)
+}
+
+/// How many connections we can keep open at once, judging by the open-files limit.
+fn fd_budget() -> usize {
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    limit.saturating_sub(128).max(64)
+}
+
+async fn wait_healthy(addr: SocketAddr) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Ok((200, _))) =
+            tokio::time::timeout(Duration::from_secs(1), request(addr, "GET", "/health")).await
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("instance at {addr} did not come up").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post_purchase(addr: SocketAddr, path: &str) -> Result<(u16, String), BoxError> {
+    request(addr, "POST", path).await
+}
+
+/// One request on its own HTTP/1.1 connection (a minimal hyper client).
+async fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, String), BoxError> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(Empty::<Bytes>::new())?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).trim().to_owned()))
+}
+
+async fn progress_bar(done: Arc<AtomicUsize>, total: usize) {
+    const WIDTH: usize = 40;
+    let mut stderr = std::io::stderr();
+    loop {
+        let n = done.load(Ordering::Relaxed);
+        let filled = if total == 0 { WIDTH } else { n * WIDTH / total };
+        let _ = write!(
+            stderr,
+            "\r  \x1b[36m[{}{}]\x1b[0m {n}/{total} requests",
+            "#".repeat(filled),
+            ".".repeat(WIDTH - filled)
+        );
+        let _ = stderr.flush();
+        if n >= total {
+            let _ = writeln!(stderr);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn print_table(
+    config: &Config,
+    tally: &Tally,
+    per_product: &BTreeMap<String, (i64, i64)>,
+    oversold: u64,
+    load_time: Duration,
+    total_time: Duration,
+) {
+    let mut latencies = tally.latencies.clone();
+    latencies.sort_unstable();
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    let (green, red, bold, reset) = ("\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m");
+    let oversold_cell = if oversold == 0 {
+        format!("{green}0{reset}")
+    } else {
+        format!("{red}{oversold}{reset}")
+    };
+    let rows = [
+        ("sold (200)", tally.sold.to_string()),
+        ("out of stock (409)", tally.out_of_stock.to_string()),
+        ("busy after wait (423)", tally.busy.to_string()),
+        ("stale token refused (409)", tally.stale.to_string()),
+        ("unavailable (503)", tally.unavailable.to_string()),
+        ("other errors", tally.errors.to_string()),
+        (
+            "in stock at start",
+            (config.stock * config.products as i64).to_string(),
+        ),
+        ("oversold", oversold_cell),
+        ("latency p50", ms(percentile(&latencies, 0.50))),
+        ("latency p99", ms(percentile(&latencies, 0.99))),
+        (
+            "throughput",
+            format!(
+                "{:.0} req/s",
+                config.requests as f64 / load_time.as_secs_f64()
+            ),
+        ),
+        (
+            "load / total time",
+            format!(
+                "{:.2} s / {:.2} s",
+                load_time.as_secs_f64(),
+                total_time.as_secs_f64()
+            ),
+        ),
+    ];
+    println!();
+    println!(
+        "  {bold}{:<28}{:>14}{reset}",
+        "result",
+        if config.locked {
+            "with lock"
+        } else {
+            "no lock"
+        }
+    );
+    println!("  {}", "-".repeat(42));
+    for (name, value) in rows {
+        // Colour codes take no room on screen.
+        let pad = if value.contains('\x1b') {
+            14 + green.len() + reset.len()
+        } else {
+            14
+        };
+        println!("  {name:<28}{value:>pad$}");
+    }
+    println!("  {}", "-".repeat(42));
+    let per: Vec<String> = per_product
+        .iter()
+        .map(|(id, (sold, left))| format!("{id}: sold {sold}, left {left}"))
+        .collect();
+    println!("  per product (store): {}", per.join("; "));
+    if oversold == 0 {
+        println!("  {green}no unit was sold twice{reset}");
+    } else if config.locked {
+        println!("  {red}OVERSOLD with the lock on: this is a bug{reset}");
+    } else {
+        println!(
+            "  {red}{oversold} units oversold{reset}: concurrent load/save lost updates. Run without --no-lock to prevent it."
+        );
+    }
+}

@@ -2,6 +2,8 @@
 //! two app instances, rejections (423, 503, 400), routing (404, pass-through), client
 //! disconnects and hold-until-body-end.
 
+#![cfg(feature = "axum")]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;

@@ -378,7 +378,7 @@ async fn progress_bar(done: Arc<AtomicUsize>, total: usize) {
     let mut stderr = std::io::stderr();
     loop {
         let n = done.load(Ordering::Relaxed);
-        let filled = if total == 0 { WIDTH } else { n * WIDTH / total };
+        let filled = (n * WIDTH).checked_div(total).unwrap_or(WIDTH).min(WIDTH);
         let _ = write!(
             stderr,
             "\r  \x1b[36m[{}{}]\x1b[0m {n}/{total} requests",

@@ -9,9 +9,10 @@
 //! | the unlock channel | `P:{N}:unlock` |
 //!
 //! All three share the hash tag `{N}`, so they live in one cluster slot. If `N` already
-//! contains a well-formed hash tag (`order:{user:7}`), the name is used without extra braces
-//! (`P:order:{user:7}`), so the user's tag decides the slot and the lock can sit next to the
-//! data it protects.
+//! contains a well-formed hash tag (`order:{user:7}`), the name is used without extra braces,
+//! after a `#` marker (`P:#order:{user:7}`), so the user's tag decides the slot and the lock
+//! can sit next to the data it protects. The marker keeps the two forms apart: the names `x`
+//! and `{x}` are different locks (`P:{x}` and `P:#{x}`).
 
 use crate::LockError;
 
@@ -20,7 +21,7 @@ use crate::LockError;
 /// A lock name must also be non-empty and free of control characters; anything else (any
 /// UTF-8 text) is fine. A name is wrapped in a hash tag (`<prefix>:{name}`) so that the lock,
 /// its fencing counter and its unlock channel share one cluster slot; a name that already
-/// contains a non-empty hash tag (`order:{user:7}`) keeps it and is not wrapped.
+/// contains a non-empty hash tag (`order:{user:7}`) keeps it (`<prefix>:#order:{user:7}`).
 ///
 /// Names built from untrusted input should be escaped by the caller (the `lock-tower` layer
 /// does this for path parameters and headers), so that a value cannot alias another lock.
@@ -39,7 +40,7 @@ impl LockNames {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
         validate_name(name)?;
         let base = if has_hash_tag(name) {
-            format!("{prefix}:{name}")
+            format!("{prefix}:#{name}")
         } else {
             format!("{prefix}:{{{name}}}")
         };
@@ -114,8 +115,18 @@ mod tests {
     #[test]
     fn a_name_with_its_own_hash_tag_keeps_it() {
         let n = LockNames::new("lock", "order:{user:7}").unwrap();
-        assert_eq!(n.key, "lock:order:{user:7}");
-        assert_eq!(n.fence, "lock:order:{user:7}:fence");
+        assert_eq!(n.key, "lock:#order:{user:7}");
+        assert_eq!(n.fence, "lock:#order:{user:7}:fence");
+    }
+
+    /// Regression: `x` and `{x}` both mapped to `lock:{x}` (reported by the macro work).
+    #[test]
+    fn a_tagged_name_never_aliases_a_wrapped_one() {
+        let plain = LockNames::new("lock", "x").unwrap();
+        let tagged = LockNames::new("lock", "{x}").unwrap();
+        assert_ne!(plain.key, tagged.key);
+        assert_ne!(plain.channel, tagged.channel);
+        assert_ne!(plain.fence, tagged.fence);
     }
 
     #[test]

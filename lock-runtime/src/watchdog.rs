@@ -80,8 +80,16 @@ impl Watchdog {
     }
 
     pub(crate) fn register(&self, id: u64, entry: Entry) {
+        // The task wakes at least once per period and then looks at every entry, so it only
+        // needs a nudge for a deadline that comes sooner (a short explicit lease or max hold).
+        // Not waking it for every acquisition keeps the hot path free of a task switch.
+        let soon = Instant::now() + self.shared.period;
+        let urgent = (!entry.renew && entry.confirmed_until < soon)
+            || entry.max_hold_until.is_some_and(|t| t < soon);
         self.shared.lock().insert(id, entry);
-        self.shared.changed.notify_one();
+        if urgent {
+            self.shared.changed.notify_one();
+        }
     }
 
     /// Stops tracking a lock; returns whether it was still tracked (not yet declared lost).

@@ -63,10 +63,10 @@ async fn the_prefix_and_watchdog_settings_are_applied() {
     assert_eq!(locks.prefix(), "shop");
     assert_eq!(locks.watchdog_timeout(), Duration::from_secs(3));
     let guard = locks.lock("order:{user:7}").acquire().await.unwrap();
-    assert_eq!(guard.key(), "shop:order:{user:7}");
-    let ttl = redis.cmd(&["PTTL", "shop:order:{user:7}"]).int().unwrap();
+    assert_eq!(guard.key(), "shop:#order:{user:7}");
+    let ttl = redis.cmd(&["PTTL", "shop:#order:{user:7}"]).int().unwrap();
     assert!(ttl > 2000 && ttl <= 3000, "{ttl}");
     assert!(guard.owner().starts_with(locks.id()));
-    assert!(!redis.keys("shop:order:{user:7}:fence").is_empty());
+    assert!(!redis.keys("shop:#order:{user:7}:fence").is_empty());
     guard.release().await.unwrap();
 }

@@ -78,7 +78,10 @@ async fn renewals_of_many_locks_are_one_round_trip() {
     let trips = stats.renewal_round_trips - stats_before.renewal_round_trips;
     let renewed = stats.renewals - stats_before.renewals;
     // One round trip per 200 ms period renews all 1200 locks.
-    assert!((3..=6).contains(&trips), "{trips} renewal round trips in 1 s");
+    assert!(
+        (3..=6).contains(&trips),
+        "{trips} renewal round trips in 1 s"
+    );
     assert_eq!(renewed, trips * 1200, "every round trip renewed every lock");
     // 1200 locks, 500 keys per script call: 3 calls per period, ~5 periods in 1 s.
     assert!((3..=3 * 6).contains(&calls), "{calls} renewal script calls");

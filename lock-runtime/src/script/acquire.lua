@@ -9,27 +9,29 @@
 -- Returns {1, token} when taken (retaking our own hold is idempotent, so a retried acquire
 -- after a timeout is safe), {0, pttl} when another owner holds it (pttl is -1 when a
 -- foreign key has no TTL), {-1, type} when a key holds data that is not ours (nothing written).
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return {-1, kind}
-end
-if kind == 'hash' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  return {0, redis.call('PTTL', KEYS[1])}
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+  if type(mine) == 'table' then
+    return {-1, redis.call('TYPE', KEYS[1])['ok']}
+  end
+  if mine == 0 then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
 end
 
--- The counter starts at the server clock in microseconds when it is missing (first use,
--- retention passed, or a restart without persistence), so tokens keep increasing across
--- its expiry as long as the server clock does not go backwards.
-local fence = redis.call('TYPE', KEYS[2])['ok']
-if fence == 'none' then
-  local now = redis.call('TIME')
-  redis.call('SET', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
-elseif fence ~= 'string' then
-  return {-1, fence}
-end
 local token = redis.pcall('INCR', KEYS[2])
-if type(token) ~= 'number' then
-  return {-1, 'non-integer string'}
+if type(token) == 'table' then
+  -- Not a counter: a hash, a list, or a string that is not an integer. Nothing was written.
+  return {-1, redis.call('TYPE', KEYS[2])['ok']}
+end
+if token == 1 then
+  -- The counter was missing (first use, retention passed, or a restart without persistence):
+  -- start from the server clock in microseconds, so tokens keep increasing across its loss as
+  -- long as the server clock does not go backwards.
+  local now = redis.call('TIME')
+  local start = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  redis.call('SET', KEYS[2], start)
+  token = tonumber(start)
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 

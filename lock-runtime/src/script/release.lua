@@ -6,17 +6,14 @@
 --
 -- Returns {1, 0} when released (the key is deleted and the unlock message published once no
 -- owner is left), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
+local removed = redis.pcall('HDEL', KEYS[1], ARGV[1])
+if type(removed) == 'table' then
+  return {-1, redis.call('TYPE', KEYS[1])['ok']}
+end
+if removed == 0 then
   return {0, 0}
 end
-if kind ~= 'hash' then
-  return {-1, kind}
-end
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
-  return {0, 0}
-end
-if redis.call('HLEN', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('PUBLISH', KEYS[2], '0')
 end
 return {1, 0}

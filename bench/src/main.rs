@@ -1,0 +1,604 @@
+//! Benchmarks: lock-runtime against rslock, a naive `SET NX` + 100 ms polling lock, and the
+//! Redis round-trip limit, all against one local redis-server in one run.
+//!
+//! Run with `bash scripts/bench.sh` (short mode, about 2 minutes) or
+//! `bash scripts/bench.sh --full` (3 repetitions per figure, medians reported). Writes
+//! `BENCHMARKS.md` and `bench/chart.svg`.
+
+mod impls;
+mod report;
+mod stats;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use impls::{Kind, Locker};
+use lock_runtime::LockClient;
+use lock_tests::{RedisServer, mono_ns};
+use stats::{jain, quantile};
+
+/// How long and how often.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) full: bool,
+    pub(crate) reps: usize,
+    pub(crate) run: Duration,
+    pub(crate) wake_cycles: usize,
+    pub(crate) watchdog_hold: Duration,
+}
+
+fn progress(msg: &str) {
+    eprint!("\r\x1b[2K{msg}");
+    let _ = std::io::stderr().flush();
+}
+
+/// Uncontended: each worker locks and unlocks its own key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Uncontended {
+    pub(crate) pairs_per_s: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+}
+
+async fn uncontended(kind: Kind, url: &str, workers: usize, run: Duration) -> Uncontended {
+    let locker = Locker::connect(kind, url).await;
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let locker = locker.clone();
+        let samples = samples.clone();
+        handles.push(tokio::spawn(async move {
+            let key = format!("u:{}:{w}", kind.name());
+            let mut local = Vec::new();
+            while start.elapsed() < run {
+                let t = Instant::now();
+                let held = locker.acquire(&key).await;
+                locker.release(held).await;
+                local.push(t.elapsed());
+            }
+            samples.lock().unwrap().extend(local);
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let mut s = std::mem::take(&mut *samples.lock().unwrap());
+    Uncontended {
+        pairs_per_s: s.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: stats::us(quantile(&mut s, 0.5)),
+        p99_us: stats::us(quantile(&mut s, 0.99)),
+    }
+}
+
+/// Hot key: many workers on one key, empty critical section.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Hot {
+    pub(crate) acq_per_s: f64,
+    pub(crate) owner_changes_per_s: f64,
+    pub(crate) wait_p50_us: f64,
+    pub(crate) wait_p99_us: f64,
+    pub(crate) wait_max_us: f64,
+    pub(crate) jain: f64,
+    pub(crate) min_per_worker: u64,
+    pub(crate) max_per_worker: u64,
+}
+
+/// One acquisition: when (shared clock), by whom, after waiting how long.
+type Acq = (u64, usize, Duration);
+
+async fn hot_workers(kind: Kind, url: &str, tasks: usize, first: usize, until_ns: u64) -> Vec<Acq> {
+    let locker = Locker::connect(kind, url).await;
+    let acqs = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for w in 0..tasks {
+        let locker = locker.clone();
+        let acqs = acqs.clone();
+        handles.push(tokio::spawn(async move {
+            let key = format!("hot:{}", kind.name());
+            let mut local = Vec::new();
+            while mono_ns() < until_ns {
+                let t = Instant::now();
+                let held = locker.acquire(&key).await;
+                let at = mono_ns();
+                if at < until_ns {
+                    local.push((at, first + w, t.elapsed()));
+                }
+                locker.release(held).await;
+            }
+            acqs.lock().unwrap().extend(local);
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    std::mem::take(&mut *acqs.lock().unwrap())
+}
+
+fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, run: Duration) -> Hot {
+    acqs.sort_by_key(|a| a.0);
+    let changes = acqs.windows(2).filter(|w| w[0].1 != w[1].1).count();
+    let mut counts = vec![0u64; workers];
+    for a in &acqs {
+        counts[a.1] += 1;
+    }
+    let mut waits: Vec<Duration> = acqs.iter().map(|a| a.2).collect();
+    let secs = run.as_secs_f64();
+    Hot {
+        acq_per_s: acqs.len() as f64 / secs,
+        owner_changes_per_s: changes as f64 / secs,
+        wait_p50_us: stats::us(quantile(&mut waits, 0.5)),
+        wait_p99_us: stats::us(quantile(&mut waits, 0.99)),
+        wait_max_us: stats::us(quantile(&mut waits, 1.0)),
+        jain: jain(&counts),
+        min_per_worker: counts.iter().copied().min().unwrap_or(0),
+        max_per_worker: counts.iter().copied().max().unwrap_or(0),
+    }
+}
+
+async fn hot_in_process(kind: Kind, url: &str, workers: usize, run: Duration) -> Hot {
+    let until = mono_ns() + run.as_nanos() as u64;
+    let acqs = hot_workers(kind, url, workers, 0, until).await;
+    summarize_hot(acqs, workers, run)
+}
+
+async fn hot_processes(kind: Kind, url: &str, procs: usize, tasks: usize, run: Duration) -> Hot {
+    // Every child starts at the same instant on the shared clock.
+    let begin = mono_ns() + 500_000_000;
+    let until = begin + run.as_nanos() as u64;
+    let exe = std::env::current_exe().unwrap();
+    let mut children = Vec::new();
+    for p in 0..procs {
+        children.push(
+            tokio::process::Command::new(&exe)
+                .args(["hot-child", kind.name(), url])
+                .args([tasks, p * tasks].map(|n| n.to_string()))
+                .args([begin, until].map(|n| n.to_string()))
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let mut acqs = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().await.unwrap();
+        assert!(out.status.success(), "hot child failed");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let f: Vec<u64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
+            if let [at, w, wait_ns] = f[..] {
+                acqs.push((at, w as usize, Duration::from_nanos(wait_ns)));
+            }
+        }
+    }
+    summarize_hot(acqs, procs * tasks, run)
+}
+
+async fn hot_child(args: &[String]) {
+    let [kind, url, tasks, first, begin, until] = args else {
+        panic!("hot-child <kind> <url> <tasks> <first> <begin-ns> <until-ns>");
+    };
+    let kind = Kind::parse(kind).expect("kind");
+    let begin: u64 = begin.parse().unwrap();
+    let locker_warmup = Locker::connect(kind, url).await;
+    drop(locker_warmup);
+    tokio::time::sleep(Duration::from_nanos(begin.saturating_sub(mono_ns()))).await;
+    let acqs = hot_workers(
+        kind,
+        url,
+        tasks.parse().unwrap(),
+        first.parse().unwrap(),
+        until.parse().unwrap(),
+    )
+    .await;
+    let mut out = String::new();
+    for (at, w, wait) in acqs {
+        out.push_str(&format!("{at} {w} {}\n", wait.as_nanos()));
+    }
+    print!("{out}");
+}
+
+/// Wake-up: delay from `release` returning to the (already waiting) waiter holding the lock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Wake {
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) cycles: usize,
+}
+
+async fn wake(kind: Kind, url: &str, cycles: usize) -> Wake {
+    let holder = Locker::connect(kind, url).await;
+    let waiter = Locker::connect(kind, url).await;
+    let key = format!("wake:{}", kind.name());
+    let mut delays = Vec::new();
+    for _ in 0..cycles {
+        let held = holder.acquire(&key).await;
+        let acquired = Instant::now();
+        let w = waiter.clone();
+        let k = key.clone();
+        let task = tokio::spawn(async move {
+            let g = w.acquire(&k).await;
+            let got = Instant::now();
+            w.release(g).await;
+            got
+        });
+        tokio::time::sleep(Duration::from_millis(50).saturating_sub(acquired.elapsed())).await;
+        holder.release(held).await;
+        let released = Instant::now();
+        let got = task.await.unwrap();
+        delays.push(got.saturating_duration_since(released));
+    }
+    Wake {
+        p50_us: stats::us(quantile(&mut delays, 0.5)),
+        p99_us: stats::us(quantile(&mut delays, 0.99)),
+        cycles,
+    }
+}
+
+/// The watchdog renewing many held locks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WatchdogFigures {
+    pub(crate) locks: usize,
+    pub(crate) periods: f64,
+    pub(crate) commands_per_period: f64,
+    pub(crate) round_trips_per_period: f64,
+    pub(crate) renewed_per_period: f64,
+    pub(crate) cpu_percent: f64,
+}
+
+fn cpu_time() -> Duration {
+    // utime + stime in clock ticks (100 Hz on Linux).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 4096
+}
+
+fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    let info = redis.cmd(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.text()
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn watchdog(redis: &RedisServer, locks: usize, hold: Duration) -> WatchdogFigures {
+    let timeout = Duration::from_secs(1);
+    let client = LockClient::builder(&redis.url())
+        .prefix("bench-wd")
+        .watchdog_timeout(timeout)
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::with_capacity(locks);
+    let ids: Vec<usize> = (0..locks).collect();
+    for chunk in ids.chunks(256) {
+        let futs: Vec<_> = chunk
+            .iter()
+            .map(|&i| {
+                let c = client.clone();
+                tokio::spawn(async move { c.lock(format!("wd:{i}")).acquire().await.unwrap() })
+            })
+            .collect();
+        for f in futs {
+            guards.push(f.await.unwrap());
+        }
+    }
+    let before = (
+        command_calls(redis, "evalsha"),
+        client.stats(),
+        cpu_time(),
+        Instant::now(),
+    );
+    tokio::time::sleep(hold).await;
+    let after = (
+        command_calls(redis, "evalsha"),
+        client.stats(),
+        cpu_time(),
+        Instant::now(),
+    );
+    let elapsed = after.3 - before.3;
+    let periods = elapsed.as_secs_f64() / (timeout.as_secs_f64() / 3.0);
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    assert_eq!(lost, 0, "the watchdog lost locks under load");
+    drop(guards);
+    WatchdogFigures {
+        locks,
+        periods,
+        commands_per_period: (after.0 - before.0) as f64 / periods,
+        round_trips_per_period: (after.1.renewal_round_trips - before.1.renewal_round_trips) as f64
+            / periods,
+        renewed_per_period: (after.1.renewals - before.1.renewals) as f64 / periods,
+        cpu_percent: (after.2 - before.2).as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+    }
+}
+
+/// Resident memory per waiting task and per held lock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Memory {
+    pub(crate) per_waiter_bytes: f64,
+    pub(crate) per_held_bytes: f64,
+}
+
+async fn memory(url: &str, n: usize) -> Memory {
+    let holder = LockClient::connect(url).await.unwrap();
+    let client = LockClient::builder(url)
+        .prefix("bench-mem")
+        .build()
+        .await
+        .unwrap();
+    let hold = holder.lock("mem:hot").acquire().await.unwrap();
+    // Warm up allocator pools with a small round first.
+    let base = rss_bytes();
+    let mut waiters = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = client.clone();
+        waiters.push(tokio::spawn(async move {
+            let _ = c.lock("mem:hot").acquire().await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_waiter = (rss_bytes().saturating_sub(base)) as f64 / n as f64;
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        let _ = w.await;
+    }
+    drop(hold);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let base = rss_bytes();
+    let mut guards = Vec::with_capacity(n);
+    for i in 0..n {
+        guards.push(
+            client
+                .lock(format!("mem:{i}"))
+                .acquire_with(lock_runtime::LockOptions::new().lease(Duration::from_secs(60)))
+                .await
+                .unwrap(),
+        );
+    }
+    let per_held = (rss_bytes().saturating_sub(base)) as f64 / n as f64;
+    drop(guards);
+    Memory {
+        per_waiter_bytes: per_waiter,
+        per_held_bytes: per_held,
+    }
+}
+
+/// The limit: loopback PING round trips and redis-benchmark throughput.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Limit {
+    pub(crate) ping_p50_us: f64,
+    pub(crate) ping_p99_us: f64,
+    /// (label, requests/s)
+    pub(crate) redis_benchmark: Vec<(String, f64)>,
+}
+
+async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut rtts = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        rtts.push(t.elapsed());
+    }
+    // The acquire script, loaded like ours, on random keys so every call takes a free lock.
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../../lock-runtime/src/script/acquire.lua"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut rb = Vec::new();
+    for (label, args) in [
+        ("PING -c 1", vec!["-c", "1", "PING"]),
+        ("PING -c 64", vec!["-c", "64", "PING"]),
+        ("PING -c 64 -P 16", vec!["-c", "64", "-P", "16", "PING"]),
+        ("EVALSHA acquire -c 1", vec!["-c", "1", "EVALSHA"]),
+        ("EVALSHA acquire -c 64", vec!["-c", "64", "EVALSHA"]),
+        (
+            "EVALSHA acquire -c 64 -P 16",
+            vec!["-c", "64", "-P", "16", "EVALSHA"],
+        ),
+    ] {
+        progress(&format!("limit: redis-benchmark {label}"));
+        let mut cmd = std::process::Command::new("redis-benchmark");
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &redis.port().to_string(),
+            "-q",
+            "--csv",
+        ])
+        .args(["-n", &requests.to_string(), "-r", "1000000"]);
+        let (opts, command) = args.split_at(args.len() - 1);
+        cmd.args(opts);
+        if command[0] == "PING" {
+            cmd.args(["PING"]);
+        } else {
+            cmd.args([
+                "EVALSHA",
+                sha.as_str(),
+                "2",
+                "rb:{__rand_int__}",
+                "rb:{__rand_int__}:fence",
+                "owner",
+                "10000",
+                "604800000",
+            ]);
+        }
+        let out = cmd
+            .output()
+            .expect("run redis-benchmark (package redis-tools)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // CSV: "test","rps",…
+        let rps = text
+            .lines()
+            .filter(|l| !l.starts_with("\"test\""))
+            .find_map(|l| l.split(',').nth(1))
+            .and_then(|v| v.trim_matches('"').parse::<f64>().ok())
+            .unwrap_or(0.0);
+        rb.push((label.to_string(), rps));
+    }
+    redis.cmd(&["FLUSHALL"]);
+    Limit {
+        ping_p50_us: stats::us(quantile(&mut rtts, 0.5)),
+        ping_p99_us: stats::us(quantile(&mut rtts, 0.99)),
+        redis_benchmark: rb,
+    }
+}
+
+/// All figures of one run.
+#[derive(Debug, Default)]
+pub(crate) struct Results {
+    pub(crate) plan: Option<Plan>,
+    pub(crate) limit: Limit,
+    pub(crate) uncontended_1: HashMap<&'static str, Uncontended>,
+    pub(crate) uncontended_64: HashMap<&'static str, Uncontended>,
+    pub(crate) hot_tasks: HashMap<&'static str, Hot>,
+    pub(crate) hot_procs: HashMap<&'static str, Hot>,
+    pub(crate) wake: HashMap<&'static str, Wake>,
+    pub(crate) watchdog: WatchdogFigures,
+    pub(crate) memory: Memory,
+}
+
+/// Runs `f` `reps` times and keeps the run with the median of `key`.
+async fn median_of<T: Clone, F, Fut>(reps: usize, key: impl Fn(&T) -> f64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut runs = Vec::new();
+    for _ in 0..reps {
+        runs.push(f().await);
+    }
+    runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    runs[runs.len() / 2].clone()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("hot-child") {
+        return hot_child(&args[1..]).await;
+    }
+    let full = args.iter().any(|a| a == "--full");
+    let plan = Plan {
+        full,
+        reps: if full { 3 } else { 1 },
+        run: Duration::from_millis(if full { 3000 } else { 1500 }),
+        wake_cycles: if full { 200 } else { 100 },
+        watchdog_hold: Duration::from_secs(if full { 10 } else { 5 }),
+    };
+    let started = Instant::now();
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut r = Results {
+        plan: Some(plan),
+        ..Results::default()
+    };
+
+    progress("limit: PING round trips");
+    r.limit = limit(
+        &redis,
+        if full { 20_000 } else { 5_000 },
+        if full { 200_000 } else { 50_000 },
+    )
+    .await;
+
+    for kind in Kind::ALL {
+        let n = kind.name();
+        progress(&format!("uncontended, 1 worker: {n}"));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || uncontended(kind, &url, 1, plan.run),
+        )
+        .await;
+        r.uncontended_1.insert(n, u);
+        progress(&format!("uncontended, 64 workers: {n}"));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || uncontended(kind, &url, 64, plan.run),
+        )
+        .await;
+        r.uncontended_64.insert(n, u);
+        progress(&format!("hot key, 16 tasks in one process: {n}"));
+        let h = median_of(
+            plan.reps,
+            |h: &Hot| h.acq_per_s,
+            || hot_in_process(kind, &url, 16, plan.run),
+        )
+        .await;
+        r.hot_tasks.insert(n, h);
+        progress(&format!("hot key, 4 processes × 4 tasks: {n}"));
+        let h = median_of(
+            plan.reps,
+            |h: &Hot| h.acq_per_s,
+            || hot_processes(kind, &url, 4, 4, plan.run),
+        )
+        .await;
+        r.hot_procs.insert(n, h);
+        progress(&format!("wake-up, {} cycles: {n}", plan.wake_cycles));
+        let w = median_of(
+            plan.reps,
+            |w: &Wake| w.p50_us,
+            || wake(kind, &url, plan.wake_cycles),
+        )
+        .await;
+        r.wake.insert(n, w);
+    }
+    progress("watchdog: 10,000 locks, 1 s watchdog");
+    r.watchdog = watchdog(&redis, 10_000, plan.watchdog_hold).await;
+    progress("memory: 10,000 waiting tasks, 10,000 held locks");
+    r.memory = memory(&url, 10_000).await;
+    progress("");
+    eprintln!("\rdone in {:.0?}", started.elapsed());
+
+    let versions = report::Versions::collect();
+    let md = report::markdown(&r, &versions);
+    let out_md = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "BENCHMARKS.md".into());
+    if let Some(dir) = std::path::Path::new(&out_md).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(&out_md, &md).expect("write report");
+    let svg_path = std::path::Path::new(&out_md)
+        .with_file_name("bench")
+        .join("chart.svg");
+    let _ = std::fs::create_dir_all(svg_path.parent().unwrap());
+    std::fs::write(&svg_path, report::svg(&r)).expect("write chart");
+    println!("{md}");
+    eprintln!("wrote {out_md} and {}", svg_path.display());
+}

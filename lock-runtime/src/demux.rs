@@ -125,6 +125,11 @@ impl Demux {
         }
     }
 
+    /// Whether any task of this client waits on `name` right now.
+    pub(crate) fn has_waiters(&self, name: &str) -> bool {
+        self.shared.lock().channels.contains_key(name)
+    }
+
     /// Channels confirmed on the current connection.
     pub(crate) fn subscribed_len(&self) -> usize {
         self.shared.lock().subscribed.len()

@@ -141,18 +141,32 @@ impl Lock {
         };
         let taken = |token, sent| self.hold(names, &owner, acquisition, token, sent, lease, &opts);
 
-        // Uncontended: one round trip, no subscription.
-        let mut pttl = match self.attempt(names, &owner, lease).await? {
-            Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
-            Attempt::Busy(pttl) => pttl,
-        };
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(timeout(pttl));
+        // Fair inside a process: when other tasks of this client already wait for this lock,
+        // queue behind them instead of racing them for it. (A task that releases and comes
+        // straight back would otherwise win nearly every time: the waiter it woke needs a
+        // pub/sub delivery before it can even try.)
+        let queue_first =
+            opts.wait != Some(Duration::ZERO) && inner.demux.has_waiters(&names.channel);
+        let mut pttl = -1;
+        if !queue_first {
+            // Uncontended: one round trip, no subscription.
+            pttl = match self.attempt(names, &owner, lease).await? {
+                Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
+                Attempt::Busy(pttl) => pttl,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timeout(pttl));
+            }
         }
 
         let sub = inner.demux.subscribe(&names.channel);
         let mut baton = Baton(None);
-        tracing::debug!(pttl, "lock busy; waiting for an unlock message");
+        let mut skip_attempt = queue_first;
+        tracing::debug!(
+            pttl,
+            queue_first,
+            "lock busy; waiting for an unlock message"
+        );
         loop {
             // Be subscribed before the attempt, so an unlock published after it cannot be
             // missed. A subscription that cannot be confirmed degrades to short polling.
@@ -165,17 +179,26 @@ impl Lock {
             let notified = sub.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let attempt = self.attempt(names, &owner, lease).await;
-            if attempt.is_ok() {
-                // Decided: either ours, or taken by someone whose release will publish again.
-                baton.0 = None;
+            let queued_wait = skip_attempt;
+            if skip_attempt {
+                // Queued behind local waiters: wait for our turn (bounded) before trying.
+                skip_attempt = false;
+            } else {
+                let attempt = self.attempt(names, &owner, lease).await;
+                if attempt.is_ok() {
+                    // Decided: either ours, or taken by someone whose release will publish
+                    // again.
+                    baton.0 = None;
+                }
+                pttl = match attempt? {
+                    Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
+                    Attempt::Busy(pttl) => pttl,
+                };
             }
-            pttl = match attempt? {
-                Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
-                Attempt::Busy(pttl) => pttl,
-            };
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            // Give up only after an attempt: a queued waiter whose deadline passed while it
+            // waited for its turn still tries once.
+            if !queued_wait && deadline.is_some_and(|d| now >= d) {
                 return Err(timeout(pttl));
             }
             let mut sleep = match pttl {

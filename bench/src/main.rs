@@ -8,6 +8,7 @@
 mod impls;
 mod report;
 mod stats;
+mod tower;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -479,6 +480,7 @@ async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
 pub(crate) struct Results {
     pub(crate) plan: Option<Plan>,
     pub(crate) limit: Limit,
+    pub(crate) floor: Vec<(String, f64, f64)>,
     pub(crate) uncontended_1: HashMap<&'static str, Uncontended>,
     pub(crate) uncontended_64: HashMap<&'static str, Uncontended>,
     pub(crate) hot_tasks: HashMap<&'static str, Hot>,
@@ -486,6 +488,8 @@ pub(crate) struct Results {
     pub(crate) wake: HashMap<&'static str, Wake>,
     pub(crate) watchdog: WatchdogFigures,
     pub(crate) memory: Memory,
+    /// (scenario, bare handler, with LockLayer)
+    pub(crate) tower: Vec<(&'static str, tower::TowerRun, tower::TowerRun)>,
 }
 
 /// Runs `f` `reps` times and keeps the run with the median of `key`.
@@ -532,6 +536,9 @@ async fn main() {
     )
     .await;
 
+    progress("floor: raw scripts and SET/DEL, 1 worker");
+    r.floor = floor(&url, plan.run).await;
+
     for kind in Kind::ALL {
         let n = kind.name();
         progress(&format!("uncontended, 1 worker: {n}"));
@@ -575,6 +582,35 @@ async fn main() {
         .await;
         r.wake.insert(n, w);
     }
+    let bare = tower::app(None).await;
+    let locked = tower::app(Some(
+        LockClient::builder(&url)
+            .prefix("bench-tower")
+            .build()
+            .await
+            .unwrap(),
+    ))
+    .await;
+    for (scenario, hot) in [
+        ("distinct ids, 64 connections", false),
+        ("one hot id, 64 connections", true),
+    ] {
+        progress(&format!("tower: {scenario}, bare handler"));
+        let b = median_of(
+            plan.reps,
+            |t: &tower::TowerRun| t.req_per_s,
+            || tower::load(bare, 64, plan.run, hot),
+        )
+        .await;
+        progress(&format!("tower: {scenario}, with LockLayer"));
+        let l = median_of(
+            plan.reps,
+            |t: &tower::TowerRun| t.req_per_s,
+            || tower::load(locked, 64, plan.run, hot),
+        )
+        .await;
+        r.tower.push((scenario, b, l));
+    }
     progress("watchdog: 10,000 locks, 1 s watchdog");
     r.watchdog = watchdog(&redis, 10_000, plan.watchdog_hold).await;
     progress("memory: 10,000 waiting tasks, 10,000 held locks");
@@ -601,4 +637,76 @@ async fn main() {
     std::fs::write(&svg_path, report::svg(&r)).expect("write chart");
     println!("{md}");
     eprintln!("wrote {out_md} and {}", svg_path.display());
+}
+
+/// The floor for one lock/unlock pair: our two scripts sent raw (no client logic) on the two
+/// connection types, and plain `SET NX` + `DEL` for comparison. (label, pairs/s, p50 µs)
+pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
+    let client = redis::Client::open(url).unwrap();
+    let mut cm = redis::aio::ConnectionManager::new(client.clone())
+        .await
+        .unwrap();
+    let mut mc = client.get_multiplexed_async_connection().await.unwrap();
+    let acquire = redis::Script::new(include_str!("../../lock-runtime/src/script/acquire.lua"));
+    let release = redis::Script::new(include_str!("../../lock-runtime/src/script/release.lua"));
+    let mut out = Vec::new();
+    for (label, which) in [
+        (
+            "our acquire + release scripts, raw, on a ConnectionManager",
+            0,
+        ),
+        (
+            "our acquire + release scripts, raw, on a MultiplexedConnection",
+            1,
+        ),
+        ("SET NX PX + DEL (no script), on a ConnectionManager", 2),
+    ] {
+        let mut samples = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < run {
+            let t = Instant::now();
+            match which {
+                0 | 1 => {
+                    let mut a = acquire.key("f:{k}");
+                    a.key("f:{k}:fence")
+                        .arg("o")
+                        .arg(10_000)
+                        .arg(604_800_000u64);
+                    let mut r = release.key("f:{k}");
+                    r.key("f:{k}:unlock").arg("o");
+                    if which == 0 {
+                        let _: redis::Value = a.invoke_async(&mut cm).await.unwrap();
+                        let _: redis::Value = r.invoke_async(&mut cm).await.unwrap();
+                    } else {
+                        let _: redis::Value = a.invoke_async(&mut mc).await.unwrap();
+                        let _: redis::Value = r.invoke_async(&mut mc).await.unwrap();
+                    }
+                }
+                _ => {
+                    let _: redis::Value = redis::cmd("SET")
+                        .arg("f:s")
+                        .arg("o")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(10_000)
+                        .query_async(&mut cm)
+                        .await
+                        .unwrap();
+                    let _: redis::Value = redis::cmd("DEL")
+                        .arg("f:s")
+                        .query_async(&mut cm)
+                        .await
+                        .unwrap();
+                }
+            }
+            samples.push(t.elapsed());
+        }
+        let pairs = samples.len() as f64 / start.elapsed().as_secs_f64();
+        out.push((
+            label.to_string(),
+            pairs,
+            stats::us(quantile(&mut samples, 0.5)),
+        ));
+    }
+    out
 }

@@ -174,6 +174,29 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         );
     }
 
+    let _ = writeln!(
+        s,
+        "\n## Tower: an axum handler with and without `LockLayer` (\"stock:<id>\", 64 keep-alive HTTP/1.1 connections)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| scenario | bare req/s | bare p50 / p99 | with LockLayer req/s | with LockLayer p50 / p99 | ratio | non-2xx |\n|---|---|---|---|---|---|---|"
+    );
+    for (scenario, bare, locked) in &r.tower {
+        let _ = writeln!(
+            s,
+            "| {scenario} | {:.0} | {:.2} / {:.2} ms | {:.0} | {:.2} / {:.2} ms | {} | {} |",
+            bare.req_per_s,
+            bare.p50_us / 1000.0,
+            bare.p99_us / 1000.0,
+            locked.req_per_s,
+            locked.p50_us / 1000.0,
+            locked.p99_us / 1000.0,
+            ratio(locked.req_per_s, bare.req_per_s),
+            locked.non_2xx
+        );
+    }
+
     let wd = &r.watchdog;
     let _ = writeln!(
         s,

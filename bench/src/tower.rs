@@ -1,0 +1,128 @@
+//! The tower scenario: an axum handler with and without `LockLayer`, under a small HTTP/1.1
+//! keep-alive load generator (no client library, so the client costs as little as possible).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::post;
+use lock_runtime::LockClient;
+use lock_tower::LockLayer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::stats::{self, quantile};
+
+/// One load run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TowerRun {
+    pub(crate) req_per_s: f64,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) non_2xx: usize,
+}
+
+async fn handler() -> &'static str {
+    "ok"
+}
+
+/// Serves the app on a free loopback port; returns its address.
+async fn serve(app: Router) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+pub(crate) async fn app(locks: Option<LockClient>) -> std::net::SocketAddr {
+    let router = Router::new().route("/stock/{id}/reserve", post(handler));
+    let router = match locks {
+        Some(locks) => {
+            router.route_layer(LockLayer::new(locks, "stock:<id>").wait(Duration::from_secs(10)))
+        }
+        None => router,
+    };
+    serve(router).await
+}
+
+/// `connections` keep-alive connections post as fast as they can for `run`; `hot` sends every
+/// request to one id, otherwise every request has its own id.
+pub(crate) async fn load(
+    addr: std::net::SocketAddr,
+    connections: usize,
+    run: Duration,
+    hot: bool,
+) -> TowerRun {
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let failures = Arc::new(Mutex::new(0usize));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..connections {
+        let samples = samples.clone();
+        let failures = failures.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut local = Vec::new();
+            let mut n = 0u64;
+            while start.elapsed() < run {
+                n += 1;
+                let id = if hot {
+                    "hot".to_string()
+                } else {
+                    format!("{c}-{n}")
+                };
+                let req = format!(
+                    "POST /stock/{id}/reserve HTTP/1.1\r\nhost: bench\r\ncontent-length: 0\r\n\r\n"
+                );
+                let t = Instant::now();
+                stream.write_all(req.as_bytes()).await.unwrap();
+                let status = read_response(&mut stream, &mut buf).await;
+                local.push(t.elapsed());
+                if !(200..300).contains(&status) {
+                    *failures.lock().unwrap() += 1;
+                }
+            }
+            samples.lock().unwrap().extend(local);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let mut s = std::mem::take(&mut *samples.lock().unwrap());
+    let non_2xx = *failures.lock().unwrap();
+    TowerRun {
+        req_per_s: s.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: stats::us(quantile(&mut s, 0.5)),
+        p99_us: stats::us(quantile(&mut s, 0.99)),
+        non_2xx,
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `content-length`; returns its status.
+async fn read_response(stream: &mut TcpStream, buf: &mut [u8]) -> u16 {
+    let mut have = 0;
+    loop {
+        let n = stream.read(&mut buf[have..]).await.unwrap();
+        assert!(n > 0, "server closed the connection");
+        have += n;
+        let Some(end) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while have < end + 4 + len {
+            let n = stream.read(&mut buf[have..]).await.unwrap();
+            assert!(n > 0, "server closed the connection");
+            have += n;
+        }
+        return status;
+    }
+}

@@ -342,49 +342,74 @@ pub(crate) struct Memory {
 }
 
 async fn memory(url: &str, n: usize) -> Memory {
+    // Each measure in a fresh process, so one cannot reuse the other's freed memory.
+    let exe = std::env::current_exe().unwrap();
+    let per = |what: &str| {
+        let out = std::process::Command::new(&exe)
+            .args(["mem-child", what, url, &n.to_string()])
+            .output()
+            .expect("run mem-child");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<f64>()
+            .unwrap_or(f64::NAN)
+    };
+    Memory {
+        per_waiter_bytes: per("waiters"),
+        per_held_bytes: per("held"),
+    }
+}
+
+async fn mem_child(args: &[String]) {
+    let [what, url, n] = args else {
+        panic!("mem-child <waiters|held> <url> <n>");
+    };
+    let n: usize = n.parse().unwrap();
     let holder = LockClient::connect(url).await.unwrap();
     let client = LockClient::builder(url)
         .prefix("bench-mem")
         .build()
         .await
         .unwrap();
-    let hold = holder.lock("mem:hot").acquire().await.unwrap();
-    // Warm up allocator pools with a small round first.
+    // Warm up: connections, scripts, the runtime's worker threads, allocator pools.
+    for i in 0..200 {
+        let g = client.lock(format!("warm:{i}")).acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let base = rss_bytes();
-    let mut waiters = Vec::with_capacity(n);
-    for _ in 0..n {
-        let c = client.clone();
-        waiters.push(tokio::spawn(async move {
-            let _ = c.lock("mem:hot").acquire().await;
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let per_waiter = (rss_bytes().saturating_sub(base)) as f64 / n as f64;
-    for w in &waiters {
-        w.abort();
-    }
-    for w in waiters {
-        let _ = w.await;
-    }
-    drop(hold);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let base = rss_bytes();
-    let mut guards = Vec::with_capacity(n);
-    for i in 0..n {
-        guards.push(
-            client
-                .lock(format!("mem:{i}"))
-                .acquire_with(lock_runtime::LockOptions::new().lease(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
-    }
-    let per_held = (rss_bytes().saturating_sub(base)) as f64 / n as f64;
-    drop(guards);
-    Memory {
-        per_waiter_bytes: per_waiter,
-        per_held_bytes: per_held,
-    }
+    let per = if what == "waiters" {
+        let _hold = holder.lock("mem:hot").acquire().await.unwrap();
+        let mut waiters = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = client.clone();
+            waiters.push(tokio::spawn(async move {
+                let _ = c.lock("mem:hot").acquire().await;
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let per = rss_bytes().saturating_sub(base) as f64 / n as f64;
+        for w in &waiters {
+            w.abort();
+        }
+        per
+    } else {
+        let mut guards = Vec::with_capacity(n);
+        for i in 0..n {
+            guards.push(
+                client
+                    .lock(format!("mem:{i}"))
+                    .acquire_with(lock_runtime::LockOptions::new().lease(Duration::from_secs(60)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let per = rss_bytes().saturating_sub(base) as f64 / n as f64;
+        drop(guards);
+        per
+    };
+    println!("{per:.0}");
 }
 
 /// The limit: loopback PING round trips and redis-benchmark throughput.
@@ -511,6 +536,9 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("hot-child") {
         return hot_child(&args[1..]).await;
+    }
+    if args.first().map(String::as_str) == Some("mem-child") {
+        return mem_child(&args[1..]).await;
     }
     let full = args.iter().any(|a| a == "--full");
     let plan = Plan {

@@ -298,11 +298,11 @@ impl LockClientBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_millis(500));
-        let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
+        let demux = Demux::new();
         // Deliberately *without* automatic resubscription: redis 1.8 mixes up replies after a
         // reconnect when it resubscribes itself (research/redis-rs-pubsub.md §3). The demux
         // owns resubscription.
-        let pubsub_config = base.clone().set_push_sender(push_tx);
+        let pubsub_config = base.clone().set_push_sender(demux.router());
 
         let connect = async {
             tokio::try_join!(
@@ -328,7 +328,7 @@ impl LockClientBuilder {
             fence_retention: self.fence_retention,
         };
         let mut tasks = Vec::new();
-        let demux = Demux::start(pubsub, push_rx, &mut tasks);
+        tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
         let releaser = Releaser::start(conn.clone(), counters.clone());
         let inner = Arc::new(Inner {

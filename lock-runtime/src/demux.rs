@@ -6,22 +6,23 @@
 //! - the **subscriber** turns changes of the registry into `SUBSCRIBE` / `UNSUBSCRIBE`
 //!   commands, batched (one command with many channels, never a zero-argument unsubscribe) and
 //!   ordered, and marks channels ready once Redis has confirmed them;
-//! - the **reader** routes pushes: an unlock message wakes **one** local waiter of that channel
-//!   (no thundering herd inside a process); a lost connection marks every channel unconfirmed,
-//!   wakes **every** waiter (messages sent during the gap are lost, so they must retry) and
-//!   asks the subscriber to resubscribe everything.
+//! - the **router** ([`PushRouter`], called by the connection itself as each push arrives, so a
+//!   wake-up costs no extra task hop) routes pushes: an unlock message wakes **one** local
+//!   waiter of that channel (no thundering herd inside a process); a lost connection marks every
+//!   channel unconfirmed, wakes **every** waiter (messages sent during the gap are lost, so they
+//!   must retry) and asks the subscriber to resubscribe everything.
 //!
 //! redis 1.8's automatic resubscription is deliberately not used (it corrupts replies after a
 //! reconnect); the `ConnectionManager` still reconnects with backoff.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
 use redis::{PushInfo, PushKind};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
@@ -72,19 +73,26 @@ pub(crate) struct Subscription {
 }
 
 impl Demux {
-    pub(crate) fn start(
-        conn: ConnectionManager,
-        pushes: mpsc::UnboundedReceiver<PushInfo>,
-        tasks: &mut Vec<AbortHandle>,
-    ) -> Demux {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            work: Notify::new(),
-            confirmed: watch::Sender::new(0),
-        });
-        tasks.push(tokio::spawn(read(shared.clone(), pushes)).abort_handle());
-        tasks.push(tokio::spawn(subscribe_loop(shared.clone(), conn)).abort_handle());
-        Demux { shared }
+    pub(crate) fn new() -> Demux {
+        Demux {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                work: Notify::new(),
+                confirmed: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    /// The push sender to configure on the subscription connection.
+    pub(crate) fn router(&self) -> PushRouter {
+        PushRouter {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// Starts the subscriber on the connection that delivers pushes to [`Demux::router`].
+    pub(crate) fn start(&self, conn: ConnectionManager) -> AbortHandle {
+        tokio::spawn(subscribe_loop(self.shared.clone(), conn)).abort_handle()
     }
 
     /// Registers interest in `name`. Cheap and synchronous; wait for the server's confirmation
@@ -189,13 +197,19 @@ impl Drop for Subscription {
     }
 }
 
-/// Routes pushes from the subscription connection.
-async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
-    while let Some(push) = pushes.recv().await {
+/// Routes pushes as the subscription connection receives them. It runs inside the connection's
+/// driver, so it only takes a short lock and wakes tasks; it never blocks.
+pub(crate) struct PushRouter {
+    shared: Weak<Shared>,
+}
+
+impl AsyncPushSender for PushRouter {
+    fn send(&self, push: PushInfo) -> Result<(), SendError> {
+        let shared = self.shared.upgrade().ok_or(SendError)?;
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 let Some(msg) = redis::Msg::from_push_info(push) else {
-                    continue;
+                    return Ok(());
                 };
                 let state = shared.lock();
                 if let Some(reg) = state.channels.get(msg.get_channel_name()) {
@@ -221,6 +235,7 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
             // of them from its own commands.
             _ => {}
         }
+        Ok(())
     }
 }
 

@@ -271,18 +271,6 @@ fn rss_bytes() -> u64 {
         * 4096
 }
 
-fn command_calls(redis: &RedisServer, command: &str) -> u64 {
-    let info = redis.cmd(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.text()
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|r| r.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn watchdog(redis: &RedisServer, locks: usize, hold: Duration) -> WatchdogFigures {
     let timeout = Duration::from_secs(1);
     let client = LockClient::builder(&redis.url())
@@ -306,14 +294,14 @@ async fn watchdog(redis: &RedisServer, locks: usize, hold: Duration) -> Watchdog
         }
     }
     let before = (
-        command_calls(redis, "evalsha"),
+        redis.command_calls("evalsha"),
         client.stats(),
         cpu_time(),
         Instant::now(),
     );
     tokio::time::sleep(hold).await;
     let after = (
-        command_calls(redis, "evalsha"),
+        redis.command_calls("evalsha"),
         client.stats(),
         cpu_time(),
         Instant::now(),

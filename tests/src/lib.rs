@@ -318,6 +318,20 @@ impl RedisServer {
             .collect()
     }
 
+    /// How many times `command` (lower case, e.g. `evalsha`) ran on the server so far, from
+    /// `INFO commandstats`.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info = self.cmd(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.text()
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Kills every client connection of a type (`normal`, `pubsub`, …); returns how many.
     pub fn kill_clients(&self, kind: &str) -> i64 {
         self.cmd(&["CLIENT", "KILL", "TYPE", kind])

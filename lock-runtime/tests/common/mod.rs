@@ -31,14 +31,7 @@ pub async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
 
 /// How many times a command ran on the server so far (`INFO commandstats`).
 pub fn command_calls(redis: &RedisServer, command: &str) -> u64 {
-    let info = redis.cmd(&["INFO", "commandstats"]);
-    let text = info.text().unwrap_or_default();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    redis.command_calls(command)
 }
 
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.

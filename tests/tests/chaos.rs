@@ -124,7 +124,7 @@ async fn exclusion_and_fencing_hold_under_faults() {
     let mut wiped: Vec<(u64, u64)> = Vec::new();
     let mut injected: Vec<(Fault, u64, u64)> = Vec::new();
     let mut kills: Vec<u64> = Vec::new();
-    let mut blocker: Option<(Child, PathBuf)> = None;
+    let mut blockers: Vec<(Child, PathBuf)> = Vec::new();
 
     // Faults one after another, each while the workload runs, until 6 s before the end.
     let mut n = 0;
@@ -207,7 +207,7 @@ async fn exclusion_and_fencing_hold_under_faults() {
                     .kill_on_drop(true)
                     .spawn()
                     .unwrap();
-                blocker = Some((child, out));
+                blockers.push((child, out));
             }
             Fault::RestartWithAof => locks.restart(),
             Fault::RestartEmpty => {
@@ -327,7 +327,17 @@ async fn exclusion_and_fencing_hold_under_faults() {
          (lost or wiped), {cancellations} operations cancelled at random points, max recovery \
          after kill -9 {:?}, violations {}",
         injected.len(),
-        injected.iter().map(|f| f.0).collect::<Vec<_>>(),
+        {
+            let mut counts: Vec<(String, usize)> = Vec::new();
+            for (fault, ..) in &injected {
+                let name = format!("{fault:?}");
+                match counts.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((name, 1)),
+                }
+            }
+            counts
+        },
         report.records,
         report.commits,
         report.rejected,

@@ -150,7 +150,7 @@ impl Lock {
         let mut pttl = -1;
         if !queue_first {
             // Uncontended: one round trip, no subscription.
-            pttl = match self.attempt(names, &owner, lease).await? {
+            pttl = match Box::pin(self.attempt(names, &owner, lease)).await? {
                 Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
                 Attempt::Busy(pttl) => pttl,
             };
@@ -184,7 +184,9 @@ impl Lock {
                 // Queued behind local waiters: wait for our turn (bounded) before trying.
                 skip_attempt = false;
             } else {
-                let attempt = self.attempt(names, &owner, lease).await;
+                // Boxed: the round trip's future is large and only alive during the attempt;
+                // inline it would make every waiting task carry its size while it sleeps.
+                let attempt = Box::pin(self.attempt(names, &owner, lease)).await;
                 if attempt.is_ok() {
                     // Decided: either ours, or taken by someone whose release will publish
                     // again.

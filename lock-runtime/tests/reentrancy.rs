@@ -132,3 +132,14 @@ fn lock_futures_are_send() {
     }
     let _ = check;
 }
+
+/// A waiting task must stay small (benchmark target: ≤ 2 KiB per waiting task, task included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acquire_future_is_small() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let lock = locks.lock("size");
+    let size = std::mem::size_of_val(&lock.acquire());
+    println!("acquire future: {size} bytes");
+    assert!(size <= 1024, "acquire future is {size} bytes");
+}

@@ -159,64 +159,69 @@ impl Lock {
             }
         }
 
-        let sub = inner.demux.subscribe(&names.channel);
-        let mut baton = Baton(None);
-        let mut skip_attempt = queue_first;
-        tracing::debug!(
-            pttl,
-            queue_first,
-            "lock busy; waiting for an unlock message"
-        );
-        loop {
-            // Be subscribed before the attempt, so an unlock published after it cannot be
-            // missed. A subscription that cannot be confirmed degrades to short polling.
-            let now = Instant::now();
-            let confirm_until = deadline.map_or(now + inner.config.response_timeout, |d| {
-                d.min(now + inner.config.response_timeout)
-            });
-            let subscribed = sub.is_ready() || sub.ready(confirm_until).await;
+        let wait_span = tracing::debug_span!("lock.wait", queue_first);
+        let wait = async {
+            let sub = inner.demux.subscribe(&names.channel);
+            let mut baton = Baton(None);
+            let mut skip_attempt = queue_first;
+            tracing::debug!(
+                pttl,
+                queue_first,
+                "lock busy; waiting for an unlock message"
+            );
+            loop {
+                // Be subscribed before the attempt, so an unlock published after it cannot be
+                // missed. A subscription that cannot be confirmed degrades to short polling.
+                let now = Instant::now();
+                let confirm_until = deadline.map_or(now + inner.config.response_timeout, |d| {
+                    d.min(now + inner.config.response_timeout)
+                });
+                let subscribed = sub.is_ready() || sub.ready(confirm_until).await;
 
-            let notified = sub.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let queued_wait = skip_attempt;
-            if skip_attempt {
-                // Queued behind local waiters: wait for our turn (bounded) before trying.
-                skip_attempt = false;
-            } else {
-                // Boxed: the round trip's future is large and only alive during the attempt;
-                // inline it would make every waiting task carry its size while it sleeps.
-                let attempt = Box::pin(self.attempt(names, &owner, lease)).await;
-                if attempt.is_ok() {
-                    // Decided: either ours, or taken by someone whose release will publish
-                    // again.
-                    baton.0 = None;
+                let notified = sub.notify().notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let queued_wait = skip_attempt;
+                if skip_attempt {
+                    // Queued behind local waiters: wait for our turn (bounded) before trying.
+                    skip_attempt = false;
+                } else {
+                    // Boxed: the round trip's future is large and only alive during the attempt;
+                    // inline it would make every waiting task carry its size while it sleeps.
+                    let attempt = Box::pin(self.attempt(names, &owner, lease)).await;
+                    if attempt.is_ok() {
+                        // Decided: either ours, or taken by someone whose release will publish
+                        // again.
+                        baton.0 = None;
+                    }
+                    pttl = match attempt? {
+                        Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
+                        Attempt::Busy(pttl) => pttl,
+                    };
                 }
-                pttl = match attempt? {
-                    Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
-                    Attempt::Busy(pttl) => pttl,
+                let now = Instant::now();
+                // Give up only after an attempt: a queued waiter whose deadline passed while it
+                // waited for its turn still tries once.
+                if !queued_wait && deadline.is_some_and(|d| now >= d) {
+                    return Err(timeout(pttl));
+                }
+                let mut sleep = match pttl {
+                    p if p > 0 => Duration::from_millis(p as u64),
+                    -1 => NO_TTL_POLL,
+                    _ => Duration::ZERO,
                 };
+                if !subscribed {
+                    sleep = sleep.min(UNSUBSCRIBED_POLL);
+                }
+                let wake = deadline.map_or(now + sleep, |d| d.min(now + sleep));
+                tokio::select! {
+                    _ = &mut notified => baton.0 = Some(sub.notify()),
+                    _ = tokio::time::sleep_until(wake) => {}
+                }
             }
-            let now = Instant::now();
-            // Give up only after an attempt: a queued waiter whose deadline passed while it
-            // waited for its turn still tries once.
-            if !queued_wait && deadline.is_some_and(|d| now >= d) {
-                return Err(timeout(pttl));
-            }
-            let mut sleep = match pttl {
-                p if p > 0 => Duration::from_millis(p as u64),
-                -1 => NO_TTL_POLL,
-                _ => Duration::ZERO,
-            };
-            if !subscribed {
-                sleep = sleep.min(UNSUBSCRIBED_POLL);
-            }
-            let wake = deadline.map_or(now + sleep, |d| d.min(now + sleep));
-            tokio::select! {
-                _ = &mut notified => baton.0 = Some(sub.notify()),
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-        }
+        };
+        // Boxed: only contended acquisitions pay for the waiting state.
+        Box::pin(tracing::Instrument::instrument(wait, wait_span)).await
     }
 
     /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner

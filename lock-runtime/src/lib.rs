@@ -80,6 +80,7 @@ mod demux;
 mod error;
 mod guard;
 mod lock;
+mod multi;
 mod names;
 mod options;
 mod releaser;
@@ -92,6 +93,7 @@ pub use client::{DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClien
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use lock::Lock;
+pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
 pub use options::LockOptions;
 pub use stats::ClientStats;

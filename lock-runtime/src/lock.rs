@@ -66,6 +66,20 @@ impl Lock {
         Lock { client, names }
     }
 
+    /// The order in which multi-lock acquisitions take locks: client, then Redis key.
+    pub(crate) fn order_key(&self) -> (&str, &str) {
+        let key = match &self.names {
+            Ok(n) => n.key.as_str(),
+            Err((name, _)) => name.as_str(),
+        };
+        (&self.client.inner.id, key)
+    }
+
+    /// The name's validation result.
+    pub(crate) fn validated(&self) -> Result<(), LockError> {
+        self.names().map(|_| ())
+    }
+
     fn names(&self) -> Result<&Arc<LockNames>, LockError> {
         self.names
             .as_ref()

@@ -41,8 +41,11 @@ pub(crate) fn find(client_id: &str, key: &str) -> Option<Arc<Held>> {
         .flatten()
 }
 
-/// Runs `fut` with `held` added to the current task's scope.
-pub(crate) fn enter<F: Future>(held: Arc<Held>, fut: F) -> impl Future<Output = F::Output> {
+/// Runs `fut` with `held` added to the scope that is current when it *runs* (not when this is
+/// called), so a scoped future built outside and awaited inside another scope sees both.
+pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
     let parent = SCOPE.try_with(Frame::clone).unwrap_or_default();
-    SCOPE.scope(Frame(Some(Arc::new(Node { held, parent }))), fut)
+    SCOPE
+        .scope(Frame(Some(Arc::new(Node { held, parent }))), fut)
+        .await
 }

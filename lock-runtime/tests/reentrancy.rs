@@ -143,3 +143,29 @@ async fn the_acquire_future_is_small() {
     println!("acquire future: {size} bytes");
     assert!(size <= 1024, "acquire future is {size} bytes");
 }
+
+/// Regression: a scoped future built outside another guard's scope but awaited inside it lost
+/// the outer lock (the parent frame was captured when the future was built; found by MultiLock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_nest_by_where_they_run_not_where_they_were_built() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let a = locks.lock("outer-a").acquire().await.unwrap();
+    let b = locks.lock("outer-b").acquire().await.unwrap();
+    let inner = b.scope(async {
+        let ga = locks
+            .lock("outer-a")
+            .try_acquire(Duration::ZERO)
+            .await
+            .unwrap();
+        let gb = locks
+            .lock("outer-b")
+            .try_acquire(Duration::ZERO)
+            .await
+            .unwrap();
+        (ga.is_reentrant(), gb.is_reentrant())
+    });
+    assert_eq!(a.scope(inner).await, (true, true));
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}

@@ -1,0 +1,180 @@
+//! `MultiLock`: one guard over several locks, all or nothing, deadlock-free.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Lock, LockError, LockGuard, LockOptions};
+
+/// Several locks taken together: all of them or none.
+///
+/// The locks are always taken in one global order (client id, then Redis key), so two
+/// `MultiLock`s that share locks can never wait for each other in a cycle, whatever order their
+/// locks were listed in. If one lock cannot be had within the wait, the ones already taken are
+/// released and the error is returned. The locks may belong to different clients (different
+/// Redis deployments).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::MultiLock;
+///
+/// let both = MultiLock::new([locks.lock("account:1"), locks.lock("account:2")])?;
+/// let guard = both.try_acquire(Duration::from_secs(5)).await?;
+/// guard.run(async { /* move money between the two accounts */ }).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    locks: Vec<Lock>,
+}
+
+impl MultiLock {
+    /// The locks to take together; duplicates are taken once. At least one lock is needed.
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock, LockError> {
+        let mut locks: Vec<Lock> = locks.into_iter().collect();
+        if locks.is_empty() {
+            return Err(LockError::InvalidConfig(
+                "a MultiLock needs at least one lock".into(),
+            ));
+        }
+        for lock in &locks {
+            lock.validated()?;
+        }
+        locks.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        locks.dedup_by(|a, b| a.order_key() == b.order_key());
+        Ok(MultiLock { locks })
+    }
+
+    /// The locks, in the order they are taken.
+    pub fn locks(&self) -> &[Lock] {
+        &self.locks
+    }
+
+    /// Waits as long as it takes for all of them.
+    pub async fn acquire(&self) -> Result<MultiLockGuard, LockError> {
+        self.acquire_with(LockOptions::new()).await
+    }
+
+    /// Waits at most `wait` in total.
+    pub async fn try_acquire(&self, wait: Duration) -> Result<MultiLockGuard, LockError> {
+        self.acquire_with(LockOptions::new().wait(wait)).await
+    }
+
+    /// Takes every lock with `opts`; `opts.wait` bounds the whole acquisition. On any error the
+    /// locks already taken are released before the error is returned.
+    pub async fn acquire_with(&self, opts: LockOptions) -> Result<MultiLockGuard, LockError> {
+        let deadline = opts.wait.map(|w| Instant::now() + w);
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            let mut each = opts;
+            each.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match lock.acquire_with(each).await {
+                Ok(guard) => guards.push(guard),
+                Err(e) => {
+                    for guard in guards {
+                        // Best effort: a failure here is retried by the background releaser.
+                        let _ = guard.release().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(MultiLockGuard { guards })
+    }
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.locks.iter().map(Lock::name))
+            .finish()
+    }
+}
+
+/// Proof of holding every lock of a [`MultiLock`]. Dropping it releases them all in the
+/// background.
+#[must_use = "the locks are released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The guard of each lock, in acquisition order (for fencing tokens).
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether any of the locks is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves with the first loss among the locks.
+    pub async fn lost(&self) -> LockError {
+        let mut losses: Vec<Pin<Box<dyn Future<Output = LockError> + Send + '_>>> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = LockError> + Send + '_>>)
+            .collect();
+        std::future::poll_fn(|cx| {
+            for loss in &mut losses {
+                if let Poll::Ready(e) = loss.as_mut().poll(cx) {
+                    return Poll::Ready(e);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Runs `fut` inside the reentrancy scope of every lock. (`fut` must be `Send`: the scopes
+    /// are nested at run time, one per lock.)
+    pub async fn scope<F>(&self, fut: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let mut fut: Pin<Box<dyn Future<Output = F::Output> + Send + '_>> = Box::pin(fut);
+        for guard in &self.guards {
+            fut = Box::pin(guard.scope(fut));
+        }
+        fut.await
+    }
+
+    /// Like [`scope`](MultiLockGuard::scope), but drops `fut` and returns [`LockError::Lost`]
+    /// if any of the locks is lost meanwhile.
+    pub async fn run<F>(&self, fut: F) -> Result<F::Output, LockError>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        if let Some(guard) = self.guards.iter().find(|g| g.is_lost()) {
+            return Err(guard.lost().await);
+        }
+        tokio::select! {
+            biased;
+            lost = self.lost() => Err(lost),
+            out = self.scope(fut) => Ok(out),
+        }
+    }
+
+    /// Releases every lock; returns the first error, after trying them all.
+    pub async fn release(self) -> Result<(), LockError> {
+        let mut first = Ok(());
+        for guard in self.guards {
+            if let Err(e) = guard.release().await
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}

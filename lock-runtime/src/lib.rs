@@ -12,6 +12,8 @@
 //!   stale holder's writes.
 //! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
 //!   nothing behind; the background releaser frees the lock within milliseconds.
+//! - **[`MultiLock`]**: several locks (even on different clients) taken all or nothing, in one
+//!   global order, so overlapping multi-locks cannot deadlock.
 //!
 //! # Example
 //!

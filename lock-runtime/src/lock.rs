@@ -243,7 +243,7 @@ impl Lock {
     /// request may have taken the lock, the possible hold is released in the background.
     async fn attempt(
         &self,
-        names: &LockNames,
+        names: &Arc<LockNames>,
         owner: &Arc<str>,
         lease: Duration,
     ) -> Result<Attempt, LockError> {

@@ -24,19 +24,18 @@ const BATCH: usize = 256;
 /// One release to run in the background.
 #[derive(Debug, Clone)]
 pub(crate) struct ReleaseJob {
-    key: String,
-    channel: String,
-    owner: String,
+    // Shared, not copied: a job is built for every acquire attempt in case it is cancelled.
+    names: Arc<LockNames>,
+    owner: Arc<str>,
     /// Past this the lease has run out by itself; stop retrying.
     give_up_at: Instant,
 }
 
 impl ReleaseJob {
-    pub(crate) fn new(names: &LockNames, owner: &str, lease_end: Instant) -> ReleaseJob {
+    pub(crate) fn new(names: &Arc<LockNames>, owner: &Arc<str>, lease_end: Instant) -> ReleaseJob {
         ReleaseJob {
-            key: names.key.clone(),
-            channel: names.channel.clone(),
-            owner: owner.to_owned(),
+            names: names.clone(),
+            owner: owner.clone(),
             give_up_at: lease_end,
         }
     }
@@ -107,9 +106,9 @@ async fn release_all(conn: &mut ConnectionManager, jobs: &[ReleaseJob]) -> redis
         pipe.cmd("EVALSHA")
             .arg(script::RELEASE.get_hash())
             .arg(2)
-            .arg(&job.key)
-            .arg(&job.channel)
-            .arg(&job.owner)
+            .arg(&job.names.key)
+            .arg(&job.names.channel)
+            .arg(&*job.owner)
             .ignore();
     }
     match pipe.exec_async(conn).await {

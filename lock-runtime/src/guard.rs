@@ -144,6 +144,29 @@ impl LockGuard {
         self.reentrant
     }
 
+    /// Until when the lock is confirmed to be held: the lease Redis last confirmed, measured
+    /// from when that request was *sent*, so it never overestimates. The watchdog moves it
+    /// forward at every renewal. `None` once the lock is lost or released.
+    ///
+    /// Local clocks only: this is this process's monotonic clock, not Redis' wall clock.
+    pub fn valid_until(&self) -> Option<Instant> {
+        if self.held.signal.get().is_some() {
+            return None;
+        }
+        self.held
+            .client
+            .inner
+            .watchdog
+            .confirmed_until(self.held.acquisition)
+    }
+
+    /// How much longer the lock is confirmed to be held ([`valid_until`](LockGuard::valid_until)
+    /// minus now); zero once it is lost or released.
+    pub fn remaining_validity(&self) -> Duration {
+        self.valid_until()
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()))
+    }
+
     /// Whether the lock is known to be lost.
     pub fn is_lost(&self) -> bool {
         self.held.signal.get().is_some()

@@ -100,6 +100,12 @@ impl Watchdog {
     pub(crate) fn len(&self) -> usize {
         self.shared.lock().len()
     }
+
+    /// Until when the lease of acquisition `id` is confirmed, or `None` once it is no longer
+    /// tracked (released or declared lost).
+    pub(crate) fn confirmed_until(&self, id: u64) -> Option<Instant> {
+        self.shared.lock().get(&id).map(|e| e.confirmed_until)
+    }
 }
 
 impl Shared {

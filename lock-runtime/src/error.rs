@@ -24,6 +24,9 @@ pub enum LossReason {
     /// The guard was released (or dropped) by its owner; only seen by re-entrant guards that
     /// outlive the outermost one.
     Released,
+    /// A [`RedLock`](crate::RedLock) fell below its quorum: too many of its nodes lost their
+    /// lock (or its validity ran out), so a majority no longer vouches for it.
+    QuorumLost,
 }
 
 impl fmt::Display for LossReason {
@@ -34,6 +37,7 @@ impl fmt::Display for LossReason {
             LossReason::RenewalFailed => "renewal could not be confirmed before the lease ran out",
             LossReason::MaxHoldExceeded => "the maximum hold time passed",
             LossReason::Released => "the outermost guard was released",
+            LossReason::QuorumLost => "fewer than a quorum of nodes still hold it",
         })
     }
 }
@@ -107,6 +111,42 @@ pub enum LockError {
         /// The limit that passed.
         timeout: Duration,
     },
+    /// Fewer replicas than required acknowledged a write within the time allowed
+    /// ([`LockClientBuilder::replica_ack`](crate::LockClientBuilder::replica_ack)). For an
+    /// acquisition the lock was rolled back: nothing is held and no key is left behind.
+    #[error(
+        "only {acknowledged} of {required} required replicas acknowledged {op} of lock `{name}` within {timeout:?}"
+    )]
+    ReplicaAck {
+        /// What we were doing (`"acquire"`, `"renew"`, `"release"`).
+        op: &'static str,
+        /// The lock name.
+        name: String,
+        /// Replicas that had to acknowledge.
+        required: u32,
+        /// Replicas that did.
+        acknowledged: u32,
+        /// How long we waited for them.
+        timeout: Duration,
+    },
+    /// A [`RedLock`](crate::RedLock) could not reach a quorum of its nodes: too many were down,
+    /// too slow, or the time it took used up the validity. Partial acquisitions were released.
+    #[error(
+        "lock `{name}`: only {acquired} of {nodes} nodes granted it, a quorum is {quorum}{}",
+        last_error.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default()
+    )]
+    NoQuorum {
+        /// The lock name.
+        name: String,
+        /// Nodes that granted the lock in the last attempt.
+        acquired: usize,
+        /// Nodes needed.
+        quorum: usize,
+        /// Nodes in all.
+        nodes: usize,
+        /// The last node error seen, if any.
+        last_error: Option<Box<LockError>>,
+    },
     /// No default client was installed with
     /// [`LockClient::install_default`](crate::LockClient::install_default).
     #[error(
@@ -123,7 +163,13 @@ impl LockError {
 
     /// Redis is down, unreachable or too slow. HTTP: 503; gRPC: `UNAVAILABLE`.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, LockError::Backend { .. } | LockError::Timeout { .. })
+        matches!(
+            self,
+            LockError::Backend { .. }
+                | LockError::Timeout { .. }
+                | LockError::ReplicaAck { .. }
+                | LockError::NoQuorum { .. }
+        )
     }
 
     /// The lock was lost while held.

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ProtocolVersion};
 use tokio::task::AbortHandle;
 
+use crate::ack::ReplicaAck;
+use crate::backend::{self, Conn, Settings, Topology};
 use crate::demux::Demux;
 use crate::names::validate_prefix;
 use crate::releaser::Releaser;
@@ -20,10 +20,13 @@ use crate::{Lock, LockError};
 pub const DEFAULT_PREFIX: &str = "lock";
 /// The default watchdog timeout: the lease of a lock taken without an explicit lease.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an acquisition rides out an unavailable cluster or Sentinel deployment by default.
+pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(10);
 
 static DEFAULT_CLIENT: RwLock<Option<LockClient>> = RwLock::new(None);
 
-/// A handle to the lock service on one Redis server.
+/// A handle to the lock service on one Redis server, a Redis Cluster (feature `cluster`) or a
+/// Sentinel-managed master (feature `sentinel`).
 ///
 /// Cheap to clone (an `Arc`); clones share two connections (one for lock commands, one
 /// dedicated to pub/sub so that a flood of messages cannot delay a lock command) and three
@@ -55,7 +58,7 @@ pub(crate) struct Inner {
     pub(crate) id: Arc<str>,
     pub(crate) config: Config,
     /// The connection for lock commands.
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) demux: Demux,
     pub(crate) watchdog: Watchdog,
     pub(crate) releaser: Releaser,
@@ -70,6 +73,17 @@ pub(crate) struct Config {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) fence_retention: Duration,
+    pub(crate) topology: Topology,
+    pub(crate) replica_ack: Option<ReplicaAck>,
+    /// How long an acquisition keeps retrying while a failing-over deployment is unavailable.
+    pub(crate) failover_grace: Duration,
+}
+
+impl Config {
+    /// The scripts that publish unlock messages on this topology.
+    pub(crate) fn publishing(&self) -> crate::script::Publishing {
+        self.topology.publishing()
+    }
 }
 
 impl Inner {
@@ -101,8 +115,72 @@ impl LockClient {
 
     /// Starts configuring a client; finish with [`LockClientBuilder::build`].
     pub fn builder(url: &str) -> LockClientBuilder {
+        LockClientBuilder::new(Topology::Single(url.to_owned()))
+    }
+
+    /// Starts configuring a client for a Redis Cluster, given one or more seed nodes
+    /// (`redis://host:port`); the rest of the cluster is discovered from them.
+    ///
+    /// Each lock lives in one slot (its keys share a hash tag); unlock messages use sharded
+    /// pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis 7) on the lock's shard; the watchdog renews in
+    /// one pipeline per node; `MOVED`/`ASK` redirects and failovers are followed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// let locks = LockClient::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .build()
+    ///     .await?;
+    /// let guard = locks.lock("stock:42").acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_builder<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> LockClientBuilder {
+        LockClientBuilder::new(Topology::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Starts configuring a client for the master that the given sentinels
+    /// (`redis://host:26379`) monitor under `master_name`. When they fail over, the client
+    /// switches to the new master and resubscribes its waiters. Credentials of the data nodes
+    /// go in [`LockClientBuilder::master_credentials`]; the sentinels' own in their URLs.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lock_runtime::LockClient;
+    ///
+    /// let locks = LockClient::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// // Grants must have reached the replica before they count.
+    /// .replica_ack(1, Duration::from_millis(100))
+    /// .build()
+    /// .await?;
+    /// # drop(locks); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_builder<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> LockClientBuilder {
+        LockClientBuilder::new(Topology::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+            auth: None,
+        })
+    }
+}
+
+impl LockClientBuilder {
+    fn new(topology: Topology) -> LockClientBuilder {
         LockClientBuilder {
-            url: url.to_owned(),
+            topology,
+            replica_ack: None,
+            failover_grace: DEFAULT_FAILOVER_GRACE,
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
@@ -112,7 +190,9 @@ impl LockClient {
             tls_root_certificate: None,
         }
     }
+}
 
+impl LockClient {
     /// A lock by name. Nothing is sent to Redis until you use it; an invalid name (empty,
     /// longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with control characters) is
     /// reported by the first operation as [`LockError::InvalidName`].
@@ -190,7 +270,9 @@ impl fmt::Debug for LockClient {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until you call `build`"]
 pub struct LockClientBuilder {
-    url: String,
+    topology: Topology,
+    replica_ack: Option<ReplicaAck>,
+    failover_grace: Duration,
     prefix: String,
     watchdog_timeout: Duration,
     connect_timeout: Duration,
@@ -208,19 +290,6 @@ impl LockClientBuilder {
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_certificate = Some(pem.into());
         self
-    }
-
-    fn open(&self, info: redis::ConnectionInfo) -> Result<Client, LockError> {
-        #[cfg(feature = "tls")]
-        if let Some(pem) = &self.tls_root_certificate {
-            let certs = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            };
-            return Client::build_with_tls(info, certs)
-                .map_err(|e| LockError::InvalidConfig(format!("bad TLS settings: {e}")));
-        }
-        Client::open(info).map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))
     }
 
     /// The prefix of every Redis key and channel this client uses (default `"lock"`). Must be
@@ -258,6 +327,45 @@ impl LockClientBuilder {
         self
     }
 
+    /// Require `replicas` replicas to acknowledge every acquire, renewal and release within
+    /// `timeout` (`WAIT replicas timeout`, sent in the same pipeline as the write).
+    ///
+    /// - An acquisition that is not acknowledged in time is rolled back (nothing is held, no key
+    ///   is left) and fails with [`LockError::ReplicaAck`] (an "unavailable" error).
+    /// - A renewal that is not acknowledged does not count: the watchdog retries, and declares
+    ///   the lock lost if no acknowledged renewal lands before the lease would run out.
+    /// - [`LockGuard::release`](crate::LockGuard::release) reports an unacknowledged release as
+    ///   [`LockError::ReplicaAck`]; the lock is released on the master either way.
+    ///
+    /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the
+    /// shared connection for up to `timeout` when a replica lags. It narrows the window in which
+    /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
+    /// docs on topologies). `replicas = 0` turns it off.
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = (replicas > 0).then_some(ReplicaAck { replicas, timeout });
+        self
+    }
+
+    /// With a cluster or Sentinel: how long an acquisition keeps retrying while Redis is
+    /// unavailable (a failover in progress) before it reports the error (default 10 s, never
+    /// longer than the acquisition's own wait). Ignored for a single server, where an outage is
+    /// reported at once.
+    pub fn failover_grace(mut self, grace: Duration) -> Self {
+        self.failover_grace = grace;
+        self
+    }
+
+    /// Credentials of the Redis data nodes behind Sentinel (the sentinels' own go in their
+    /// URLs).
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Topology::Sentinel { auth, .. } = &mut self.topology {
+            *auth = Some((username.map(str::to_owned), password.to_owned()));
+        }
+        self
+    }
+
     /// Connects both connections and starts the background tasks.
     pub async fn build(self) -> Result<LockClient, LockError> {
         validate_prefix(&self.prefix)?;
@@ -284,53 +392,37 @@ impl LockClientBuilder {
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
 
-        let info = redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
-            .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
-        let client = self.open(info.clone())?;
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let pubsub_client = self.open(info.set_redis_settings(resp3))?;
+        if let Some(ack) = self.replica_ack
+            && ack.timeout.is_zero()
+        {
+            return Err(LockError::InvalidConfig(
+                "replica acknowledgement timeout must be greater than zero (WAIT 0 waits forever)"
+                    .into(),
+            ));
+        }
 
-        let base = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500));
+        let settings = Settings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: self.tls_root_certificate,
+        };
         let demux = Demux::new();
-        // Deliberately *without* automatic resubscription: redis 1.8 mixes up replies after a
-        // reconnect when it resubscribes itself (research/redis-rs-pubsub.md §3). The demux
-        // owns resubscription.
-        let pubsub_config = base.clone().set_push_sender(demux.router());
-
-        let connect = async {
-            tokio::try_join!(
-                ConnectionManager::new_with_config(client, base),
-                ConnectionManager::new_with_config(pubsub_client, pubsub_config),
-            )
-        };
-        let (conn, pubsub) = match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(Ok(conns)) => conns,
-            Ok(Err(e)) => return Err(LockError::backend("connect", e)),
-            Err(_) => {
-                return Err(LockError::Timeout {
-                    op: "connect",
-                    timeout: self.connect_timeout,
-                });
-            }
-        };
+        let (conn, pubsub) = backend::connect(&self.topology, &settings, &demux).await?;
 
         let config = Config {
             prefix: self.prefix,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
             fence_retention: self.fence_retention,
+            topology: self.topology,
+            replica_ack: self.replica_ack,
+            failover_grace: self.failover_grace,
         };
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
-        let releaser = Releaser::start(conn.clone(), counters.clone());
+        let releaser = Releaser::start(conn.clone(), config.publishing(), counters.clone());
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
             watchdog: Watchdog::new(&config),

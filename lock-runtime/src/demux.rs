@@ -20,11 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
-use redis::{PushInfo, PushKind};
+use redis::aio::{AsyncPushSender, SendError};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
+
+use crate::backend::Conn;
 
 /// Channels per `SUBSCRIBE` command.
 const BATCH: usize = 5_000;
@@ -91,7 +93,7 @@ impl Demux {
     }
 
     /// Starts the subscriber on the connection that delivers pushes to [`Demux::router`].
-    pub(crate) fn start(&self, conn: ConnectionManager) -> AbortHandle {
+    pub(crate) fn start(&self, conn: Conn) -> AbortHandle {
         tokio::spawn(subscribe_loop(self.shared.clone(), conn)).abort_handle()
     }
 
@@ -142,6 +144,12 @@ impl Demux {
     pub(crate) fn subscribed_len(&self) -> usize {
         self.shared.lock().subscribed.len()
     }
+
+    /// The subscription connection was replaced (Sentinel failover): same as losing it.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn connection_lost(&self) {
+        self.shared.connection_lost();
+    }
 }
 
 impl Shared {
@@ -149,6 +157,38 @@ impl Shared {
         // The state stays consistent at every unlock point, so a panic elsewhere cannot
         // poison it into something unusable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every subscription is gone: mark all channels unconfirmed, wake every waiter (messages
+    /// sent during the gap are lost, so they must retry) and resubscribe everything.
+    fn connection_lost(&self) {
+        tracing::debug!("pub/sub connection lost; waking all waiters and resubscribing");
+        let mut state = self.lock();
+        state.epoch += 1;
+        state.subscribed.clear();
+        let names: Vec<String> = state.channels.keys().cloned().collect();
+        for reg in state.channels.values() {
+            reg.channel.ready.store(false, Ordering::Release);
+            reg.channel.notify.notify_waiters();
+        }
+        state.dirty.extend(names);
+        drop(state);
+        self.work.notify_one();
+    }
+
+    /// The server dropped one shard channel (its slot moved to another node): resubscribe it
+    /// if anyone still waits on it, and wake them, since an unlock may have been missed.
+    fn channel_dropped(&self, name: &str) {
+        let mut state = self.lock();
+        state.subscribed.remove(name);
+        let Some(reg) = state.channels.get(name) else {
+            return;
+        };
+        reg.channel.ready.store(false, Ordering::Release);
+        reg.channel.notify.notify_waiters();
+        state.dirty.insert(name.to_owned());
+        drop(state);
+        self.work.notify_one();
     }
 }
 
@@ -217,19 +257,16 @@ impl AsyncPushSender for PushRouter {
                     reg.channel.notify.notify_one();
                 }
             }
-            PushKind::Disconnection => {
-                tracing::debug!("pub/sub connection lost; waking all waiters and resubscribing");
-                let mut state = shared.lock();
-                state.epoch += 1;
-                state.subscribed.clear();
-                let names: Vec<String> = state.channels.keys().cloned().collect();
-                for reg in state.channels.values() {
-                    reg.channel.ready.store(false, Ordering::Release);
-                    reg.channel.notify.notify_waiters();
+            PushKind::Disconnection => shared.connection_lost(),
+            // Sent by the server when a shard channel's slot migrates or its node fails over,
+            // and as the confirmation of our own SUNSUBSCRIBE (then nobody waits on it and
+            // nothing happens).
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(name)) = push.data.first()
+                    && let Ok(name) = std::str::from_utf8(name)
+                {
+                    shared.channel_dropped(name);
                 }
-                state.dirty.extend(names);
-                drop(state);
-                shared.work.notify_one();
             }
             // Subscribe/unsubscribe confirmations are copied here too; the subscriber learns
             // of them from its own commands.
@@ -240,7 +277,7 @@ impl AsyncPushSender for PushRouter {
 }
 
 /// Brings the server's subscriptions in line with the registry.
-async fn subscribe_loop(shared: Arc<Shared>, mut conn: ConnectionManager) {
+async fn subscribe_loop(shared: Arc<Shared>, mut conn: Conn) {
     let mut backoff = Duration::from_millis(10);
     loop {
         shared.work.notified().await;
@@ -279,7 +316,7 @@ async fn subscribe_loop(shared: Arc<Shared>, mut conn: ConnectionManager) {
 
 async fn sync(
     shared: &Shared,
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     epoch: u64,
     subscribe: Vec<String>,
     unsubscribe: Vec<String>,

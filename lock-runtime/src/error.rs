@@ -202,3 +202,27 @@ impl LockError {
 pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
     err.is_timeout() || err.is_connection_dropped() || err.is_io_error()
 }
+
+/// Whether an error is what a failing, restarting or demoted master looks like (worth riding out
+/// on a deployment that fails over).
+pub(crate) fn failover_symptom(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::ReadOnly
+                    | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::BusyLoading
+            )
+        )
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::ClusterConnectionNotFound
+        )
+}

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::error::outcome_unknown;
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
-use crate::script::{self, Reply};
+use crate::script::Reply;
 use crate::{LockClient, LockError, LossReason, scope};
 
 /// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
@@ -163,8 +163,9 @@ impl LockGuard {
     /// How much longer the lock is confirmed to be held ([`valid_until`](LockGuard::valid_until)
     /// minus now); zero once it is lost or released.
     pub fn remaining_validity(&self) -> Duration {
-        self.valid_until()
-            .map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()))
+        self.valid_until().map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
     }
 
     /// Whether the lock is known to be lost.
@@ -209,6 +210,9 @@ impl LockGuard {
     ///   with another holder's); whatever was left of it is released.
     /// - [`LockError::NotOwner`]: it was no longer ours (expired or force-unlocked).
     /// - Backend errors: the release is retried in the background until the lease ends.
+    /// - [`LockError::ReplicaAck`] (with
+    ///   [`replica_ack`](crate::LockClientBuilder::replica_ack)): released on the master, but
+    ///   not acknowledged by enough replicas in time.
     ///
     /// A re-entrant guard releases nothing (its outermost guard does) and returns `Ok(())`
     /// unless the lock is lost.
@@ -258,21 +262,46 @@ impl LockGuard {
 
 /// Runs the release script; `Ok(false)` when the lock was not ours.
 async fn release_now(held: &Held) -> Result<bool, LockError> {
-    let mut conn = held.client.inner.conn.clone();
+    let inner = &held.client.inner;
+    let release = inner.config.publishing().release;
+    let mut conn = inner.conn.clone();
     let mut retried = false;
     loop {
-        let reply = script::RELEASE
-            .key(&held.names.key)
-            .key(&held.names.channel)
-            .arg(&*held.owner)
-            .invoke_async::<Reply>(&mut conn)
-            .await;
+        let reply = match inner.config.replica_ack {
+            None => release
+                .key(&held.names.key)
+                .key(&held.names.channel)
+                .arg(&*held.owner)
+                .invoke_async::<Reply>(&mut conn)
+                .await
+                .map(|r| (r, None)),
+            Some(ack) => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(release.get_hash())
+                    .arg(2)
+                    .arg(&held.names.key)
+                    .arg(&held.names.channel)
+                    .arg(&*held.owner);
+                crate::ack::eval_acked::<Reply>(&mut conn, release, cmd, ack)
+                    .await
+                    .map(|(r, n)| (r, Some((ack, n))))
+            }
+        };
         return match reply {
-            Ok(Reply::Done(_)) => Ok(true),
+            Ok((Reply::Done(_), Some((ack, acked)))) if acked < ack.replicas => {
+                Err(LockError::ReplicaAck {
+                    op: "release",
+                    name: held.names.name.clone(),
+                    required: ack.replicas,
+                    acknowledged: acked,
+                    timeout: ack.timeout,
+                })
+            }
+            Ok((Reply::Done(_), _)) => Ok(true),
             // After an unknown outcome, "not ours any more" means our first attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.
-            Ok(Reply::NotDone(_)) => Ok(retried),
-            Ok(Reply::Foreign(found)) => Err(LockError::ForeignData {
+            Ok((Reply::NotDone(_), _)) => Ok(retried),
+            Ok((Reply::Foreign(found), _)) => Err(LockError::ForeignData {
                 key: held.names.key.clone(),
                 found,
             }),

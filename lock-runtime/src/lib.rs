@@ -77,7 +77,11 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod ack;
+mod backend;
 mod client;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod demux;
 mod error;
 mod guard;
@@ -88,10 +92,14 @@ mod options;
 mod releaser;
 mod scope;
 mod script;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod stats;
 mod watchdog;
 
-pub use client::{DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder};
+pub use client::{
+    DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
+};
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use lock::Lock;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::error::outcome_unknown;
+use crate::ack;
+use crate::error::{failover_symptom, outcome_unknown};
 use crate::guard::{Held, LossSignal};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
@@ -23,6 +24,8 @@ const RECONCILE_TRIES: u32 = 3;
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
 /// The longest sleep between attempts while the unlock channel is not confirmed.
 const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(100);
+/// The pause between acquire attempts while a failing-over deployment is unavailable.
+const FAILOVER_RETRY: Duration = Duration::from_millis(100);
 
 /// A named lock; made by [`LockClient::lock`]. Cheap to clone.
 ///
@@ -164,7 +167,7 @@ impl Lock {
         let mut pttl = -1;
         if !queue_first {
             // Uncontended: one round trip, no subscription.
-            pttl = match Box::pin(self.attempt(names, &owner, lease)).await? {
+            pttl = match Box::pin(self.attempt(names, &owner, lease, deadline)).await? {
                 Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
                 Attempt::Busy(pttl) => pttl,
             };
@@ -202,7 +205,7 @@ impl Lock {
                 } else {
                     // Boxed: the round trip's future is large and only alive during the attempt;
                     // inline it would make every waiting task carry its size while it sleeps.
-                    let attempt = Box::pin(self.attempt(names, &owner, lease)).await;
+                    let attempt = Box::pin(self.attempt(names, &owner, lease, deadline)).await;
                     if attempt.is_ok() {
                         // Decided: either ours, or taken by someone whose release will publish
                         // again.
@@ -246,6 +249,7 @@ impl Lock {
         names: &Arc<LockNames>,
         owner: &Arc<str>,
         lease: Duration,
+        deadline: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.client.inner;
         let mut cleanup = Cleanup {
@@ -254,21 +258,50 @@ impl Lock {
         };
         let mut conn = inner.conn.clone();
         let mut tries = 0;
+        let mut unavailable_since: Option<Instant> = None;
         loop {
             let sent = Instant::now();
-            let reply = script::ACQUIRE
-                .key(&names.key)
-                .key(&names.fence)
-                .arg(&**owner)
-                .arg(lease.as_millis() as u64)
-                .arg(inner.config.fence_retention.as_millis() as u64)
-                .invoke_async::<Reply>(&mut conn)
-                .await;
+            let reply = match inner.config.replica_ack {
+                None => script::ACQUIRE
+                    .key(&names.key)
+                    .key(&names.fence)
+                    .arg(&**owner)
+                    .arg(lease.as_millis() as u64)
+                    .arg(inner.config.fence_retention.as_millis() as u64)
+                    .invoke_async::<Reply>(&mut conn)
+                    .await
+                    .map(|r| (r, None)),
+                Some(ack) => {
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(script::ACQUIRE.get_hash())
+                        .arg(2)
+                        .arg(&names.key)
+                        .arg(&names.fence)
+                        .arg(&**owner)
+                        .arg(lease.as_millis() as u64)
+                        .arg(inner.config.fence_retention.as_millis() as u64);
+                    ack::eval_acked::<Reply>(&mut conn, &script::ACQUIRE, cmd, ack)
+                        .await
+                        .map(|(r, n)| (r, Some((ack, n))))
+                }
+            };
             return match reply {
-                Ok(reply) => {
+                Ok((reply, acked)) => {
                     cleanup.job = None;
                     match reply {
                         Reply::Done(token) => {
+                            if let Some((ack, acked)) = acked
+                                && acked < ack.replicas
+                            {
+                                self.roll_back(names, owner, lease).await;
+                                return Err(LockError::ReplicaAck {
+                                    op: "acquire",
+                                    name: names.name.clone(),
+                                    required: ack.replicas,
+                                    acknowledged: acked,
+                                    timeout: ack.timeout,
+                                });
+                            }
                             tracing::debug!(token, "acquired");
                             Ok(Attempt::Taken {
                                 token: token as u64,
@@ -288,6 +321,13 @@ impl Lock {
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(tries))).await;
                     continue;
                 }
+                Err(e) if self.ride_out(&e, &mut unavailable_since, deadline) => {
+                    // A cluster or Sentinel failover in progress: keep trying with the same
+                    // owner id (idempotent) until the grace period or the wait runs out.
+                    tracing::debug!(error = %e, "redis unavailable; waiting for failover");
+                    tokio::time::sleep(FAILOVER_RETRY).await;
+                    continue;
+                }
                 Err(e) => {
                     if !outcome_unknown(&e) {
                         cleanup.job = None;
@@ -295,6 +335,45 @@ impl Lock {
                     Err(LockError::backend("acquire", e))
                 }
             };
+        }
+    }
+
+    /// Whether to retry an acquire error because the deployment may be failing over.
+    fn ride_out(
+        &self,
+        e: &redis::RedisError,
+        since: &mut Option<Instant>,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let config = &self.client.inner.config;
+        if !config.topology.fails_over() || !failover_symptom(e) {
+            return false;
+        }
+        let now = Instant::now();
+        let first = *since.get_or_insert(now);
+        let until = first + config.failover_grace;
+        let until = deadline.map_or(until, |d| d.min(until));
+        now + FAILOVER_RETRY < until
+    }
+
+    /// Undoes a grant that replicas did not acknowledge. If that fails, the background
+    /// releaser keeps trying until the lease ends.
+    async fn roll_back(&self, names: &Arc<LockNames>, owner: &Arc<str>, lease: Duration) {
+        let inner = &self.client.inner;
+        let rolled_back = inner
+            .config
+            .publishing()
+            .release
+            .key(&names.key)
+            .key(&names.channel)
+            .arg(&**owner)
+            .invoke_async::<Reply>(&mut inner.conn.clone())
+            .await;
+        tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
+        if rolled_back.is_err() {
+            inner
+                .releaser
+                .submit(ReleaseJob::new(names, owner, Instant::now() + lease));
         }
     }
 
@@ -352,7 +431,12 @@ impl Lock {
     /// at its next renewal. Returns whether a lock was deleted.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let names = self.names()?;
-        let reply = script::FORCE_UNLOCK
+        let reply = self
+            .client
+            .inner
+            .config
+            .publishing()
+            .force_unlock
             .key(&names.key)
             .key(&names.channel)
             .invoke_async::<Reply>(&mut self.client.inner.conn.clone())

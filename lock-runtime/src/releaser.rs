@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::backend::Conn;
 use crate::names::LockNames;
-use crate::script;
+use crate::script::{self, Publishing};
 use crate::stats::Counters;
 use std::sync::Arc;
 
@@ -46,9 +46,9 @@ pub(crate) struct Releaser {
 }
 
 impl Releaser {
-    pub(crate) fn start(conn: ConnectionManager, counters: Arc<Counters>) -> Releaser {
+    pub(crate) fn start(conn: Conn, publishing: Publishing, counters: Arc<Counters>) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, rx, counters));
+        tokio::spawn(run(conn, publishing, rx, counters));
         Releaser { tx }
     }
 
@@ -60,7 +60,8 @@ impl Releaser {
 }
 
 async fn run(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
+    publishing: Publishing,
     mut rx: mpsc::UnboundedReceiver<ReleaseJob>,
     counters: Arc<Counters>,
 ) {
@@ -84,11 +85,10 @@ async fn run(
         if jobs.is_empty() {
             continue;
         }
-        match release_all(&mut conn, &jobs).await {
-            Ok(()) => {
-                tracing::debug!(released = jobs.len(), "background release done");
-                Counters::add(&counters.background_releases, jobs.len() as u64);
-                jobs.clear();
+        match release_all(&mut conn, publishing.release, &mut jobs).await {
+            Ok(released) => {
+                tracing::debug!(released, "background release done");
+                Counters::add(&counters.background_releases, released as u64);
                 backoff = Duration::from_millis(20);
             }
             Err(e) => {
@@ -100,22 +100,55 @@ async fn run(
     }
 }
 
-async fn release_all(conn: &mut ConnectionManager, jobs: &[ReleaseJob]) -> redis::RedisResult<()> {
+/// Releases `jobs`, removing those that are done; returns how many were.
+async fn release_all(
+    conn: &mut Conn,
+    release: &redis::Script,
+    jobs: &mut Vec<ReleaseJob>,
+) -> redis::RedisResult<usize> {
+    #[cfg(feature = "cluster")]
+    if let Conn::Cluster(cluster) = conn {
+        // A pipeline may not span slots: one call per lock, all at once.
+        let args: Vec<(&str, &str, &str)> = jobs
+            .iter()
+            .map(|j| (j.names.key.as_str(), j.names.channel.as_str(), &*j.owner))
+            .collect();
+        let failed = crate::cluster::release_each(cluster, release, &args).await;
+        let total = jobs.len();
+        let mut i = 0;
+        jobs.retain(|_| {
+            i += 1;
+            failed.contains(&(i - 1))
+        });
+        return if failed.is_empty() {
+            Ok(total)
+        } else if failed.len() == total {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "every background release failed",
+            )))
+        } else {
+            Ok(total - failed.len())
+        };
+    }
     let mut pipe = redis::pipe();
-    for job in jobs {
+    for job in jobs.iter() {
         pipe.cmd("EVALSHA")
-            .arg(script::RELEASE.get_hash())
+            .arg(release.get_hash())
             .arg(2)
             .arg(&job.names.key)
             .arg(&job.names.channel)
             .arg(&*job.owner)
             .ignore();
     }
-    match pipe.exec_async(conn).await {
+    match pipe.exec_async(&mut *conn).await {
         Err(e) if script::is_no_script(&e) => {
-            script::RELEASE.prepare_invoke().load_async(conn).await?;
+            release.prepare_invoke().load_async(conn).await?;
             pipe.exec_async(conn).await
         }
         other => other,
-    }
+    }?;
+    let n = jobs.len();
+    jobs.clear();
+    Ok(n)
 }

@@ -20,6 +20,8 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::LossReason;
+use crate::ack::ReplicaAck;
+use crate::backend::Conn;
 use crate::client::{Config, Inner};
 use crate::guard::LossSignal;
 use crate::names::LockNames;
@@ -42,6 +44,9 @@ struct Shared {
     period: Duration,
     margin: Duration,
     retry: Duration,
+    /// Where the slots of the cluster live, for batching renewals per node.
+    #[cfg(feature = "cluster")]
+    slots: crate::cluster::SlotCache,
 }
 
 /// One held lock, by acquisition id.
@@ -70,6 +75,8 @@ impl Watchdog {
                 // Declare a lease lost this long before it could run out.
                 margin: (lease / 10).max(Duration::from_millis(5)),
                 retry: (period / 4).min(Duration::from_millis(200)),
+                #[cfg(feature = "cluster")]
+                slots: Default::default(),
             }),
         }
     }
@@ -212,66 +219,115 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
         return Ok(sent);
     }
     let lease_ms = shared.lease.as_millis() as u64;
-    let pipe = script::renew_pipeline(
-        batch.iter().map(|(_, n, o)| (n.key.as_str(), &**o)),
-        lease_ms,
-        RENEW_CHUNK,
-    );
     // Never wait past the earliest loss deadline: expiry must be declared on time even when
     // Redis hangs.
     let limit = deadline
         .map(|d| d.saturating_duration_since(sent))
         .unwrap_or(inner.config.response_timeout)
         .clamp(Duration::from_millis(1), inner.config.response_timeout);
-    let mut conn = inner.conn.clone();
+    let pairs: Vec<(&str, &str)> = batch
+        .iter()
+        .map(|(_, n, o)| (n.key.as_str(), &**o))
+        .collect();
+    let ack = inner.config.replica_ack;
     let query = async {
-        let mut reply =
-            tokio::time::timeout(limit, pipe.query_async::<Vec<Vec<i64>>>(&mut conn)).await;
-        if let Ok(Err(e)) = &reply
-            && script::is_no_script(e)
-        {
-            // Scripts were flushed (or Redis restarted): load and retry once at once.
-            tracing::debug!("renew script missing on the server; reloading");
-            let retry = async {
-                script::RENEW.prepare_invoke().load_async(&mut conn).await?;
-                pipe.query_async::<Vec<Vec<i64>>>(&mut conn).await
-            };
-            reply = tokio::time::timeout(limit, retry).await;
-        }
-        reply
+        let outcome = match &inner.conn {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(cluster) => Ok(crate::cluster::renew(
+                cluster,
+                &shared.slots,
+                &pairs,
+                lease_ms,
+                ack,
+                RENEW_CHUNK,
+            )
+            .await),
+            conn => renew_pipelined(&mut conn.clone(), &pairs, lease_ms, ack).await,
+        };
+        (outcome, pairs.len())
     };
     let span = tracing::debug_span!("lock.renew", locks = batch.len());
-    let reply = tracing::Instrument::instrument(query, span).await;
-    match reply {
-        Ok(Ok(results)) => {
-            Counters::add(&inner.counters.renewal_round_trips, 1);
-            let mut entries = shared.lock();
-            let confirmed = sent + shared.lease;
-            let mut lost = 0usize;
-            for ((id, names, _), renewed) in batch.iter().zip(results.into_iter().flatten()) {
-                let Some(entry) = entries.get_mut(id) else {
-                    continue;
-                };
-                if renewed == 1 {
-                    entry.confirmed_until = confirmed;
-                } else {
-                    entry.signal.declare(&names.name, LossReason::Deleted);
-                    entries.remove(id);
-                    lost += 1;
-                }
-            }
-            tracing::debug!(renewed = batch.len() - lost, lost, "renewal batch done");
-            Counters::add(&inner.counters.renewals, (batch.len() - lost) as u64);
-            Counters::add(&inner.counters.losses, lost as u64);
-            Ok(sent)
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying");
-            Err(())
-        }
+    let (reply, _) = match tokio::time::timeout(limit, tracing::Instrument::instrument(query, span)).await {
+        Ok(outcome) => outcome,
         Err(_) => {
             tracing::warn!(timeout = ?limit, locks = batch.len(), "lock renewal timed out; retrying");
-            Err(())
+            return Err(());
+        }
+    };
+    let results = match reply {
+        Ok(results) => results,
+        Err(e) => {
+            tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying");
+            return Err(());
+        }
+    };
+    Counters::add(&inner.counters.renewal_round_trips, 1);
+    let mut entries = shared.lock();
+    let confirmed = sent + shared.lease;
+    let (mut renewed, mut lost, mut unconfirmed) = (0usize, 0usize, 0usize);
+    for ((id, names, _), result) in batch.iter().zip(results) {
+        let Some(entry) = entries.get_mut(id) else {
+            continue;
+        };
+        match result {
+            Some(true) => {
+                entry.confirmed_until = confirmed;
+                renewed += 1;
+            }
+            Some(false) => {
+                entry.signal.declare(&names.name, LossReason::Deleted);
+                entries.remove(id);
+                lost += 1;
+            }
+            None => unconfirmed += 1,
         }
     }
+    drop(entries);
+    tracing::debug!(renewed, lost, unconfirmed, "renewal batch done");
+    Counters::add(&inner.counters.renewals, renewed as u64);
+    Counters::add(&inner.counters.losses, lost as u64);
+    if unconfirmed > 0 {
+        tracing::warn!(unconfirmed, "some renewals were not confirmed; retrying");
+        return Err(());
+    }
+    Ok(sent)
+}
+
+/// Renews on one server (or the master behind Sentinel): one pipeline, `WAIT` at its end when
+/// replicas must acknowledge. Per lock: renewed, gone, or (not acknowledged) unconfirmed.
+async fn renew_pipelined(
+    conn: &mut Conn,
+    pairs: &[(&str, &str)],
+    lease_ms: u64,
+    ack: Option<ReplicaAck>,
+) -> redis::RedisResult<Vec<Option<bool>>> {
+    let mut pipe = script::renew_pipeline(pairs.iter().copied(), lease_ms, RENEW_CHUNK);
+    if let Some(ack) = ack {
+        ack.append_wait(&mut pipe);
+    }
+    let mut values: Vec<redis::Value> = match pipe.query_async(&mut *conn).await {
+        Err(e) if script::is_no_script(&e) => {
+            // Scripts were flushed (or Redis restarted): load and retry once at once.
+            tracing::debug!("renew script missing on the server; reloading");
+            script::RENEW.prepare_invoke().load_async(&mut *conn).await?;
+            pipe.query_async(conn).await?
+        }
+        other => other?,
+    };
+    let acknowledged = match ack {
+        Some(ack) => {
+            let acked = values.pop().map_or(0, |v| ReplicaAck::acknowledged(&v));
+            if acked < ack.replicas {
+                tracing::warn!(acked, required = ack.replicas, "renewal not acknowledged by enough replicas");
+            }
+            acked >= ack.replicas
+        }
+        None => true,
+    };
+    let mut results = Vec::with_capacity(pairs.len());
+    for value in values {
+        let renewed: Vec<i64> = redis::FromRedisValue::from_redis_value(value)?;
+        results.extend(renewed.into_iter().map(|r| acknowledged.then_some(r == 1)));
+    }
+    Ok(results)
 }

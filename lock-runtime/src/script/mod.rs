@@ -20,6 +20,43 @@ pub(crate) static RENEW: LazyLock<Script> =
 /// Deletes the lock whoever holds it and publishes the unlock message.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+/// [`RELEASE`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
+#[cfg(feature = "cluster")]
+pub(crate) static RELEASE_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&sharded(include_str!("release.lua"))));
+/// [`FORCE_UNLOCK`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
+#[cfg(feature = "cluster")]
+pub(crate) static FORCE_UNLOCK_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&sharded(include_str!("force_unlock.lua"))));
+
+/// The scripts that publish unlock messages, for classic or sharded pub/sub.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Publishing {
+    pub(crate) release: &'static LazyLock<Script>,
+    pub(crate) force_unlock: &'static LazyLock<Script>,
+}
+
+impl Publishing {
+    /// `PUBLISH`/`SUBSCRIBE`: one server, or the master behind Sentinel.
+    pub(crate) const CLASSIC: Publishing = Publishing {
+        release: &RELEASE,
+        force_unlock: &FORCE_UNLOCK,
+    };
+    /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
+    /// broadcast to every node.
+    #[cfg(feature = "cluster")]
+    pub(crate) const SHARDED: Publishing = Publishing {
+        release: &RELEASE_SHARDED,
+        force_unlock: &FORCE_UNLOCK_SHARDED,
+    };
+}
+
+#[cfg(feature = "cluster")]
+fn sharded(code: &str) -> String {
+    let out = code.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+    debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
+    out
+}
 /// Reads the lock's state.
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("inspect.lua")));
@@ -101,6 +138,17 @@ mod tests {
             Reply::Foreign("string".into())
         );
         assert!(Reply::from_redis_value(v(7, Value::Int(0))).is_err());
+    }
+
+    #[test]
+    #[cfg(feature = "cluster")]
+    fn sharded_scripts_publish_on_the_shard_channel() {
+        for (classic, sharded) in [
+            (&RELEASE, &RELEASE_SHARDED),
+            (&FORCE_UNLOCK, &FORCE_UNLOCK_SHARDED),
+        ] {
+            assert_ne!(classic.get_hash(), sharded.get_hash());
+        }
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! Replica acknowledgement: `WAIT n timeout` after the writes that matter.
+//!
+//! Redis replicates asynchronously: a master that fails right after granting a lock may take the
+//! grant with it, and the promoted replica hands the lock to someone else. With
+//! [`LockClientBuilder::replica_ack`](crate::LockClientBuilder::replica_ack) every acquire,
+//! renewal and release is followed, in the same pipeline on the same connection, by
+//! `WAIT n timeout`, which returns how many replicas have the write.
+//!
+//! - **acquire**: fewer than `n` → the lock is released again at once and the acquire fails with
+//!   [`LockError::ReplicaAck`](crate::LockError::ReplicaAck); nothing is held, no key is left.
+//! - **renew**: fewer than `n` → the renewal does not count; the watchdog retries and declares
+//!   the lock lost if no acknowledged renewal lands before the lease would run out.
+//! - **release**: fewer than `n` → [`LockGuard::release`](crate::LockGuard::release) reports
+//!   it (a failover could bring the lock back until its lease ends; it is not held by us).
+//!
+//! `WAIT` narrows the window; it does not make replication synchronous (a replica may
+//! acknowledge and still lose the write, and Redis does not roll a master back): see the crate
+//! docs on topologies, and use fencing tokens where a double hold must not cause harm.
+
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, Script, Value};
+
+use crate::backend::Conn;
+use crate::script;
+
+/// Require `replicas` acknowledgements within `timeout` after each lock write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl ReplicaAck {
+    /// Appends `WAIT replicas timeout` to a pipeline.
+    pub(crate) fn append_wait(&self, pipe: &mut Pipeline) {
+        pipe.cmd("WAIT")
+            .arg(self.replicas)
+            .arg(self.timeout.as_millis().max(1) as u64);
+    }
+
+    /// How many replicas a `WAIT` reply counts (0 for anything unexpected).
+    pub(crate) fn acknowledged(reply: &Value) -> u32 {
+        match reply {
+            Value::Int(n) => u32::try_from(*n).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// An error unless the `WAIT` reply counts enough replicas.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn check(&self, reply: Value) -> redis::RedisResult<u32> {
+        let acked = ReplicaAck::acknowledged(&reply);
+        if acked >= self.replicas {
+            Ok(acked)
+        } else {
+            Err(RedisError::from((
+                ErrorKind::Client,
+                "not enough replicas acknowledged",
+                format!("{acked} of {}", self.replicas),
+            )))
+        }
+    }
+}
+
+/// Runs `evalsha` (an `EVALSHA` of `script`) followed by `WAIT` in one pipeline on one
+/// connection (so `WAIT` counts exactly this write); loads the script and retries once if the
+/// server lost it. Returns the script's reply and how many replicas acknowledged.
+pub(crate) async fn eval_acked<T: FromRedisValue>(
+    conn: &mut Conn,
+    script: &Script,
+    evalsha: Cmd,
+    ack: ReplicaAck,
+) -> redis::RedisResult<(T, u32)> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(evalsha);
+    ack.append_wait(&mut pipe);
+    let (reply, acked): (T, Value) = match pipe.query_async(&mut *conn).await {
+        Err(e) if script::is_no_script(&e) => {
+            script.prepare_invoke().load_async(&mut *conn).await?;
+            pipe.query_async(conn).await?
+        }
+        other => other?,
+    };
+    Ok((reply, ReplicaAck::acknowledged(&acked)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_acknowledgements() {
+        let ack = ReplicaAck {
+            replicas: 2,
+            timeout: Duration::from_millis(50),
+        };
+        assert_eq!(ack.check(Value::Int(2)).unwrap(), 2);
+        assert!(ack.check(Value::Int(1)).is_err());
+        assert!(ack.check(Value::Nil).is_err());
+        let mut pipe = redis::pipe();
+        ack.append_wait(&mut pipe);
+        assert_eq!(pipe.cmd_iter().count(), 1);
+    }
+}

@@ -1,0 +1,277 @@
+//! Where lock commands go: one Redis server, a Redis Cluster, or the master Sentinel names.
+//!
+//! [`Conn`] is a cheap-to-clone handle that implements redis' `ConnectionLike`, so the scripts
+//! run unchanged on every topology. What does differ is kept here and in the topology modules:
+//!
+//! - **pub/sub**: `SUBSCRIBE`/`PUBLISH` on one server; sharded `SSUBSCRIBE`/`SPUBLISH` on a
+//!   cluster, where the unlock channel lives in the lock's own slot, so a release reaches only
+//!   that shard instead of being broadcast to every node;
+//! - **batching**: a pipeline may span many locks on one server; on a cluster one script call
+//!   must stay in one slot and one pipeline on one node (`cluster.rs` groups renewals per node);
+//! - **failover**: the cluster connection follows `MOVED`/`ASK` and topology changes itself;
+//!   the Sentinel connection asks the sentinels for the new master when the old one fails
+//!   (`sentinel.rs`).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::LockError;
+use crate::demux::Demux;
+use crate::script::Publishing;
+
+/// Which deployment a client talks to.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (or a proxy in front of one): the URL.
+    Single(String),
+    /// A Redis Cluster: seed node URLs.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    /// A master found through Sentinel.
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        /// Sentinel URLs.
+        sentinels: Vec<String>,
+        /// The monitored master's name.
+        master: String,
+        /// Credentials for the data nodes (the sentinels' own are in their URLs).
+        auth: Option<(Option<String>, String)>,
+    },
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Topology::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(nodes) => f
+                .debug_tuple("Cluster")
+                .field(&nodes.iter().map(|n| redact(n)).collect::<Vec<_>>())
+                .finish(),
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel {
+                sentinels, master, ..
+            } => f
+                .debug_struct("Sentinel")
+                .field(
+                    "sentinels",
+                    &sentinels.iter().map(|n| redact(n)).collect::<Vec<_>>(),
+                )
+                .field("master", master)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A URL without its credentials, for logs and `Debug`.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Topology {
+    /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
+    /// out instead of reporting it at once.
+    pub(crate) fn fails_over(&self) -> bool {
+        !matches!(self, Topology::Single(_))
+    }
+
+    /// The scripts to publish unlock messages with.
+    pub(crate) fn publishing(&self) -> Publishing {
+        match self {
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(_) => Publishing::SHARDED,
+            _ => Publishing::CLASSIC,
+        }
+    }
+
+}
+
+/// A connection to wherever the lock keys live.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+    #[cfg(feature = "sentinel")]
+    Sentinel(crate::sentinel::FailoverConn),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// Subscribes to unlock channels (sharded on a cluster: one command per slot).
+    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Conn::Single(c) => c.subscribe(channels).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.subscribe(channels, true).await,
+        }
+    }
+
+    /// Unsubscribes from unlock channels.
+    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Conn::Single(c) => c.unsubscribe(channels).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.subscribe(channels, false).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_credentials() {
+        let t = Topology::Single("redis://user:s3cret@127.0.0.1:6379/0".into());
+        let shown = format!("{t:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
+        assert_eq!(redact("redis://127.0.0.1"), "redis://127.0.0.1");
+    }
+}
+
+/// Connection settings shared by every topology.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
+}
+
+impl Settings {
+    /// Opens a redis client for one node.
+    pub(crate) fn open(&self, info: redis::ConnectionInfo) -> Result<redis::Client, LockError> {
+        #[cfg(feature = "tls")]
+        if let Some(pem) = &self.tls_root_certificate {
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            };
+            return redis::Client::build_with_tls(info, certs)
+                .map_err(|e| LockError::InvalidConfig(format!("bad TLS settings: {e}")));
+        }
+        redis::Client::open(info)
+            .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))
+    }
+
+    pub(crate) fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
+    /// Two connection managers to one server: commands (RESP2) and pub/sub (RESP3, pushes
+    /// routed by the demux). Deliberately *without* redis' automatic resubscription: redis 1.8
+    /// mixes up replies after a reconnect when it resubscribes itself
+    /// (research/redis-rs-pubsub.md §3). The demux owns resubscription.
+    pub(crate) async fn managers(
+        &self,
+        info: redis::ConnectionInfo,
+        demux: &Demux,
+    ) -> Result<(ConnectionManager, ConnectionManager), LockError> {
+        let client = self.open(info.clone())?;
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let pubsub_client = self.open(info.set_redis_settings(resp3))?;
+        let base = self.manager_config();
+        let pubsub_config = base.clone().set_push_sender(demux.router());
+        let connect = async {
+            tokio::try_join!(
+                ConnectionManager::new_with_config(client, base),
+                ConnectionManager::new_with_config(pubsub_client, pubsub_config),
+            )
+        };
+        self.within_connect_timeout(connect).await
+    }
+
+    pub(crate) async fn within_connect_timeout<T>(
+        &self,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.connect_timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(LockError::backend("connect", e)),
+            Err(_) => Err(LockError::Timeout {
+                op: "connect",
+                timeout: self.connect_timeout,
+            }),
+        }
+    }
+}
+
+/// Connects the command and the pub/sub connection of a client.
+pub(crate) async fn connect(
+    topology: &Topology,
+    settings: &Settings,
+    demux: &Demux,
+) -> Result<(Conn, Conn), LockError> {
+    match topology {
+        Topology::Single(url) => {
+            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
+            let (conn, pubsub) = settings.managers(info, demux).await?;
+            Ok((Conn::Single(conn), Conn::Single(pubsub)))
+        }
+        #[cfg(feature = "cluster")]
+        Topology::Cluster(nodes) => crate::cluster::connect(nodes, settings, demux).await,
+        #[cfg(feature = "sentinel")]
+        Topology::Sentinel {
+            sentinels,
+            master,
+            auth,
+        } => crate::sentinel::connect(sentinels, master, auth.as_ref(), settings, demux).await,
+    }
+}

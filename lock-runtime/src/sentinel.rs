@@ -1,0 +1,238 @@
+//! Redis Sentinel: find the master through the sentinels and follow it when it fails over.
+//!
+//! The client keeps its two connections (commands, pub/sub) to the master the sentinels name.
+//! When a request to it fails in a way a failover explains (connection refused or dropped,
+//! timeout, `READONLY` from a demoted master), it asks the sentinels again, at most every
+//! [`RECHECK`]. Once they name another master, both connections are replaced and the demux is
+//! told the pub/sub connection was lost, which wakes every waiter (an unlock published during
+//! the switch may be gone) and resubscribes every channel on the new master. Requests that
+//! failed meanwhile are retried by their callers: acquisitions ride out the failover within
+//! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), the
+//! watchdog retries renewals until the lease would run out, the releaser retries releases.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+use tokio::time::Instant;
+
+use crate::LockError;
+use crate::error::failover_symptom;
+use crate::backend::{Conn, Settings};
+use crate::demux::Demux;
+
+/// The shortest interval between two questions to the sentinels.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// One of the two connections to the current master.
+#[derive(Clone)]
+pub(crate) struct FailoverConn {
+    shared: Arc<Shared>,
+    pubsub: bool,
+}
+
+struct Shared {
+    /// Held while asking the sentinels: one question at a time.
+    resolver: tokio::sync::Mutex<Resolver>,
+    current: Mutex<Current>,
+    settings: Settings,
+    demux: Demux,
+}
+
+struct Resolver {
+    sentinel: SentinelClient,
+    last_check: Option<Instant>,
+}
+
+struct Current {
+    generation: u64,
+    addr: String,
+    commands: ConnectionManager,
+    pubsub: ConnectionManager,
+}
+
+/// Asks the sentinels for the master and connects both connections to it.
+pub(crate) async fn connect(
+    sentinels: &[String],
+    master: &str,
+    auth: Option<&(Option<String>, String)>,
+    settings: &Settings,
+    demux: &Demux,
+) -> Result<(Conn, Conn), LockError> {
+    if sentinels.is_empty() {
+        return Err(LockError::InvalidConfig(
+            "Sentinel needs at least one sentinel URL".into(),
+        ));
+    }
+    if master.is_empty() {
+        return Err(LockError::InvalidConfig(
+            "Sentinel needs the master's name".into(),
+        ));
+    }
+    let mut redis_info = redis::RedisConnectionInfo::default();
+    if let Some((user, password)) = auth {
+        if let Some(user) = user {
+            redis_info = redis_info.set_username(user);
+        }
+        redis_info = redis_info.set_password(password);
+    }
+    let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+    let mut sentinel = SentinelClient::build(
+        sentinels.to_vec(),
+        master.to_owned(),
+        Some(node_info),
+        SentinelServerType::Master,
+    )
+    .map_err(|e| LockError::InvalidConfig(format!("bad Sentinel settings: {e}")))?;
+
+    let client = settings
+        .within_connect_timeout(sentinel.async_get_client())
+        .await?;
+    let info = client.get_connection_info().clone();
+    let addr = info.addr().to_string();
+    let (commands, pubsub) = settings.managers(info, demux).await?;
+    tracing::debug!(master = %addr, "Sentinel named the master");
+    let shared = Arc::new(Shared {
+        resolver: tokio::sync::Mutex::new(Resolver {
+            sentinel,
+            last_check: Some(Instant::now()),
+        }),
+        current: Mutex::new(Current {
+            generation: 0,
+            addr,
+            commands,
+            pubsub,
+        }),
+        settings: settings.clone(),
+        demux: demux.clone(),
+    });
+    Ok((
+        Conn::Sentinel(FailoverConn {
+            shared: shared.clone(),
+            pubsub: false,
+        }),
+        Conn::Sentinel(FailoverConn {
+            shared,
+            pubsub: true,
+        }),
+    ))
+}
+
+impl FailoverConn {
+    fn pick(&self) -> (u64, ConnectionManager) {
+        let current = self.shared.lock();
+        let conn = if self.pubsub {
+            current.pubsub.clone()
+        } else {
+            current.commands.clone()
+        };
+        (current.generation, conn)
+    }
+
+    /// After a failed request: ask the sentinels in the background if a failover explains it.
+    fn check<T>(&self, generation: u64, result: &redis::RedisResult<T>) {
+        if let Err(e) = result
+            && failover_symptom(e)
+        {
+            tokio::spawn(self.shared.clone().rediscover(generation));
+        }
+    }
+
+    pub(crate) async fn subscribe(
+        &self,
+        channels: &[String],
+        subscribe: bool,
+    ) -> redis::RedisResult<()> {
+        let (generation, mut conn) = self.pick();
+        let result = if subscribe {
+            conn.subscribe(channels).await
+        } else {
+            conn.unsubscribe(channels).await
+        };
+        self.check(generation, &result);
+        result
+    }
+}
+
+impl ConnectionLike for FailoverConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.pick();
+            let result = conn.req_packed_command(cmd).await;
+            self.check(generation, &result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.pick();
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.check(generation, &result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the sentinels for the master; switches both connections when it moved.
+    async fn rediscover(self: Arc<Self>, seen: u64) {
+        let mut resolver = self.resolver.lock().await;
+        if self.lock().generation != seen
+            || resolver.last_check.is_some_and(|t| t.elapsed() < RECHECK)
+        {
+            return;
+        }
+        resolver.last_check = Some(Instant::now());
+        let client = match self
+            .settings
+            .within_connect_timeout(resolver.sentinel.async_get_client())
+            .await
+        {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(error = %e, "no master from the sentinels yet");
+                return;
+            }
+        };
+        let info = client.get_connection_info().clone();
+        let addr = info.addr().to_string();
+        if addr == self.lock().addr {
+            return;
+        }
+        let (commands, pubsub) = match self.settings.managers(info, &self.demux).await {
+            Ok(conns) => conns,
+            Err(e) => {
+                tracing::warn!(master = %addr, error = %e, "cannot connect to the new master yet");
+                return;
+            }
+        };
+        let old = {
+            let mut current = self.lock();
+            current.generation += 1;
+            current.commands = commands;
+            current.pubsub = pubsub;
+            std::mem::replace(&mut current.addr, addr.clone())
+        };
+        tracing::warn!(old = %old, new = %addr, "Sentinel failed over to a new master; switched connections");
+        // Waiters may have missed an unlock during the switch, and the channels must be
+        // subscribed on the new master.
+        self.demux.connection_lost();
+        drop(resolver);
+    }
+}

@@ -294,6 +294,12 @@ impl Lock {
                                 && acked < ack.replicas
                             {
                                 self.roll_back(names, owner, lease).await;
+                                if self.within_grace(&mut unavailable_since, deadline) {
+                                    // A replica may be catching up after a failover.
+                                    tracing::debug!(acked, "grant not acknowledged; retrying");
+                                    tokio::time::sleep(FAILOVER_RETRY).await;
+                                    continue;
+                                }
                                 return Err(LockError::ReplicaAck {
                                     op: "acquire",
                                     name: names.name.clone(),
@@ -345,8 +351,14 @@ impl Lock {
         since: &mut Option<Instant>,
         deadline: Option<Instant>,
     ) -> bool {
+        failover_symptom(e) && self.within_grace(since, deadline)
+    }
+
+    /// Whether a failing-over deployment's grace period (bounded by the wait) leaves time for
+    /// another attempt.
+    fn within_grace(&self, since: &mut Option<Instant>, deadline: Option<Instant>) -> bool {
         let config = &self.client.inner.config;
-        if !config.topology.fails_over() || !failover_symptom(e) {
+        if !config.topology.fails_over() {
             return false;
         }
         let now = Instant::now();

@@ -89,6 +89,7 @@ mod lock;
 mod multi;
 mod names;
 mod options;
+mod redlock;
 mod releaser;
 mod scope;
 mod script;
@@ -106,6 +107,7 @@ pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
 pub use options::LockOptions;
+pub use redlock::{RedLock, RedLockGuard};
 pub use stats::ClientStats;
 
 /// Runs the annotated `async fn` while holding a distributed lock.

@@ -90,7 +90,6 @@ impl Topology {
             _ => Publishing::CLASSIC,
         }
     }
-
 }
 
 /// A connection to wherever the lock keys live.

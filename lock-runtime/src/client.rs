@@ -137,8 +137,12 @@ impl LockClient {
     /// ```
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster_builder<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> LockClientBuilder {
-        LockClientBuilder::new(Topology::Cluster(nodes.into_iter().map(Into::into).collect()))
+    pub fn cluster_builder<S: Into<String>>(
+        nodes: impl IntoIterator<Item = S>,
+    ) -> LockClientBuilder {
+        LockClientBuilder::new(Topology::Cluster(
+            nodes.into_iter().map(Into::into).collect(),
+        ))
     }
 
     /// Starts configuring a client for the master that the given sentinels

@@ -248,7 +248,9 @@ pub(crate) async fn renew(
         Some(map) => {
             for &s in by_slot.keys() {
                 match map.node(s) {
-                    Some((host, port)) => by_node.entry((host.to_owned(), port)).or_default().push(s),
+                    Some((host, port)) => {
+                        by_node.entry((host.to_owned(), port)).or_default().push(s)
+                    }
                     None => leftover.push(s),
                 }
             }

@@ -221,8 +221,5 @@ pub(crate) fn failover_symptom(e: &redis::RedisError) -> bool {
                     | redis::ServerErrorKind::BusyLoading
             )
         )
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::ClusterConnectionNotFound
-        )
+        || matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound)
 }

@@ -3,7 +3,7 @@
 //! The client keeps its two connections (commands, pub/sub) to the master the sentinels name.
 //! When a request to it fails in a way a failover explains (connection refused or dropped,
 //! timeout, `READONLY` from a demoted master), it asks the sentinels again, at most every
-//! [`RECHECK`]. Once they name another master, both connections are replaced and the demux is
+//! [`RECHECK`], and asks them anyway every [`SCAN`]. Once they name another master, both connections are replaced and the demux is
 //! told the pub/sub connection was lost, which wakes every waiter (an unlock published during
 //! the switch may be gone) and resubscribes every channel on the new master. Requests that
 //! failed meanwhile are retried by their callers: acquisitions ride out the failover within
@@ -19,12 +19,15 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::time::Instant;
 
 use crate::LockError;
-use crate::error::failover_symptom;
 use crate::backend::{Conn, Settings};
 use crate::demux::Demux;
+use crate::error::failover_symptom;
 
 /// The shortest interval between two questions to the sentinels.
 const RECHECK: Duration = Duration::from_millis(200);
+/// How often the sentinels are asked anyway, to notice a failover that caused no error here
+/// (for example: the old master came back, empty, before the sentinels demoted it).
+const SCAN: Duration = Duration::from_secs(1);
 
 /// One of the two connections to the current master.
 #[derive(Clone)]
@@ -108,6 +111,7 @@ pub(crate) async fn connect(
         settings: settings.clone(),
         demux: demux.clone(),
     });
+    tokio::spawn(scan(Arc::downgrade(&shared)));
     Ok((
         Conn::Sentinel(FailoverConn {
             shared: shared.clone(),
@@ -136,7 +140,7 @@ impl FailoverConn {
         if let Err(e) = result
             && failover_symptom(e)
         {
-            tokio::spawn(self.shared.clone().rediscover(generation));
+            tokio::spawn(self.shared.clone().rediscover(Some(generation)));
         }
     }
 
@@ -190,10 +194,11 @@ impl Shared {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Asks the sentinels for the master; switches both connections when it moved.
-    async fn rediscover(self: Arc<Self>, seen: u64) {
+    /// Asks the sentinels for the master; switches both connections when it moved. `seen`:
+    /// the generation a failed request used (nothing to do if we switched since).
+    async fn rediscover(self: Arc<Self>, seen: Option<u64>) {
         let mut resolver = self.resolver.lock().await;
-        if self.lock().generation != seen
+        if seen.is_some_and(|g| self.lock().generation != g)
             || resolver.last_check.is_some_and(|t| t.elapsed() < RECHECK)
         {
             return;
@@ -234,5 +239,16 @@ impl Shared {
         // subscribed on the new master.
         self.demux.connection_lost();
         drop(resolver);
+    }
+}
+
+/// Asks the sentinels every [`SCAN`] until the client is gone.
+async fn scan(shared: std::sync::Weak<Shared>) {
+    loop {
+        tokio::time::sleep(SCAN).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.rediscover(None).await;
     }
 }

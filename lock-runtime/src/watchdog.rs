@@ -247,7 +247,9 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
         (outcome, pairs.len())
     };
     let span = tracing::debug_span!("lock.renew", locks = batch.len());
-    let (reply, _) = match tokio::time::timeout(limit, tracing::Instrument::instrument(query, span)).await {
+    let (reply, _) = match tokio::time::timeout(limit, tracing::Instrument::instrument(query, span))
+        .await
+    {
         Ok(outcome) => outcome,
         Err(_) => {
             tracing::warn!(timeout = ?limit, locks = batch.len(), "lock renewal timed out; retrying");
@@ -309,7 +311,10 @@ async fn renew_pipelined(
         Err(e) if script::is_no_script(&e) => {
             // Scripts were flushed (or Redis restarted): load and retry once at once.
             tracing::debug!("renew script missing on the server; reloading");
-            script::RENEW.prepare_invoke().load_async(&mut *conn).await?;
+            script::RENEW
+                .prepare_invoke()
+                .load_async(&mut *conn)
+                .await?;
             pipe.query_async(conn).await?
         }
         other => other?,
@@ -318,7 +323,11 @@ async fn renew_pipelined(
         Some(ack) => {
             let acked = values.pop().map_or(0, |v| ReplicaAck::acknowledged(&v));
             if acked < ack.replicas {
-                tracing::warn!(acked, required = ack.replicas, "renewal not acknowledged by enough replicas");
+                tracing::warn!(
+                    acked,
+                    required = ack.replicas,
+                    "renewal not acknowledged by enough replicas"
+                );
             }
             acked >= ack.replicas
         }

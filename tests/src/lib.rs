@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 pub mod chaos;
 mod proxy;
+pub mod topology;
 
 pub use proxy::TcpProxy;
 

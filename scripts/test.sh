@@ -7,6 +7,8 @@ bash scripts/ensure-redis.sh
 redis-server --version
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The library without the optional topologies (the workspace build turns cluster and sentinel on).
+cargo clippy -p lock-runtime --lib --no-default-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 cargo test --workspace --all-targets
 cargo test --workspace --doc

@@ -14,6 +14,10 @@
 //!   nothing behind; the background releaser frees the lock within milliseconds.
 //! - **[`MultiLock`]**: several locks (even on different clients) taken all or nothing, in one
 //!   global order, so overlapping multi-locks cannot deadlock.
+//! - **Every topology**: one server, Redis Cluster (feature `cluster`: sharded pub/sub,
+//!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
+//!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
+//!   [Topologies](#topologies).
 //!
 //! # Example
 //!
@@ -60,6 +64,53 @@
 //!
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.
+//!
+//! # Topologies
+//!
+//! The same [`Lock`] and [`LockGuard`] work on every deployment; only the builder differs.
+//! The repository's `TOPOLOGIES.md` compares what each guarantees.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_runtime::LockError> {
+//! use std::time::Duration;
+//! use lock_runtime::{LockClient, RedLock};
+//!
+//! // One server: an outage makes locks unavailable, never double-granted.
+//! let single = LockClient::connect("redis://10.0.0.1:6379").await?;
+//!
+//! // Redis Cluster (feature `cluster`), from any seed nodes.
+//! # #[cfg(feature = "cluster")]
+//! let cluster = LockClient::cluster_builder(["redis://10.0.1.1:7000", "redis://10.0.1.2:7000"])
+//!     .build()
+//!     .await?;
+//!
+//! // The master behind Sentinel (feature `sentinel`); grants must reach a replica first.
+//! # #[cfg(feature = "sentinel")]
+//! let sentinel = LockClient::sentinel_builder(["redis://10.0.2.1:26379"], "mymaster")
+//!     .replica_ack(1, Duration::from_millis(100))
+//!     .build()
+//!     .await?;
+//!
+//! // RedLock over three independent masters: survives one of them down.
+//! let mut nodes = Vec::new();
+//! for url in ["redis://10.0.3.1", "redis://10.0.3.2", "redis://10.0.3.3"] {
+//!     nodes.push(LockClient::connect(url).await?);
+//! }
+//! let guard = RedLock::new(nodes, "report:daily")?.acquire().await?;
+//! println!("held by a quorum for {:?} more", guard.remaining_validity());
+//! # Ok(()) }
+//! ```
+//!
+//! | Deployment | A master failure can cause | Fencing token |
+//! |---|---|---|
+//! | one server | unavailability | strictly increasing |
+//! | cluster / Sentinel | a double grant if the replica missed the grant | increasing except across such a failover |
+//! | cluster / Sentinel + [`replica_ack`](LockClientBuilder::replica_ack) | unavailability while replicas are missing | as above, far less often |
+//! | [`RedLock`] | a double grant only if nodes lose data within a lease | none across nodes |
+//!
+//! No lease-based lock can stop a paused holder from acting after its lease ran out: where a
+//! double grant would corrupt data, pass the [fencing token](LockGuard::fencing_token) to the
+//! storage and have it reject older tokens.
 //!
 //! # Caveats
 //!

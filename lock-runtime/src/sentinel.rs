@@ -82,6 +82,8 @@ pub(crate) async fn connect(
         redis_info = redis_info.set_password(password);
     }
     let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+    // `build` takes a `String` without TLS and `impl AsRef<str>` with it.
+    #[allow(clippy::unnecessary_to_owned)]
     let mut sentinel = SentinelClient::build(
         sentinels.to_vec(),
         master.to_owned(),

@@ -687,6 +687,85 @@ impl RedisCluster {
         promoted
     }
 
+    /// Moves `slot` (and its keys) from its current master to master `to`, the way
+    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE` of every
+    /// key in the slot, then `SETSLOT NODE` on every master. Between marking the slot migrating
+    /// and finishing, the source answers `ASK` for keys already moved; afterwards everyone
+    /// answers `MOVED`. Waits (at most 30 s) until the cluster agrees on the new owner.
+    ///
+    /// # Panics
+    /// If `to` is not a master, already owns the slot, or a step is refused.
+    pub fn migrate_slot(&self, slot: u16, to: usize) {
+        let from = self.master_index_for_slot(slot);
+        assert_ne!(from, to, "node {to} already serves slot {slot}");
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let slot_arg = slot.to_string();
+        let ok = |server: &RedisServer, args: &[&str]| {
+            let reply = server.cmd(args);
+            assert!(
+                matches!(&reply, Resp::Simple(s) if s == "OK") || matches!(&reply, Resp::Int(_)),
+                "{args:?} on port {}: {reply:?}",
+                server.port()
+            );
+        };
+        ok(
+            dst,
+            &[
+                "CLUSTER",
+                "SETSLOT",
+                &slot_arg,
+                "IMPORTING",
+                &self.ids[from],
+            ],
+        );
+        ok(
+            src,
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]],
+        );
+        let port = dst.port().to_string();
+        loop {
+            let keys: Vec<String> = src
+                .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+                .items()
+                .iter()
+                .filter_map(|k| k.text().map(str::to_owned))
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE",
+                "127.0.0.1",
+                port.as_str(),
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ];
+            args.extend(keys.iter().map(String::as_str));
+            ok(src, &args);
+        }
+        for &m in &self.master_indices() {
+            ok(
+                &self.nodes[m],
+                &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &self.ids[to]],
+            );
+        }
+        wait_for(
+            &format!("slot {slot} served by node {to}"),
+            READY_TIMEOUT,
+            || {
+                let owner = self.master_index_for_slot(slot);
+                if owner == to {
+                    Ok(())
+                } else {
+                    Err(format!("still served by node {owner}"))
+                }
+            },
+        );
+        self.wait_until_stable();
+    }
+
     /// Graceful failover: `CLUSTER FAILOVER` on replica `replica`, which takes over its master's
     /// slots once it has caught up; waits (at most 30 s) until it says `role:master` and the
     /// cluster has settled (its old master now replicating from it).

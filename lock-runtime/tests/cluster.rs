@@ -1,0 +1,424 @@
+//! Redis Cluster (feature `cluster`): a real 3-master, 1-replica-each cluster created once for
+//! this binary; the scenarios run in sequence (the last one kills a master).
+#![cfg(feature = "cluster")]
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError};
+use lock_tests::topology::{RedisCluster, key_slot};
+
+async fn cluster_client(cluster: &RedisCluster, watchdog: Duration) -> LockClient {
+    LockClient::cluster_builder([cluster.seed_url()])
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect to the cluster")
+}
+
+/// Lock names whose keys land on every master, `per_master` each.
+fn names_on_every_master(cluster: &RedisCluster, prefix: &str, per_master: usize) -> Vec<String> {
+    let masters = cluster.master_indices();
+    let mut by_master: HashMap<usize, Vec<String>> = HashMap::new();
+    for i in 0.. {
+        let name = format!("{prefix}{i}");
+        let master = cluster.master_index_for_key(&format!("lock:{{{name}}}"));
+        let list = by_master.entry(master).or_default();
+        if list.len() < per_master {
+            list.push(name);
+        }
+        if masters
+            .iter()
+            .all(|m| by_master.get(m).is_some_and(|l| l.len() == per_master))
+        {
+            break;
+        }
+    }
+    by_master.into_values().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_a_cluster() {
+    let t = Instant::now();
+    let mut cluster = RedisCluster::start(3, 1);
+    eprintln!("cluster up in {:?}", t.elapsed());
+    let t = Instant::now();
+    exclusion_across_all_masters(&cluster).await;
+    eprintln!("exclusion: {:?}", t.elapsed());
+    let t = Instant::now();
+    prompt_wake_up_through_sharded_pub_sub(&cluster).await;
+    eprintln!("wake-up: {:?}", t.elapsed());
+    names_with_their_own_hash_tag(&cluster).await;
+    let t = Instant::now();
+    renewals_are_batched_per_slot_and_node(&cluster).await;
+    eprintln!("batched renewals: {:?}", t.elapsed());
+    let t = Instant::now();
+    resharding_mid_hold(&cluster).await;
+    eprintln!("resharding: {:?}", t.elapsed());
+    let t = Instant::now();
+    master_failover_mid_hold(&mut cluster).await;
+    eprintln!("failover: {:?}", t.elapsed());
+}
+
+async fn exclusion_across_all_masters(cluster: &RedisCluster) {
+    let names = names_on_every_master(cluster, "excl-", 3);
+    let clients = [
+        cluster_client(cluster, Duration::from_secs(5)).await,
+        cluster_client(cluster, Duration::from_secs(5)).await,
+    ];
+    let inside: Arc<HashMap<String, AtomicUsize>> = Arc::new(
+        names
+            .iter()
+            .map(|n| (n.clone(), AtomicUsize::new(0)))
+            .collect(),
+    );
+    let tokens: Arc<std::sync::Mutex<HashMap<String, Vec<u64>>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for name in &names {
+        for (c, client) in clients.iter().enumerate() {
+            for t in 0..2 {
+                let (client, name, inside, tokens) =
+                    (client.clone(), name.clone(), inside.clone(), tokens.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..5 {
+                        let guard = client
+                            .lock(&name)
+                            .try_acquire(Duration::from_secs(10))
+                            .await
+                            .unwrap_or_else(|e| panic!("{name} client {c} task {t}: {e}"));
+                        let n = inside[&name].fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(n, 0, "two holders of {name} at once");
+                        tokens
+                            .lock()
+                            .unwrap()
+                            .entry(name.clone())
+                            .or_default()
+                            .push(guard.fencing_token());
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        inside[&name].fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.expect("release");
+                    }
+                }));
+            }
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let tokens = std::mem::take(&mut *tokens.lock().unwrap());
+    for name in &names {
+        let list = &tokens[name];
+        assert_eq!(list.len(), 20, "{name}");
+        assert!(
+            list.windows(2).all(|w| w[0] < w[1]),
+            "fencing tokens of {name} must increase in acquisition order: {list:?}"
+        );
+    }
+    for client in &clients {
+        assert!(
+            common::eventually(Duration::from_secs(2), || client.held_locks() == 0
+                && client.subscribed_channels() == 0)
+            .await
+        );
+    }
+    assert!(
+        common::eventually(Duration::from_secs(2), || cluster
+            .keys("lock:*")
+            .iter()
+            .all(|k| k.ends_with(":fence")))
+        .await,
+        "lock keys left: {:?}",
+        cluster.keys("lock:*")
+    );
+}
+
+async fn prompt_wake_up_through_sharded_pub_sub(cluster: &RedisCluster) {
+    // Long leases: only an unlock message can wake the waiter this fast.
+    let holder = cluster_client(cluster, Duration::from_secs(30)).await;
+    let waiter = cluster_client(cluster, Duration::from_secs(30)).await;
+    for name in names_on_every_master(cluster, "wake-", 1) {
+        let key = format!("lock:{{{name}}}");
+        let master = cluster.master_for_key(&key);
+        let spublish_before = master.command_calls("spublish");
+        let guard = holder.lock(&name).acquire().await.expect("hold");
+        let waiting = {
+            let waiter = waiter.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let guard = waiter
+                    .lock(&name)
+                    .try_acquire(Duration::from_secs(10))
+                    .await
+                    .expect("waiter");
+                let at = Instant::now();
+                drop(guard);
+                at
+            })
+        };
+        // The waiter subscribes to the lock's shard channel on the lock's own master.
+        let channel = format!("{key}:unlock");
+        assert!(
+            common::eventually(Duration::from_secs(3), || {
+                master
+                    .cmd(&["PUBSUB", "SHARDCHANNELS"])
+                    .items()
+                    .iter()
+                    .any(|c| c.text() == Some(channel.as_str()))
+            })
+            .await,
+            "{channel} never subscribed on the master of its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        guard.release().await.expect("release");
+        let acquired = waiting.await.expect("waiter task");
+        let delay = acquired.saturating_duration_since(released);
+        assert!(
+            delay < Duration::from_millis(500),
+            "{name}: woken after {delay:?}, not by the unlock message"
+        );
+        assert!(
+            master.command_calls("spublish") > spublish_before,
+            "the release must publish on the shard channel"
+        );
+    }
+}
+
+async fn names_with_their_own_hash_tag(cluster: &RedisCluster) {
+    let locks = cluster_client(cluster, Duration::from_secs(5)).await;
+    let cart = locks.lock("{user42}:cart").acquire().await.expect("cart");
+    let profile = locks
+        .lock("{user42}:profile")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("a different lock in the same slot");
+    assert_ne!(cart.key(), profile.key());
+    for guard in [&cart, &profile] {
+        assert_eq!(
+            key_slot(guard.key()),
+            key_slot("user42"),
+            "{} must keep the user's hash tag",
+            guard.key()
+        );
+    }
+    let busy = cluster_client(cluster, Duration::from_secs(5))
+        .await
+        .lock("{user42}:cart")
+        .try_acquire(Duration::from_millis(100))
+        .await
+        .expect_err("held");
+    assert!(busy.is_busy(), "{busy:?}");
+    cart.release().await.expect("release cart");
+    profile.release().await.expect("release profile");
+}
+
+async fn renewals_are_batched_per_slot_and_node(cluster: &RedisCluster) {
+    let watchdog = Duration::from_millis(900);
+    let locks = cluster_client(cluster, watchdog).await;
+    // 3 hash tags (one per master) × 20 locks: 60 locks in 3 slots.
+    let tags = names_on_every_master(cluster, "batch-", 1);
+    let mut guards = Vec::new();
+    for tag in &tags {
+        for i in 0..20 {
+            guards.push(
+                locks
+                    .lock(format!("{{{tag}}}:{i}"))
+                    .acquire()
+                    .await
+                    .expect("acquire"),
+            );
+        }
+    }
+    let slots: BTreeSet<u16> = guards.iter().map(|g| key_slot(g.key())).collect();
+    assert_eq!(slots.len(), 3);
+    let evalsha =
+        |c: &RedisCluster| -> u64 { c.masters().iter().map(|m| m.command_calls("evalsha")).sum() };
+    let before = locks.stats();
+    let calls_before = evalsha(cluster);
+    tokio::time::sleep(watchdog * 2).await;
+    let rounds = locks.stats().renewal_round_trips - before.renewal_round_trips;
+    let calls = evalsha(cluster) - calls_before;
+    eprintln!("batched renewals: {rounds} rounds, {calls} renew script calls for 60 locks");
+    assert!(
+        rounds >= 4,
+        "expected renewals every third of the lease, saw {rounds}"
+    );
+    assert!(
+        guards.iter().all(|g| !g.is_lost()),
+        "every lock must stay held"
+    );
+    // One renew script call per slot per round, not one per lock.
+    assert!(
+        calls <= (rounds + 1) * 3 + 3,
+        "{calls} renew calls in {rounds} rounds for 60 locks in 3 slots"
+    );
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}
+
+fn shard_channels(server: &lock_tests::RedisServer) -> Vec<String> {
+    server
+        .cmd(&["PUBSUB", "SHARDCHANNELS"])
+        .items()
+        .iter()
+        .filter_map(|c| c.text().map(str::to_owned))
+        .collect()
+}
+
+async fn resharding_mid_hold(cluster: &RedisCluster) {
+    let watchdog = Duration::from_millis(900);
+    let holder = cluster_client(cluster, watchdog).await;
+    let waiter = cluster_client(cluster, Duration::from_secs(30)).await;
+    let name = names_on_every_master(cluster, "reshard-", 1).remove(0);
+    let key = format!("lock:{{{name}}}");
+    let channel = format!("{key}:unlock");
+    let slot = key_slot(&key);
+    let from = cluster.master_index_for_key(&key);
+    let to = *cluster
+        .master_indices()
+        .iter()
+        .find(|&&m| m != from)
+        .expect("another master");
+
+    let guard = holder.lock(&name).acquire().await.expect("hold");
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            let result = waiter
+                .lock(&name)
+                .try_acquire(Duration::from_secs(15))
+                .await;
+            (Instant::now(), result)
+        })
+    };
+    assert!(
+        common::eventually(Duration::from_secs(3), || shard_channels(
+            cluster.node(from)
+        )
+        .contains(&channel))
+        .await,
+        "waiter never subscribed on the source master"
+    );
+
+    cluster.migrate_slot(slot, to);
+    assert_eq!(cluster.master_index_for_key(&key), to);
+
+    // Renewals follow the slot (MOVED → slot map refreshed), so the lock stays held and its
+    // lease keeps being extended on the new owner.
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(!guard.is_lost(), "renewal must follow the migrated slot");
+    let pttl = cluster.node(to).cmd(&["PTTL", &key]).int().unwrap_or(-2);
+    assert!(
+        pttl > 0 && pttl <= 900,
+        "lease on the new owner: PTTL {pttl}"
+    );
+    // The waiter's shard subscription moved with the slot.
+    assert!(
+        common::eventually(Duration::from_secs(5), || shard_channels(cluster.node(to))
+            .contains(&channel))
+        .await,
+        "waiter not resubscribed on the new owner: {:?}",
+        shard_channels(cluster.node(to))
+    );
+    assert!(!waiting.is_finished(), "the waiter must still wait");
+
+    let released = Instant::now();
+    guard.release().await.expect("release after resharding");
+    let (acquired, result) = waiting.await.expect("waiter task");
+    let delay = acquired.saturating_duration_since(released);
+    eprintln!("resharding: waiter woken {delay:?} after the release");
+    result
+        .expect("waiter gets the lock")
+        .release()
+        .await
+        .expect("release");
+    assert!(
+        delay < Duration::from_millis(500),
+        "waiter woken after {delay:?}, not by the unlock message"
+    );
+}
+
+async fn master_failover_mid_hold(cluster: &mut RedisCluster) {
+    // Grants must reach the replica, so the promoted replica still knows the holder.
+    let build = || {
+        LockClient::cluster_builder(cluster.urls())
+            .watchdog_timeout(Duration::from_secs(10))
+            .replica_ack(1, Duration::from_millis(500))
+            .failover_grace(Duration::from_secs(20))
+            .build()
+    };
+    let holder = build().await.expect("holder");
+    let rival = build().await.expect("rival");
+    let name = names_on_every_master(cluster, "failover-", 1).remove(0);
+    let key = format!("lock:{{{name}}}");
+    let guard = holder.lock(&name).acquire().await.expect("hold");
+
+    let rival_task = {
+        let rival = rival.clone();
+        let name = name.clone();
+        tokio::spawn(async move {
+            let result = rival.lock(&name).try_acquire(Duration::from_secs(30)).await;
+            (Instant::now(), result)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let killed = cluster.kill_master_of(&key);
+    let promoted = cluster.wait_for_failover(killed);
+    assert_eq!(cluster.master_index_for_key(&key), promoted);
+    assert_eq!(
+        cluster.node(promoted).cmd(&["EXISTS", &key]).int(),
+        Some(1),
+        "the acknowledged grant must have survived on the promoted replica"
+    );
+    // The promoted master has no replica until the old master comes back as one; until then
+    // no write on its slots can be acknowledged.
+    cluster.node_mut(killed).restart();
+    cluster.wait_until_stable();
+
+    // Hold across the failover for a while: either the holder keeps it (renewals moved to the
+    // new master) or it sees lost(); the rival must not have it meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lost_at_release = guard.is_lost();
+    assert!(
+        lost_at_release || !rival_task.is_finished(),
+        "silent double hold: the rival got the lock while the holder still held it"
+    );
+    let released = Instant::now();
+    let released_ok = guard.release().await;
+    let (acquired_at, rival_result) = rival_task.await.expect("rival task");
+    eprintln!(
+        "failover: holder lost = {lost_at_release}, release = {released_ok:?}, rival woken {:?} after the release",
+        acquired_at.saturating_duration_since(released)
+    );
+    let rival_guard = rival_result.expect("the rival gets the lock after the release");
+    if !lost_at_release {
+        released_ok.expect("a lock kept across the failover releases cleanly");
+        assert!(
+            acquired_at >= released,
+            "the rival acquired before the holder released"
+        );
+        // Woken by the unlock message on the promoted master's shard channel.
+        assert!(
+            acquired_at.saturating_duration_since(released) < Duration::from_secs(1),
+            "rival woken after {:?}",
+            acquired_at.saturating_duration_since(released)
+        );
+    } else if let Err(e) = released_ok {
+        assert!(matches!(e, LockError::Lost { .. }), "{e:?}");
+    }
+    rival_guard.release().await.expect("rival release");
+
+    // New locks on the promoted master work.
+    let fresh = holder
+        .lock(&name)
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .expect("lock on the promoted master");
+    fresh.release().await.expect("release");
+}

@@ -1,0 +1,162 @@
+//! Replica acknowledgement (`LockClientBuilder::replica_ack`): `WAIT n timeout` after acquire,
+//! renew and release, against a real master and replica.
+
+mod common;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LossReason};
+use lock_tests::topology::ReplicatedPair;
+
+const ACK_TIMEOUT: Duration = Duration::from_millis(200);
+
+async fn acked_client(pair: &ReplicatedPair, watchdog: Duration) -> LockClient {
+    LockClient::builder(&pair.master_url())
+        .replica_ack(1, ACK_TIMEOUT)
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn exists(pair: &ReplicatedPair, key: &str) -> bool {
+    pair.master().cmd(&["EXISTS", key]).int() == Some(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_wait_for_the_replica_and_fail_cleanly_without_it() {
+    let mut pair = ReplicatedPair::start();
+    let locks = acked_client(&pair, Duration::from_secs(30)).await;
+
+    // With the replica up: granted, and the grant is on the replica too.
+    let guard = locks
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("acquire with a live replica");
+    let key = guard.key().to_owned();
+    assert_eq!(
+        pair.replica().cmd(&["EXISTS", &key]).int(),
+        Some(1),
+        "WAIT returned, so the replica must have the grant"
+    );
+    guard.release().await.expect("acknowledged release");
+    assert!(!exists(&pair, &key));
+
+    // Replica stopped: the acquire is rolled back and fails with the typed error.
+    pair.replica_mut().stop();
+    let started = std::time::Instant::now();
+    let err = locks
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect_err("no replica can acknowledge");
+    match &err {
+        LockError::ReplicaAck {
+            op,
+            required,
+            acknowledged,
+            timeout,
+            ..
+        } => {
+            assert_eq!(*op, "acquire");
+            assert_eq!((*required, *acknowledged), (1, 0));
+            assert_eq!(*timeout, ACK_TIMEOUT);
+        }
+        other => panic!("expected ReplicaAck, got {other:?}"),
+    }
+    assert!(err.is_unavailable(), "an HTTP layer should answer 503");
+    assert!(
+        started.elapsed() >= ACK_TIMEOUT,
+        "WAIT must have waited for the acknowledgement"
+    );
+    assert!(
+        !exists(&pair, &key),
+        "the unacknowledged grant must be rolled back"
+    );
+    assert_eq!(locks.held_locks(), 0);
+    // Only the fencing counter remains, by design: tokens must never go backwards.
+    let left: Vec<String> = pair
+        .master()
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+
+    // Someone else can take it at once: nothing was left held.
+    let plain = common::client(pair.master()).await;
+    let other = plain
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("free for a client that does not require acknowledgement");
+    drop(other);
+
+    // The replica is back: acknowledged writes work again.
+    pair.replica_mut().restart();
+    pair.wait_for_sync();
+    let guard = locks
+        .lock("acked")
+        .try_acquire(Duration::from_secs(2))
+        .await
+        .expect("acquire once the replica is back");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_renewals_and_releases_are_reported() {
+    let mut pair = ReplicatedPair::start();
+    let watchdog = Duration::from_millis(900);
+    let locks = acked_client(&pair, watchdog).await;
+
+    // Renewals keep working while the replica acknowledges them.
+    let guard = locks.lock("renewed").acquire().await.expect("acquire");
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(!guard.is_lost(), "acknowledged renewals keep the lock");
+
+    // Without the replica, no renewal counts: the lock is declared lost before the lease the
+    // master knows could run out.
+    pair.replica_mut().stop();
+    let lost = tokio::time::timeout(watchdog * 2, guard.lost())
+        .await
+        .expect("lost within two leases once renewals go unacknowledged");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::RenewalFailed,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    drop(guard);
+
+    // A release that the replica cannot acknowledge is reported, and still done on the master.
+    pair.replica_mut().restart();
+    pair.wait_for_sync();
+    let guard = locks.lock("released").acquire().await.expect("acquire");
+    let key = guard.key().to_owned();
+    pair.replica_mut().stop();
+    let err = guard
+        .release()
+        .await
+        .expect_err("release cannot be acknowledged");
+    assert!(
+        matches!(err, LockError::ReplicaAck { op: "release", .. }),
+        "{err:?}"
+    );
+    assert!(!exists(&pair, &key), "released on the master anyway");
+}
+
+#[tokio::test]
+async fn a_zero_acknowledgement_timeout_is_rejected() {
+    let pair = ReplicatedPair::start();
+    let err = LockClient::builder(&pair.master_url())
+        .replica_ack(1, Duration::ZERO)
+        .build()
+        .await
+        .expect_err("WAIT 1 0 would block forever");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+}

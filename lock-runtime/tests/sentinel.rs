@@ -1,0 +1,150 @@
+//! Redis Sentinel (feature `sentinel`): 1 master + 1 replica + 3 sentinels, a failover while
+//! locks are held and waiters wait.
+#![cfg(feature = "sentinel")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError};
+use lock_tests::topology::SentinelGroup;
+
+async fn sentinel_client(group: &SentinelGroup, watchdog: Duration) -> LockClient {
+    LockClient::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .watchdog_timeout(watchdog)
+        .failover_grace(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect through the sentinels")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_recover_after_a_master_failover() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_test_writer()
+        .try_init();
+    let t = Instant::now();
+    let mut group = SentinelGroup::start(3);
+    eprintln!("sentinel group up in {:?}", t.elapsed());
+    let old_master = group.current_master_port();
+
+    let holder = sentinel_client(&group, Duration::from_secs(10)).await;
+    let waiters = sentinel_client(&group, Duration::from_secs(10)).await;
+    let guard = holder.lock("order:7").acquire().await.expect("hold");
+    let key = guard.key().to_owned();
+    assert_eq!(
+        group.server(old_master).cmd(&["EXISTS", &key]).int(),
+        Some(1),
+        "the lock lives on the master the sentinels named"
+    );
+
+    // Three waiters, each takes the lock once after the failover.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let (waiters, inside) = (waiters.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiters
+                .lock("order:7")
+                .try_acquire(Duration::from_secs(40))
+                .await
+                .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.release().await.expect("release");
+            Instant::now()
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiters.subscribed_channels()
+            == 1)
+        .await,
+        "waiters never subscribed"
+    );
+
+    let t = Instant::now();
+    let killed = group.kill_master();
+    assert_eq!(killed, old_master);
+    let new_master = group.wait_for_failover(killed);
+    eprintln!("failover to port {new_master} in {:?}", t.elapsed());
+    assert_ne!(new_master, old_master);
+    // The old master comes back at once, empty (no persistence), and says it is a master
+    // until the sentinels demote it: clients must not be fooled into using it.
+    group.server_mut(killed).restart();
+
+    // The holder either kept the lock (renewals moved to the new master) or was told it lost
+    // it; no waiter may have it meanwhile.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lost = guard.is_lost();
+    assert!(
+        lost || inside.load(Ordering::SeqCst) == 0,
+        "silent double hold after the failover"
+    );
+    let released = Instant::now();
+    let release = guard.release().await;
+    eprintln!("holder lost = {lost}, release = {release:?}");
+    if !lost {
+        release.expect("a lock kept across the failover releases cleanly");
+    }
+
+    let mut done = Vec::new();
+    for task in tasks {
+        done.push(task.await.expect("waiter"));
+    }
+    done.sort();
+    eprintln!(
+        "waiters done {:?} after the release",
+        done.iter()
+            .map(|d| d.saturating_duration_since(released))
+            .collect::<Vec<_>>()
+    );
+    // Woken by unlock messages on the new master, not by lease expiry (10 s).
+    let last = done
+        .last()
+        .expect("three waiters")
+        .saturating_duration_since(released);
+    assert!(
+        last < Duration::from_secs(5),
+        "waiters recovered only after {last:?}"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(3), || {
+            group.server(new_master).keys("lock:{order:7}").is_empty()
+        })
+        .await
+    );
+
+    // Fresh locks go to the new master.
+    let fresh = holder
+        .lock("order:8")
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect("lock on the new master");
+    assert_eq!(
+        group.server(new_master).cmd(&["EXISTS", fresh.key()]).int(),
+        Some(1)
+    );
+    fresh.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn bad_sentinel_settings_are_typed_errors() {
+    let empty: [&str; 0] = [];
+    let err = LockClient::sentinel_builder(empty, "mymaster")
+        .build()
+        .await
+        .expect_err("no sentinels");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+
+    let port = lock_tests::free_port();
+    let err = LockClient::sentinel_builder([format!("redis://127.0.0.1:{port}")], "mymaster")
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect_err("nobody listens there");
+    assert!(err.is_unavailable(), "{err:?}");
+}

@@ -856,7 +856,14 @@ impl ReplicatedPair {
                         info.get("slave0")
                     ));
                 }
-                replica_link_up(&self.replica)
+                replica_link_up(&self.replica)?;
+                // Online is not yet acknowledging: right after a sync the first write can go
+                // unacknowledged for a while. In sync means a write *and* its WAIT succeed.
+                match write_and_wait(&self.master) {
+                    Ok(1) => Ok(()),
+                    Ok(n) => Err(format!("WAIT counted {n} replicas")),
+                    Err(e) => Err(format!("write + WAIT failed: {e}")),
+                }
             },
         );
     }
@@ -1234,5 +1241,20 @@ impl SentinelGroup {
                 Ok(new)
             },
         )
+    }
+}
+
+/// `SET` then `WAIT 1 100` on one connection (so `WAIT` counts that write); returns the count.
+fn write_and_wait(master: &RedisServer) -> io::Result<i64> {
+    let stream = TcpStream::connect(("127.0.0.1", master.port()))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut request = encode(&["SET", "lock-tests:sync-probe", "1"]);
+    request.extend(encode(&["WAIT", "1", "100"]));
+    (&stream).write_all(&request)?;
+    let mut reader = BufReader::new(&stream);
+    read_reply(&mut reader)?;
+    match read_reply(&mut reader)? {
+        Resp::Int(n) => Ok(n),
+        other => Err(io::Error::other(format!("WAIT replied {other:?}"))),
     }
 }

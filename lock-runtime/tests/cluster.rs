@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::{LockClient, LockError, MultiLock};
 use lock_tests::topology::{RedisCluster, key_slot};
 
 async fn cluster_client(cluster: &RedisCluster, watchdog: Duration) -> LockClient {
@@ -53,6 +53,7 @@ async fn locks_on_a_cluster() {
     prompt_wake_up_through_sharded_pub_sub(&cluster).await;
     eprintln!("wake-up: {:?}", t.elapsed());
     names_with_their_own_hash_tag(&cluster).await;
+    multilock_across_masters_and_script_flush(&cluster).await;
     let t = Instant::now();
     renewals_are_batched_per_slot_and_node(&cluster).await;
     eprintln!("batched renewals: {:?}", t.elapsed());
@@ -259,6 +260,49 @@ async fn renewals_are_batched_per_slot_and_node(cluster: &RedisCluster) {
     for guard in guards {
         guard.release().await.expect("release");
     }
+}
+
+async fn multilock_across_masters_and_script_flush(cluster: &RedisCluster) {
+    let watchdog = Duration::from_millis(900);
+    let locks = cluster_client(cluster, watchdog).await;
+    let names = names_on_every_master(cluster, "multi-", 1);
+    let multi = MultiLock::new(names.iter().map(|n| locks.lock(n))).expect("multi");
+    let guard = multi.acquire().await.expect("all three, on three masters");
+    assert_eq!(guard.guards().len(), 3);
+    let masters: BTreeSet<usize> = guard
+        .guards()
+        .iter()
+        .map(|g| cluster.master_index_for_key(g.key()))
+        .collect();
+    assert_eq!(masters.len(), 3, "one member per master");
+
+    // Scripts flushed on every master: renewals reload them and carry on.
+    for master in cluster.masters() {
+        master.cmd(&["SCRIPT", "FLUSH"]);
+    }
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "renewal must survive SCRIPT FLUSH on every master"
+    );
+
+    // One member deleted behind our back: the multi-lock reports the loss.
+    let victim = guard.guards()[1].key().to_owned();
+    cluster.master_for_key(&victim).cmd(&["DEL", &victim]);
+    let lost = tokio::time::timeout(watchdog * 2, guard.lost())
+        .await
+        .expect("loss seen within a lease");
+    assert!(lost.is_lost(), "{lost:?}");
+    assert!(guard.release().await.is_err(), "release reports the loss");
+    assert!(
+        common::eventually(Duration::from_secs(2), || cluster
+            .keys("lock:{multi-*")
+            .iter()
+            .all(|k| k.ends_with(":fence")))
+        .await,
+        "members left: {:?}",
+        cluster.keys("lock:{multi-*")
+    );
 }
 
 fn shard_channels(server: &lock_tests::RedisServer) -> Vec<String> {

@@ -212,7 +212,7 @@ impl SlotCache {
         }
     }
 
-    fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         *self.lock() = None;
     }
 
@@ -227,7 +227,9 @@ type Call = Vec<usize>;
 /// Renews `batch` (`(key, owner)` pairs): one pipeline per node, then slot by slot for what
 /// failed. Returns per entry `Some(true)` (renewed), `Some(false)` (no longer ours) or `None`
 /// (not confirmed: retry soon). With `ack`, a node's renewals count only if `WAIT` confirms
-/// enough replicas.
+/// enough replicas. Returns within about `limit`: a node batch that takes longer than half of it
+/// counts as failed, and its slots are retried one by one (after the slot map is refreshed) in
+/// the time left.
 pub(crate) async fn renew(
     conn: &ClusterConnection,
     cache: &SlotCache,
@@ -235,7 +237,12 @@ pub(crate) async fn renew(
     lease_ms: u64,
     ack: Option<crate::ack::ReplicaAck>,
     chunk: usize,
+    limit: std::time::Duration,
 ) -> Vec<Option<bool>> {
+    // Every step is bounded, so what did succeed is always reported in time: a node that hangs
+    // must not cost the locks on the other nodes their renewal.
+    let start = tokio::time::Instant::now();
+    let node_timeout = limit / 2;
     let mut results = vec![None; batch.len()];
     let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
     for (i, (key, _)) in batch.iter().enumerate() {
@@ -244,7 +251,11 @@ pub(crate) async fn renew(
 
     let mut by_node: HashMap<(String, u16), Vec<u16>> = HashMap::new();
     let mut leftover: Vec<u16> = Vec::new();
-    match cache.get(conn).await {
+    match tokio::time::timeout(limit / 4, cache.get(conn))
+        .await
+        .ok()
+        .flatten()
+    {
         Some(map) => {
             for &s in by_slot.keys() {
                 match map.node(s) {
@@ -266,7 +277,18 @@ pub(crate) async fn renew(
         let route = SingleNodeRoutingInfo::ByAddress { host, port };
         let conn = conn.clone();
         async move {
-            let outcome = send(conn, route, batch, &calls, lease_ms, ack).await;
+            // A node that hangs (black-holed, frozen) must leave time for the fallback.
+            let outcome = tokio::time::timeout(
+                node_timeout,
+                send(conn, route, batch, &calls, lease_ms, ack),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "node renewal batch timed out",
+                )))
+            });
             (slots, calls, outcome)
         }
     });
@@ -285,10 +307,14 @@ pub(crate) async fn renew(
     if !failed_slots.is_empty() {
         cache.invalidate();
     }
-    if no_script || !leftover.is_empty() || !failed_slots.is_empty() {
-        // After SCRIPT FLUSH or a failover to a replica that never saw the script.
-        if let Err(e) = load_everywhere(conn).await {
-            tracing::debug!(error = %e, "loading the renew script on the masters failed");
+    if no_script {
+        // After SCRIPT FLUSH or a failover to a replica that never saw the script. Bounded: a
+        // hanging master must not hold up the others' renewals.
+        let remaining = (start + limit).saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(remaining / 2, load_everywhere(conn)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "loading the renew script failed"),
+            Err(_) => tracing::debug!("loading the renew script timed out"),
         }
     }
 
@@ -310,7 +336,12 @@ pub(crate) async fn renew(
             (calls, outcome)
         }
     });
-    for (calls, outcome) in join_all(per_slot).await {
+    let remaining = (start + limit).saturating_duration_since(tokio::time::Instant::now());
+    let Ok(per_slot) = tokio::time::timeout(remaining, join_all(per_slot)).await else {
+        tracing::debug!("slot-by-slot renewal ran out of time");
+        return results;
+    };
+    for (calls, outcome) in per_slot {
         match outcome {
             Ok(replies) => apply(&mut results, &calls, replies),
             Err(e) => tracing::debug!(error = %e, "slot renewal failed"),

@@ -1,7 +1,8 @@
 //! The background releaser: releases handed over by `Drop` (guards, cancelled acquires).
 //!
 //! `Drop` cannot await, so it queues a job on an unbounded channel (never blocks) and this task
-//! runs it within milliseconds: every queued job goes out in one pipeline. Failed releases are
+//! runs it within milliseconds: every queued job goes out in one pipeline (on a cluster, where a
+//! pipeline may not span slots, one call per lock, all at once). Failed releases are
 //! retried with backoff until the lease they protect would have run out anyway.
 //!
 //! The task holds a clone of the command connection, not the client: it drains what was

@@ -2,7 +2,9 @@
 //!
 //! - Locks taken without an explicit lease get the watchdog timeout as lease and are renewed
 //!   every third of it, all of them in one round trip (a pipeline of `EVALSHA renew`, each
-//!   covering up to [`RENEW_CHUNK`] keys).
+//!   covering up to [`RENEW_CHUNK`] keys). On a cluster: one pipeline per node, one script call
+//!   per slot, all nodes at once (`cluster.rs`); a node that hangs costs only its own locks.
+//! - With replica acknowledgement, a renewal counts only once `WAIT` confirms it.
 //! - A renewal that fails is retried quickly. If a lease cannot be confirmed before it would run
 //!   out minus a safety margin, the lock is declared lost *before* Redis can expire it and hand
 //!   it to someone else. A renewal that finds the lock gone declares the loss at once.
@@ -240,6 +242,7 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
                 lease_ms,
                 ack,
                 RENEW_CHUNK,
+                limit,
             )
             .await),
             conn => renew_pipelined(&mut conn.clone(), &pairs, lease_ms, ack).await,
@@ -247,12 +250,23 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
         (outcome, pairs.len())
     };
     let span = tracing::debug_span!("lock.renew", locks = batch.len());
-    let (reply, _) = match tokio::time::timeout(limit, tracing::Instrument::instrument(query, span))
+    // The cluster path bounds its own steps by `limit` and reports partial success; this is a
+    // safety net.
+    #[cfg(feature = "cluster")]
+    let outer = match inner.conn {
+        Conn::Cluster(_) => limit + shared.margin / 4,
+        _ => limit,
+    };
+    #[cfg(not(feature = "cluster"))]
+    let outer = limit;
+    let (reply, _) = match tokio::time::timeout(outer, tracing::Instrument::instrument(query, span))
         .await
     {
         Ok(outcome) => outcome,
         Err(_) => {
             tracing::warn!(timeout = ?limit, locks = batch.len(), "lock renewal timed out; retrying");
+            #[cfg(feature = "cluster")]
+            shared.slots.invalidate();
             return Err(());
         }
     };

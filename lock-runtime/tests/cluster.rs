@@ -43,6 +43,10 @@ fn names_on_every_master(cluster: &RedisCluster, prefix: &str, per_master: usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_a_cluster() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let t = Instant::now();
     let mut cluster = RedisCluster::start(3, 1);
     eprintln!("cluster up in {:?}", t.elapsed());
@@ -57,6 +61,9 @@ async fn locks_on_a_cluster() {
     let t = Instant::now();
     renewals_are_batched_per_slot_and_node(&cluster).await;
     eprintln!("batched renewals: {:?}", t.elapsed());
+    let t = Instant::now();
+    a_frozen_master_costs_only_its_own_locks(&cluster).await;
+    eprintln!("frozen master: {:?}", t.elapsed());
     let t = Instant::now();
     resharding_mid_hold(&cluster).await;
     eprintln!("resharding: {:?}", t.elapsed());
@@ -303,6 +310,38 @@ async fn multilock_across_masters_and_script_flush(cluster: &RedisCluster) {
         "members left: {:?}",
         cluster.keys("lock:{multi-*")
     );
+}
+
+async fn a_frozen_master_costs_only_its_own_locks(cluster: &RedisCluster) {
+    let watchdog = Duration::from_millis(600);
+    let locks = cluster_client(cluster, watchdog).await;
+    let mut guards = Vec::new();
+    for name in names_on_every_master(cluster, "frozen-", 2) {
+        guards.push(locks.lock(&name).acquire().await.expect("acquire"));
+    }
+    let frozen = cluster.master_for_key(guards[0].key());
+    // Asked before the freeze: the harness asks a node (maybe the frozen one) for the map.
+    let (on_frozen, elsewhere): (Vec<_>, Vec<_>) = guards
+        .iter()
+        .partition(|g| cluster.master_for_key(g.key()).port() == frozen.port());
+    // Shorter than the cluster node timeout (no failover), longer than the lease.
+    frozen.freeze();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let lost_on_frozen = on_frozen.iter().filter(|g| g.is_lost()).count();
+    let lost_elsewhere = elsewhere.iter().filter(|g| g.is_lost()).count();
+    frozen.thaw();
+    assert_eq!(
+        lost_on_frozen,
+        on_frozen.len(),
+        "locks on the frozen master must be declared lost before their lease runs out"
+    );
+    assert_eq!(
+        lost_elsewhere, 0,
+        "a frozen master must not cost the other masters' locks their renewal"
+    );
+    cluster.wait_until_stable();
+    drop(guards);
+    assert!(common::eventually(Duration::from_secs(3), || locks.held_locks() == 0).await);
 }
 
 fn shard_channels(server: &lock_tests::RedisServer) -> Vec<String> {

@@ -65,6 +65,9 @@ async fn locks_on_a_cluster() {
     a_frozen_master_costs_only_its_own_locks(&cluster).await;
     eprintln!("frozen master: {:?}", t.elapsed());
     let t = Instant::now();
+    locks_follow_ask_redirects_mid_migration(&cluster).await;
+    eprintln!("mid-migration (ASK): {:?}", t.elapsed());
+    let t = Instant::now();
     resharding_mid_hold(&cluster).await;
     eprintln!("resharding: {:?}", t.elapsed());
     let t = Instant::now();
@@ -342,6 +345,70 @@ async fn a_frozen_master_costs_only_its_own_locks(cluster: &RedisCluster) {
     cluster.wait_until_stable();
     drop(guards);
     assert!(common::eventually(Duration::from_secs(3), || locks.held_locks() == 0).await);
+}
+
+async fn locks_follow_ask_redirects_mid_migration(cluster: &RedisCluster) {
+    let watchdog = Duration::from_millis(600);
+    let locks = cluster_client(cluster, watchdog).await;
+    let tag = names_on_every_master(cluster, "ask-", 1).remove(0);
+    let guard = locks
+        .lock(format!("{{{tag}}}:held"))
+        .acquire()
+        .await
+        .expect("hold");
+    let slot = key_slot(guard.key());
+    let from = cluster.master_index_for_key(guard.key());
+    let to = *cluster
+        .master_indices()
+        .iter()
+        .find(|&&m| m != from)
+        .expect("another master");
+
+    // The lock's keys now live on the target while the source still owns the slot: every
+    // command for them gets `ASK`.
+    let from = cluster.begin_slot_migration(slot, to);
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "renewal must follow ASK to the importing node"
+    );
+    let busy = cluster_client(cluster, watchdog)
+        .await
+        .lock(format!("{{{tag}}}:held"))
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect_err("still held, on the importing node");
+    assert!(!busy.is_lost(), "{busy:?}");
+
+    // A script over keys that do not exist yet (a new lock's hash and fencing counter) gets
+    // `TRYAGAIN` until the migration ends: the acquisition waits it out.
+    let fresh = {
+        let (locks, tag) = (locks.clone(), tag.clone());
+        tokio::spawn(async move {
+            locks
+                .lock(format!("{{{tag}}}:fresh"))
+                .try_acquire(Duration::from_secs(20))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.finish_slot_migration(slot, from, to);
+    let fresh = fresh
+        .await
+        .expect("task")
+        .expect("a new lock once the migration ends");
+    assert!(!guard.is_lost(), "held through the whole migration");
+    fresh.release().await.expect("release");
+    guard.release().await.expect("release");
+    assert!(
+        common::eventually(Duration::from_secs(2), || cluster
+            .keys(&format!("lock:#{{{tag}}}*"))
+            .iter()
+            .all(|k| k.ends_with(":fence")))
+        .await,
+        "keys left: {:?}",
+        cluster.keys(&format!("lock:#{{{tag}}}*"))
+    );
 }
 
 fn shard_channels(server: &lock_tests::RedisServer) -> Vec<String> {

@@ -688,27 +688,30 @@ impl RedisCluster {
     }
 
     /// Moves `slot` (and its keys) from its current master to master `to`, the way
-    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE` of every
-    /// key in the slot, then `SETSLOT NODE` on every master. Between marking the slot migrating
-    /// and finishing, the source answers `ASK` for keys already moved; afterwards everyone
-    /// answers `MOVED`. Waits (at most 30 s) until the cluster agrees on the new owner.
+    /// `redis-cli --cluster reshard` does: [`begin_slot_migration`](Self::begin_slot_migration)
+    /// then [`finish_slot_migration`](Self::finish_slot_migration). Afterwards everyone answers
+    /// `MOVED` for the slot.
     ///
     /// # Panics
     /// If `to` is not a master, already owns the slot, or a step is refused.
     pub fn migrate_slot(&self, slot: u16, to: usize) {
+        let from = self.begin_slot_migration(slot, to);
+        self.finish_slot_migration(slot, from, to);
+    }
+
+    /// First half of a slot migration: `SETSLOT IMPORTING` on `to`, `SETSLOT MIGRATING` on the
+    /// current owner, and `MIGRATE` of every key now in the slot. The slot still belongs to the
+    /// source, which answers `ASK` for keys it no longer has (new keys included). Returns the
+    /// source's index.
+    ///
+    /// # Panics
+    /// If `to` already owns the slot or a step is refused.
+    pub fn begin_slot_migration(&self, slot: u16, to: usize) -> usize {
         let from = self.master_index_for_slot(slot);
         assert_ne!(from, to, "node {to} already serves slot {slot}");
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
         let slot_arg = slot.to_string();
-        let ok = |server: &RedisServer, args: &[&str]| {
-            let reply = server.cmd(args);
-            assert!(
-                matches!(&reply, Resp::Simple(s) if s == "OK") || matches!(&reply, Resp::Int(_)),
-                "{args:?} on port {}: {reply:?}",
-                server.port()
-            );
-        };
-        ok(
+        expect_ok(
             dst,
             &[
                 "CLUSTER",
@@ -718,7 +721,7 @@ impl RedisCluster {
                 &self.ids[from],
             ],
         );
-        ok(
+        expect_ok(
             src,
             &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]],
         );
@@ -743,10 +746,45 @@ impl RedisCluster {
                 "KEYS",
             ];
             args.extend(keys.iter().map(String::as_str));
-            ok(src, &args);
+            expect_ok(src, &args);
+        }
+        from
+    }
+
+    /// Second half of a slot migration: moves keys written to the source meanwhile, then
+    /// `SETSLOT NODE` on every master; waits (at most 30 s) until the cluster agrees that `to`
+    /// owns the slot.
+    ///
+    /// # Panics
+    /// If a step is refused or the cluster does not settle.
+    pub fn finish_slot_migration(&self, slot: u16, from: usize, to: usize) {
+        let slot_arg = slot.to_string();
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let port = dst.port().to_string();
+        loop {
+            let keys: Vec<String> = src
+                .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+                .items()
+                .iter()
+                .filter_map(|k| k.text().map(str::to_owned))
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE",
+                "127.0.0.1",
+                port.as_str(),
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ];
+            args.extend(keys.iter().map(String::as_str));
+            expect_ok(src, &args);
         }
         for &m in &self.master_indices() {
-            ok(
+            expect_ok(
                 &self.nodes[m],
                 &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &self.ids[to]],
             );
@@ -1257,4 +1295,14 @@ fn write_and_wait(master: &RedisServer) -> io::Result<i64> {
         Resp::Int(n) => Ok(n),
         other => Err(io::Error::other(format!("WAIT replied {other:?}"))),
     }
+}
+
+/// Sends a command that must answer `+OK` (or `+NOKEY`, or an integer).
+fn expect_ok(server: &RedisServer, args: &[&str]) {
+    let reply = server.cmd(args);
+    assert!(
+        matches!(&reply, Resp::Simple(_) | Resp::Int(_)),
+        "{args:?} on port {}: {reply:?}",
+        server.port()
+    );
 }

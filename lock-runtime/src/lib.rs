@@ -104,8 +104,8 @@
 //! | Deployment | A master failure can cause | Fencing token |
 //! |---|---|---|
 //! | one server | unavailability | strictly increasing |
-//! | cluster / Sentinel | a double grant if the replica missed the grant | increasing except across such a failover |
-//! | cluster / Sentinel + [`replica_ack`](LockClientBuilder::replica_ack) | unavailability while replicas are missing | as above, far less often |
+//! | cluster / Sentinel | a double grant if the replica missed the grant | increasing, also across a failover while the servers' clocks agree |
+//! | cluster / Sentinel + [`replica_ack`](LockClientBuilder::replica_ack) | unavailability while replicas are missing | as above |
 //! | [`RedLock`] | a double grant only if nodes lose data within a lease | none across nodes |
 //!
 //! No lease-based lock can stop a paused holder from acting after its lease ran out: where a

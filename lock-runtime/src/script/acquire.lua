@@ -24,14 +24,16 @@ if type(token) == 'table' then
   -- Not a counter: a hash, a list, or a string that is not an integer. Nothing was written.
   return {-1, redis.call('TYPE', KEYS[2])['ok']}
 end
-if token == 1 then
-  -- The counter was missing (first use, retention passed, or a restart without persistence):
-  -- start from the server clock in microseconds, so tokens keep increasing across its loss as
-  -- long as the server clock does not go backwards.
-  local now = redis.call('TIME')
-  local start = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  redis.call('SET', KEYS[2], start)
-  token = tonumber(start)
+-- Never below the server clock in microseconds: tokens keep increasing when the counter is lost
+-- (first use, retention passed, a restart without persistence) and across a failover to a
+-- replica whose counter lagged, as long as the servers' clocks agree to within the time between
+-- the two grants. One grant per microsecond is far above any lock's hand-over rate, so the
+-- counter does not run ahead of the clock.
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if token < clock then
+  redis.call('SET', KEYS[2], string.format('%d', clock))
+  token = clock
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 

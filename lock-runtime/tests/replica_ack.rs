@@ -160,3 +160,44 @@ async fn a_zero_acknowledgement_timeout_is_rejected() {
         .expect_err("WAIT 1 0 would block forever");
     assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }
+
+/// Without acknowledgement a failover can lose a grant; the next grant must still carry a larger
+/// fencing token, even though the promoted replica's fencing counter lagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
+    let mut pair = ReplicatedPair::start();
+    let old = common::client(pair.master()).await;
+    let first = old.lock("fenced").acquire().await.expect("acquire");
+    let t0 = first.fencing_token();
+    first.release().await.expect("release");
+    pair.wait_for_sync();
+
+    // The replica stops replicating (as if the link broke) and is promoted; the master grants
+    // the lock once more before it dies, so that grant and its counter never reach the replica.
+    let promoted = pair.replica();
+    assert!(matches!(
+        promoted.cmd(&["REPLICAOF", "NO", "ONE"]),
+        lock_tests::Resp::Simple(_)
+    ));
+    let lost_grant = old.lock("fenced").acquire().await.expect("acquire");
+    let t1 = lost_grant.fencing_token();
+    assert!(t1 > t0);
+    pair.master_mut().kill();
+    let promoted = pair.replica();
+    assert_eq!(
+        promoted.cmd(&["EXISTS", lost_grant.key()]).int(),
+        Some(0),
+        "the promoted replica never saw the last grant"
+    );
+    let new = common::client(promoted).await;
+    let second =
+        new.lock("fenced").try_acquire(Duration::ZERO).await.expect(
+            "the promoted replica grants the lock again: the double grant fencing exists for",
+        );
+    assert!(
+        second.fencing_token() > t1,
+        "the later grant must carry the larger token: {} after {t1}",
+        second.fencing_token()
+    );
+    drop(lost_grant);
+}

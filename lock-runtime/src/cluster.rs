@@ -168,7 +168,12 @@ impl SlotMap {
             let (Some(host), Some(port)) = (master.next(), master.next()) else {
                 return Err("short CLUSTER SLOTS node".into());
             };
-            let host: String = FromRedisValue::from_redis_value(host)?;
+            // Empty or NULL on some deployments: the key only groups slots by node here; the
+            // request is routed by slot, so redis resolves the address itself.
+            let host: String = match host {
+                Value::Nil => String::new(),
+                host => FromRedisValue::from_redis_value(host)?,
+            };
             let port: u16 = FromRedisValue::from_redis_value(port)?;
             ranges.push((start, end, host, port));
         }
@@ -177,16 +182,20 @@ impl SlotMap {
     }
 }
 
-/// The watchdog's cached slot map; dropped whenever a node's batch fails.
+/// The watchdog's cached slot map. Marked stale whenever a node's batch fails, then refreshed;
+/// the last good map is kept if the refresh fails (a frozen node may be the one asked).
 #[derive(Debug, Default)]
 pub(crate) struct SlotCache {
-    map: Mutex<Option<Arc<SlotMap>>>,
+    map: Mutex<(Option<Arc<SlotMap>>, bool)>,
 }
 
 impl SlotCache {
     async fn get(&self, conn: &ClusterConnection) -> Option<Arc<SlotMap>> {
-        if let Some(map) = self.lock().clone() {
-            return Some(map);
+        let (cached, stale) = self.lock().clone();
+        if let Some(map) = &cached
+            && !stale
+        {
+            return Some(map.clone());
         }
         let reply = conn
             .clone()
@@ -198,25 +207,25 @@ impl SlotCache {
         match reply.map(SlotMap::parse) {
             Ok(Ok(map)) => {
                 let map = Arc::new(map);
-                *self.lock() = Some(map.clone());
+                *self.lock() = (Some(map.clone()), false);
                 Some(map)
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "unexpected CLUSTER SLOTS reply; renewing slot by slot");
-                None
+                tracing::warn!(error = %e, "unexpected CLUSTER SLOTS reply");
+                cached
             }
             Err(e) => {
-                tracing::debug!(error = %e, "CLUSTER SLOTS failed; renewing slot by slot");
-                None
+                tracing::debug!(error = %e, "CLUSTER SLOTS failed");
+                cached
             }
         }
     }
 
     pub(crate) fn invalidate(&self) {
-        *self.lock() = None;
+        self.lock().1 = true;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<SlotMap>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Arc<SlotMap>>, bool)> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -251,11 +260,11 @@ pub(crate) async fn renew(
 
     let mut by_node: HashMap<(String, u16), Vec<u16>> = HashMap::new();
     let mut leftover: Vec<u16> = Vec::new();
-    match tokio::time::timeout(limit / 4, cache.get(conn))
-        .await
-        .ok()
-        .flatten()
-    {
+    let map = match tokio::time::timeout(limit / 4, cache.get(conn)).await {
+        Ok(map) => map,
+        Err(_) => cache.lock().0.clone(),
+    };
+    match map {
         Some(map) => {
             for &s in by_slot.keys() {
                 match map.node(s) {
@@ -269,12 +278,16 @@ pub(crate) async fn renew(
         None => leftover.extend(by_slot.keys().copied()),
     }
 
-    let node_batches = by_node.into_iter().map(|((host, port), slots)| {
+    let node_batches = by_node.into_values().map(|slots| {
         let mut calls: Vec<Call> = Vec::new();
         for s in &slots {
             calls.extend(by_slot[s].chunks(chunk.max(1)).map(<[usize]>::to_vec));
         }
-        let route = SingleNodeRoutingInfo::ByAddress { host, port };
+        // Routed by one of its slots, not by our copy of the address: redis resolves it.
+        let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::new(
+            slots[0],
+            redis::cluster_routing::SlotAddr::Master,
+        ));
         let conn = conn.clone();
         async move {
             // A node that hangs (black-holed, frozen) must leave time for the fallback.
@@ -318,40 +331,37 @@ pub(crate) async fn renew(
         }
     }
 
-    // Slot by slot through the key-routed path: follows MOVED/ASK.
+    // Lock by lock through the key-routed path, which follows MOVED/ASK (one key per call: a
+    // multi-key call gets TRYAGAIN while its slot migrates, and ASKING covers one command).
+    // Each bounded on its own, so a hanging node costs only its own locks.
     leftover.extend(failed_slots);
-    let per_slot = leftover.into_iter().map(|s| {
-        let calls: Vec<Call> = by_slot[&s]
-            .chunks(chunk.max(1))
-            .map(<[usize]>::to_vec)
-            .collect();
-        let key = batch[calls[0][0]].0.to_owned();
+    let remaining = (start + limit).saturating_duration_since(tokio::time::Instant::now());
+    let per_lock = leftover.iter().flat_map(|s| by_slot[s].iter()).map(|&i| {
         let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::with_key(
-            key,
+            batch[i].0,
             redis::cluster_routing::SlotAddr::Master,
         ));
         let conn = conn.clone();
         async move {
-            let outcome = send(conn, route, batch, &calls, lease_ms, ack).await;
+            let calls = vec![vec![i]];
+            let outcome =
+                tokio::time::timeout(remaining, send(conn, route, batch, &calls, lease_ms, ack))
+                    .await;
             (calls, outcome)
         }
     });
-    let remaining = (start + limit).saturating_duration_since(tokio::time::Instant::now());
-    let Ok(per_slot) = tokio::time::timeout(remaining, join_all(per_slot)).await else {
-        tracing::debug!("slot-by-slot renewal ran out of time");
-        return results;
-    };
-    for (calls, outcome) in per_slot {
+    for (calls, outcome) in join_all(per_lock).await {
         match outcome {
-            Ok(replies) => apply(&mut results, &calls, replies),
-            Err(e) => tracing::debug!(error = %e, "slot renewal failed"),
+            Ok(Ok(replies)) => apply(&mut results, &calls, replies),
+            Ok(Err(e)) => tracing::debug!(error = %e, "lock renewal failed"),
+            Err(_) => tracing::debug!("lock renewal timed out"),
         }
     }
     results
 }
 
 /// Sends the renew calls (plus `WAIT`) as one pipeline along `route`; returns one reply per
-/// call, or an error when anything in it failed or replicas did not acknowledge.
+/// call and whether replicas acknowledged them, or an error when anything in it failed.
 async fn send(
     mut conn: ClusterConnection,
     route: SingleNodeRoutingInfo,
@@ -359,7 +369,7 @@ async fn send(
     calls: &[Call],
     lease_ms: u64,
     ack: Option<crate::ack::ReplicaAck>,
-) -> redis::RedisResult<Vec<Vec<i64>>> {
+) -> redis::RedisResult<Replies> {
     let mut pipe = redis::pipe();
     for call in calls {
         let cmd = pipe
@@ -379,26 +389,40 @@ async fn send(
     }
     let count = pipe.cmd_iter().count();
     let mut values = conn.route_pipeline(pipe, 0, count, route).await?;
-    if let Some(ack) = ack {
-        let acked = values.pop().unwrap_or(Value::Nil);
-        ack.check(acked)?;
-    }
-    values
+    let acknowledged = match ack {
+        Some(ack) => {
+            let acked = values.pop().unwrap_or(Value::Nil);
+            ack.check(acked)
+                .inspect_err(|e| tracing::warn!(error = %e, "renewals not acknowledged"))
+                .is_ok()
+        }
+        None => true,
+    };
+    let replies = values
         .into_iter()
         .map(|v| match v {
             Value::ServerError(e) => Err(e.into()),
             v => Vec::<i64>::from_redis_value(v).map_err(redis::RedisError::from),
         })
-        .collect()
+        .collect::<redis::RedisResult<_>>()?;
+    Ok((replies, acknowledged))
 }
 
-fn apply(results: &mut [Option<bool>], calls: &[Call], replies: Vec<Vec<i64>>) {
+/// Records replies: "gone" needs no acknowledgement; "renewed" counts only once replicas have it.
+fn apply(results: &mut [Option<bool>], calls: &[Call], (replies, acknowledged): Replies) {
     for (call, reply) in calls.iter().zip(replies) {
         for (&i, renewed) in call.iter().zip(reply) {
-            results[i] = Some(renewed == 1);
+            results[i] = if renewed == 1 {
+                acknowledged.then_some(true)
+            } else {
+                Some(false)
+            };
         }
     }
 }
+
+/// One reply list per call, and whether `WAIT` confirmed them.
+type Replies = (Vec<Vec<i64>>, bool);
 
 /// Loads the renew script on every master.
 async fn load_everywhere(conn: &ClusterConnection) -> redis::RedisResult<()> {

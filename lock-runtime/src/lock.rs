@@ -252,14 +252,20 @@ impl Lock {
         deadline: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.client.inner;
+        // Armed whenever a request that may have taken the lock is in flight or ended with an
+        // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
         let mut cleanup = Cleanup {
             client: &self.client,
-            job: Some(ReleaseJob::new(names, owner, Instant::now() + lease)),
+            job: None,
         };
+        // Some earlier request's outcome is still unknown (it may have taken the lock).
+        let mut unresolved = false;
         let mut conn = inner.conn.clone();
         let mut tries = 0;
         let mut unavailable_since: Option<Instant> = None;
+        let mut ack_backoff = FAILOVER_RETRY;
         loop {
+            cleanup.job = Some(ReleaseJob::new(names, owner, Instant::now() + lease));
             let sent = Instant::now();
             let reply = match inner.config.replica_ack {
                 None => script::ACQUIRE
@@ -286,42 +292,57 @@ impl Lock {
                 }
             };
             return match reply {
-                Ok((reply, acked)) => {
-                    cleanup.job = None;
-                    match reply {
-                        Reply::Done(token) => {
-                            if let Some((ack, acked)) = acked
-                                && acked < ack.replicas
-                            {
-                                self.roll_back(names, owner, lease).await;
-                                if self.within_grace(&mut unavailable_since, deadline) {
-                                    // A replica may be catching up after a failover.
-                                    tracing::debug!(acked, "grant not acknowledged; retrying");
-                                    tokio::time::sleep(FAILOVER_RETRY).await;
-                                    continue;
-                                }
-                                return Err(LockError::ReplicaAck {
-                                    op: "acquire",
-                                    name: names.name.clone(),
-                                    required: ack.replicas,
-                                    acknowledged: acked,
-                                    timeout: ack.timeout,
-                                });
+                Ok((reply, acked)) => match reply {
+                    Reply::Done(token) => {
+                        if let Some((ack, acked)) = acked
+                            && acked < ack.replicas
+                        {
+                            // Still armed: cancelled during the roll-back, it is finished in
+                            // the background.
+                            let rolled_back = self.roll_back(names, owner).await;
+                            unresolved = !rolled_back;
+                            if !unresolved {
+                                cleanup.job = None;
                             }
-                            tracing::debug!(token, "acquired");
-                            Ok(Attempt::Taken {
-                                token: token as u64,
-                                sent,
-                            })
+                            if self.within_grace(&mut unavailable_since, deadline) {
+                                // A replica may be catching up after a failover; back off, since
+                                // every try blocks the shared connection for the WAIT timeout.
+                                tracing::debug!(acked, "grant not acknowledged; retrying");
+                                tokio::time::sleep(ack_backoff).await;
+                                ack_backoff = (ack_backoff * 2).min(Duration::from_secs(1));
+                                continue;
+                            }
+                            return Err(LockError::ReplicaAck {
+                                op: "acquire",
+                                name: names.name.clone(),
+                                required: ack.replicas,
+                                acknowledged: acked,
+                                timeout: ack.timeout,
+                            });
                         }
-                        Reply::NotDone(pttl) => Ok(Attempt::Busy(pttl)),
-                        Reply::Foreign(found) => Err(LockError::ForeignData {
+                        cleanup.job = None;
+                        tracing::debug!(token, "acquired");
+                        Ok(Attempt::Taken {
+                            token: token as u64,
+                            sent,
+                        })
+                    }
+                    // Definite answers also settle earlier unknown outcomes: had one of them
+                    // taken the lock, this retry (same owner) would have re-taken it.
+                    Reply::NotDone(pttl) => {
+                        cleanup.job = None;
+                        Ok(Attempt::Busy(pttl))
+                    }
+                    Reply::Foreign(found) => {
+                        cleanup.job = None;
+                        Err(LockError::ForeignData {
                             key: names.key.clone(),
                             found,
-                        }),
+                        })
                     }
-                }
+                },
                 Err(e) if outcome_unknown(&e) && tries < RECONCILE_TRIES => {
+                    unresolved = true;
                     tries += 1;
                     tracing::warn!(error = %e, tries, "acquire outcome unknown; reconciling");
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(tries))).await;
@@ -330,12 +351,13 @@ impl Lock {
                 Err(e) if self.ride_out(&e, &mut unavailable_since, deadline) => {
                     // A cluster or Sentinel failover in progress: keep trying with the same
                     // owner id (idempotent) until the grace period or the wait runs out.
+                    unresolved |= outcome_unknown(&e);
                     tracing::debug!(error = %e, "redis unavailable; waiting for failover");
                     tokio::time::sleep(FAILOVER_RETRY).await;
                     continue;
                 }
                 Err(e) => {
-                    if !outcome_unknown(&e) {
+                    if !outcome_unknown(&e) && !unresolved {
                         cleanup.job = None;
                     }
                     Err(LockError::backend("acquire", e))
@@ -368,9 +390,9 @@ impl Lock {
         now + FAILOVER_RETRY < until
     }
 
-    /// Undoes a grant that replicas did not acknowledge. If that fails, the background
-    /// releaser keeps trying until the lease ends.
-    async fn roll_back(&self, names: &Arc<LockNames>, owner: &Arc<str>, lease: Duration) {
+    /// Undoes a grant that replicas did not acknowledge; returns whether the lock is known not
+    /// to be held by us any more.
+    async fn roll_back(&self, names: &Arc<LockNames>, owner: &Arc<str>) -> bool {
         let inner = &self.client.inner;
         let rolled_back = inner
             .config
@@ -382,11 +404,7 @@ impl Lock {
             .invoke_async::<Reply>(&mut inner.conn.clone())
             .await;
         tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
-        if rolled_back.is_err() {
-            inner
-                .releaser
-                .submit(ReleaseJob::new(names, owner, Instant::now() + lease));
-        }
+        matches!(rolled_back, Ok(Reply::Done(_) | Reply::NotDone(_)))
     }
 
     #[allow(clippy::too_many_arguments)]

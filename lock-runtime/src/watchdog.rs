@@ -173,7 +173,26 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
             let Some(inner) = client.upgrade() else {
                 return;
             };
-            next_renewal = match renew(&inner, &shared, earliest).await {
+            // Other deadlines (explicit leases, max hold, locks past saving) are declared on
+            // time while the round is in flight; the round itself is bounded by the deadlines
+            // of the locks it renews.
+            let outcome = {
+                let mut renewal = std::pin::pin!(renew(&inner, &shared));
+                loop {
+                    let timer =
+                        earliest.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+                    tokio::select! {
+                        outcome = &mut renewal => break outcome,
+                        _ = tokio::time::sleep_until(timer) => {
+                            let Some(next) = settle(&client, &shared) else {
+                                return;
+                            };
+                            earliest = next;
+                        }
+                    }
+                }
+            };
+            next_renewal = match outcome {
                 Ok(sent) => sent + shared.period,
                 Err(()) => Instant::now() + shared.retry,
             };
@@ -209,22 +228,36 @@ fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<Option<Instant>> {
 }
 
 /// Renews every watchdog entry in one pipelined round trip. Returns when the request was sent.
-async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Result<Instant, ()> {
+async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
+    let mut deadline: Option<Instant> = None;
     let batch: Vec<(u64, Arc<LockNames>, Arc<str>)> = shared
         .lock()
         .iter()
         .filter(|(_, e)| e.renew && e.max_hold_until.is_none_or(|t| t > Instant::now()))
-        .map(|(id, e)| (*id, e.names.clone(), e.owner.clone()))
+        .map(|(id, e)| {
+            let lost_at = e.confirmed_until.checked_sub(shared.margin);
+            deadline = match (deadline, lost_at) {
+                (Some(d), Some(l)) => Some(d.min(l)),
+                (d, l) => d.or(l),
+            };
+            (*id, e.names.clone(), e.owner.clone())
+        })
         .collect();
     let sent = Instant::now();
     if batch.is_empty() {
         return Ok(sent);
     }
     let lease_ms = shared.lease.as_millis() as u64;
-    // Never wait past the earliest loss deadline: expiry must be declared on time even when
-    // Redis hangs.
+    // Never wait past the earliest loss deadline of a lock being renewed: its loss must be
+    // declared on time even when Redis hangs.
+    // Ends a little before that deadline, so what was confirmed is recorded before the loop's
+    // timer declares the overdue locks lost (on a cluster, a hanging node must not cost the
+    // locks confirmed on the other nodes).
     let limit = deadline
-        .map(|d| d.saturating_duration_since(sent))
+        .map(|d| {
+            let left = d.saturating_duration_since(sent);
+            left - left / 8
+        })
         .unwrap_or(inner.config.response_timeout)
         .clamp(Duration::from_millis(1), inner.config.response_timeout);
     let pairs: Vec<(&str, &str)> = batch
@@ -254,7 +287,7 @@ async fn renew(inner: &Inner, shared: &Shared, deadline: Option<Instant>) -> Res
     // safety net.
     #[cfg(feature = "cluster")]
     let outer = match inner.conn {
-        Conn::Cluster(_) => limit + shared.margin / 4,
+        Conn::Cluster(_) => limit + limit / 16,
         _ => limit,
     };
     #[cfg(not(feature = "cluster"))]
@@ -350,7 +383,14 @@ async fn renew_pipelined(
     let mut results = Vec::with_capacity(pairs.len());
     for value in values {
         let renewed: Vec<i64> = redis::FromRedisValue::from_redis_value(value)?;
-        results.extend(renewed.into_iter().map(|r| acknowledged.then_some(r == 1)));
+        // "Gone" needs no acknowledgement; "renewed" counts only once replicas have it.
+        results.extend(renewed.into_iter().map(|r| {
+            if r == 1 {
+                acknowledged.then_some(true)
+            } else {
+                Some(false)
+            }
+        }));
     }
     Ok(results)
 }

@@ -12,6 +12,10 @@
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
   if type(mine) == 'table' then
+    if not string.find(mine.err, 'WRONGTYPE', 1, true) then
+      -- Not foreign data: READONLY (a demoted master), OOM, …; let the client see it.
+      return redis.error_reply(mine.err)
+    end
     return {-1, redis.call('TYPE', KEYS[1])['ok']}
   end
   if mine == 0 then
@@ -21,6 +25,9 @@ end
 
 local token = redis.pcall('INCR', KEYS[2])
 if type(token) == 'table' then
+  if not (string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true)) then
+    return redis.error_reply(token.err)
+  end
   -- Not a counter: a hash, a list, or a string that is not an integer. Nothing was written.
   return {-1, redis.call('TYPE', KEYS[2])['ok']}
 end

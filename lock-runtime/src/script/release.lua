@@ -8,6 +8,10 @@
 -- owner is left), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
 local removed = redis.pcall('HDEL', KEYS[1], ARGV[1])
 if type(removed) == 'table' then
+  if not string.find(removed.err, 'WRONGTYPE', 1, true) then
+    -- READONLY (a demoted master), OOM, …: not foreign data; let the client see it.
+    return redis.error_reply(removed.err)
+  end
   return {-1, redis.call('TYPE', KEYS[1])['ok']}
 end
 if removed == 0 then

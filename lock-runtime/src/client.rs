@@ -183,6 +183,7 @@ impl LockClientBuilder {
     fn new(topology: Topology) -> LockClientBuilder {
         LockClientBuilder {
             topology,
+            misplaced: None,
             replica_ack: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -275,6 +276,8 @@ impl fmt::Debug for LockClient {
 #[must_use = "a builder does nothing until you call `build`"]
 pub struct LockClientBuilder {
     topology: Topology,
+    /// A setting that does not apply to this topology.
+    misplaced: Option<&'static str>,
     replica_ack: Option<ReplicaAck>,
     failover_grace: Duration,
     prefix: String,
@@ -341,6 +344,7 @@ impl LockClientBuilder {
     /// - [`LockGuard::release`](crate::LockGuard::release) reports an unacknowledged release as
     ///   [`LockError::ReplicaAck`]; the lock is released on the master either way.
     ///
+    /// `timeout` must be at most half the [response timeout](LockClientBuilder::response_timeout).
     /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the
     /// shared connection for up to `timeout` when a replica lags. It narrows the window in which
     /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
@@ -363,15 +367,26 @@ impl LockClientBuilder {
     /// URLs).
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
     pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
-        if let Topology::Sentinel { auth, .. } = &mut self.topology {
-            *auth = Some((username.map(str::to_owned), password.to_owned()));
+        match &mut self.topology {
+            Topology::Sentinel { auth, .. } => {
+                *auth = Some((username.map(str::to_owned), password.to_owned()));
+            }
+            _ => {
+                self.misplaced = Some("master_credentials needs a client made by sentinel_builder")
+            }
         }
         self
     }
 
     /// Connects both connections and starts the background tasks.
     pub async fn build(self) -> Result<LockClient, LockError> {
+        if let Some(what) = self.misplaced {
+            return Err(LockError::InvalidConfig(what.into()));
+        }
         validate_prefix(&self.prefix)?;
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(LockError::InvalidConfig(format!(
@@ -396,13 +411,20 @@ impl LockClientBuilder {
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
 
-        if let Some(ack) = self.replica_ack
-            && ack.timeout.is_zero()
-        {
-            return Err(LockError::InvalidConfig(
-                "replica acknowledgement timeout must be greater than zero (WAIT 0 waits forever)"
-                    .into(),
-            ));
+        if let Some(ack) = self.replica_ack {
+            if ack.timeout.is_zero() {
+                return Err(LockError::InvalidConfig(
+                    "replica acknowledgement timeout must be greater than zero (WAIT 0 waits forever)"
+                        .into(),
+                ));
+            }
+            if ack.timeout * 2 > self.response_timeout {
+                return Err(LockError::InvalidConfig(format!(
+                    "replica acknowledgement timeout ({:?}) must be at most half the response timeout ({:?}), \
+                     or a missing acknowledgement would look like an unanswered request",
+                    ack.timeout, self.response_timeout
+                )));
+            }
         }
 
         let settings = Settings {

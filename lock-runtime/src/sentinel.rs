@@ -3,13 +3,16 @@
 //! The client keeps its two connections (commands, pub/sub) to the master the sentinels name.
 //! When a request to it fails in a way a failover explains (connection refused or dropped,
 //! timeout, `READONLY` from a demoted master), it asks the sentinels again, at most every
-//! [`RECHECK`], and asks them anyway every [`SCAN`]. Once they name another master, both connections are replaced and the demux is
+//! [`RECHECK`] (one question at a time), and asks them anyway every [`SCAN`] (over one kept
+//! sentinel connection; the full lookup only when the address changed). A reply that arrives
+//! from the old master after a switch counts as an unknown outcome. Once they name another master, both connections are replaced and the demux is
 //! told the pub/sub connection was lost, which wakes every waiter (an unlock published during
 //! the switch may be gone) and resubscribes every channel on the new master. Requests that
 //! failed meanwhile are retried by their callers: acquisitions ride out the failover within
 //! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), the
 //! watchdog retries renewals until the lease would run out, the releaser retries releases.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +42,9 @@ pub(crate) struct FailoverConn {
 struct Shared {
     /// Held while asking the sentinels: one question at a time.
     resolver: tokio::sync::Mutex<Resolver>,
+    /// A lookup is queued or running: failed requests do not queue another.
+    pending: AtomicBool,
+    master_name: String,
     current: Mutex<Current>,
     settings: Settings,
     demux: Demux,
@@ -47,6 +53,8 @@ struct Shared {
 struct Resolver {
     sentinel: SentinelClient,
     last_check: Option<Instant>,
+    /// A kept connection to one sentinel, for the cheap periodic question.
+    sentinel_conn: Option<redis::aio::MultiplexedConnection>,
 }
 
 struct Current {
@@ -103,7 +111,10 @@ pub(crate) async fn connect(
         resolver: tokio::sync::Mutex::new(Resolver {
             sentinel,
             last_check: Some(Instant::now()),
+            sentinel_conn: None,
         }),
+        pending: AtomicBool::new(false),
+        master_name: master.to_owned(),
         current: Mutex::new(Current {
             generation: 0,
             addr,
@@ -141,9 +152,23 @@ impl FailoverConn {
     fn check<T>(&self, generation: u64, result: &redis::RedisResult<T>) {
         if let Err(e) = result
             && failover_symptom(e)
+            && !self.shared.pending.swap(true, Ordering::AcqRel)
         {
             tokio::spawn(self.shared.clone().rediscover(Some(generation)));
         }
+    }
+
+    /// A reply from a master we switched away from while the request was in flight does not
+    /// count (a grant there may not exist on the new master): report an unknown outcome, which
+    /// callers reconcile on the new master with the same owner id.
+    fn settled<T>(&self, generation: u64, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if self.shared.lock().generation == generation {
+            return result;
+        }
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "the master changed while the request was in flight",
+        )))
     }
 
     pub(crate) async fn subscribe(
@@ -168,7 +193,7 @@ impl ConnectionLike for FailoverConn {
             let (generation, mut conn) = self.pick();
             let result = conn.req_packed_command(cmd).await;
             self.check(generation, &result);
-            result
+            self.settled(generation, result)
         })
     }
 
@@ -182,7 +207,7 @@ impl ConnectionLike for FailoverConn {
             let (generation, mut conn) = self.pick();
             let result = conn.req_packed_commands(pipeline, offset, count).await;
             self.check(generation, &result);
-            result
+            self.settled(generation, result)
         })
     }
 
@@ -197,20 +222,30 @@ impl Shared {
     }
 
     /// Asks the sentinels for the master; switches both connections when it moved. `seen`:
-    /// the generation a failed request used (nothing to do if we switched since).
+    /// the generation a failed request used (nothing to do if we switched since); `None` for
+    /// the periodic check, which first asks one kept sentinel connection for the address and
+    /// does the full lookup (which connects to the master to check its role) only if it moved.
     async fn rediscover(self: Arc<Self>, seen: Option<u64>) {
         let mut resolver = self.resolver.lock().await;
+        self.pending.store(false, Ordering::Release);
         if seen.is_some_and(|g| self.lock().generation != g)
             || resolver.last_check.is_some_and(|t| t.elapsed() < RECHECK)
         {
             return;
         }
-        resolver.last_check = Some(Instant::now());
-        let client = match self
+        if seen.is_none()
+            && let Some(addr) = self.named_master(&mut resolver).await
+            && addr == self.lock().addr
+        {
+            resolver.last_check = Some(Instant::now());
+            return;
+        }
+        let lookup = self
             .settings
             .within_connect_timeout(resolver.sentinel.async_get_client())
-            .await
-        {
+            .await;
+        resolver.last_check = Some(Instant::now());
+        let client = match lookup {
             Ok(client) => client,
             Err(e) => {
                 tracing::debug!(error = %e, "no master from the sentinels yet");
@@ -241,6 +276,34 @@ impl Shared {
         // subscribed on the new master.
         self.demux.connection_lost();
         drop(resolver);
+    }
+
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on the kept sentinel connection (made on first use,
+    /// dropped on error), as `host:port`.
+    async fn named_master(&self, resolver: &mut Resolver) -> Option<String> {
+        if resolver.sentinel_conn.is_none() {
+            let client = self
+                .settings
+                .within_connect_timeout(resolver.sentinel.async_get_sentinel_client())
+                .await
+                .ok()?;
+            resolver.sentinel_conn = self
+                .settings
+                .within_connect_timeout(client.get_multiplexed_async_connection())
+                .await
+                .ok();
+        }
+        let conn = resolver.sentinel_conn.as_mut()?;
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master_name);
+        let question = cmd.query_async::<Option<(String, u16)>>(conn);
+        match tokio::time::timeout(self.settings.response_timeout, question).await {
+            Ok(Ok(Some((host, port)))) => Some(format!("{host}:{port}")),
+            _ => {
+                resolver.sentinel_conn = None;
+                None
+            }
+        }
     }
 }
 

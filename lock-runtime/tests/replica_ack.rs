@@ -151,13 +151,20 @@ async fn unacknowledged_renewals_and_releases_are_reported() {
 }
 
 #[tokio::test]
-async fn a_zero_acknowledgement_timeout_is_rejected() {
+async fn bad_acknowledgement_timeouts_are_rejected() {
     let pair = ReplicatedPair::start();
     let err = LockClient::builder(&pair.master_url())
         .replica_ack(1, Duration::ZERO)
         .build()
         .await
         .expect_err("WAIT 1 0 would block forever");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    let err = LockClient::builder(&pair.master_url())
+        .response_timeout(Duration::from_secs(1))
+        .replica_ack(1, Duration::from_millis(800))
+        .build()
+        .await
+        .expect_err("an acknowledgement timeout near the response timeout");
     assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }
 

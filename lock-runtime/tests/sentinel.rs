@@ -147,4 +147,11 @@ async fn bad_sentinel_settings_are_typed_errors() {
         .await
         .expect_err("nobody listens there");
     assert!(err.is_unavailable(), "{err:?}");
+
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .master_credentials(None, "secret")
+        .build()
+        .await
+        .expect_err("credentials for a Sentinel master on a single-server client");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }

@@ -139,41 +139,56 @@ impl ConnectionLike for Conn {
     }
 }
 
-impl Conn {
-    /// Subscribes to unlock channels (sharded on a cluster: one command per slot).
-    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
-        match self {
-            Conn::Single(c) => c.subscribe(channels).await,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true).await,
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.subscribe(channels, true).await,
-        }
-    }
+/// Some channels of a (un)subscribe failed: which, and the first error.
+#[derive(Debug)]
+pub(crate) struct Partial {
+    pub(crate) failed: Vec<String>,
+    pub(crate) error: redis::RedisError,
+}
 
-    /// Unsubscribes from unlock channels.
-    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
-        match self {
-            Conn::Single(c) => c.unsubscribe(channels).await,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false).await,
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.subscribe(channels, false).await,
+impl Partial {
+    fn all(channels: &[String], error: redis::RedisError) -> Partial {
+        Partial {
+            failed: channels.to_vec(),
+            error,
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Conn {
+    /// Subscribes to unlock channels (sharded on a cluster: one command per slot, and a failure
+    /// is reported per slot).
+    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> Result<(), Partial> {
+        match self {
+            Conn::Single(c) => c
+                .subscribe(channels)
+                .await
+                .map_err(|e| Partial::all(channels, e)),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c
+                .subscribe(channels, true)
+                .await
+                .map_err(|e| Partial::all(channels, e)),
+        }
+    }
 
-    #[test]
-    fn debug_output_hides_credentials() {
-        let t = Topology::Single("redis://user:s3cret@127.0.0.1:6379/0".into());
-        let shown = format!("{t:?}");
-        assert!(!shown.contains("s3cret"), "{shown}");
-        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
-        assert_eq!(redact("redis://127.0.0.1"), "redis://127.0.0.1");
+    /// Unsubscribes from unlock channels.
+    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> Result<(), Partial> {
+        match self {
+            Conn::Single(c) => c
+                .unsubscribe(channels)
+                .await
+                .map_err(|e| Partial::all(channels, e)),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c
+                .subscribe(channels, false)
+                .await
+                .map_err(|e| Partial::all(channels, e)),
+        }
     }
 }
 

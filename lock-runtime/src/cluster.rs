@@ -25,7 +25,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, Value};
 
 use crate::LockError;
-use crate::backend::{Conn, Settings};
+use crate::backend::{Conn, Partial, Settings};
 use crate::demux::Demux;
 use crate::script;
 
@@ -112,12 +112,12 @@ fn crc16(data: &[u8]) -> u16 {
 }
 
 /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, one command per slot (a command may not span slots), all
-/// slots at once.
+/// slots at once; reports the channels of the slots that failed.
 pub(crate) async fn ssubscribe(
     conn: &ClusterConnection,
     channels: &[String],
     subscribe: bool,
-) -> redis::RedisResult<()> {
+) -> Result<(), Partial> {
     let mut by_slot: HashMap<u16, Vec<&str>> = HashMap::new();
     for channel in channels {
         by_slot.entry(slot(channel)).or_default().push(channel);
@@ -125,14 +125,25 @@ pub(crate) async fn ssubscribe(
     let calls = by_slot.into_values().map(|group| {
         let mut conn = conn.clone();
         async move {
-            if subscribe {
-                conn.ssubscribe(group).await
+            let result = if subscribe {
+                conn.ssubscribe(&group).await
             } else {
-                conn.sunsubscribe(group).await
-            }
+                conn.sunsubscribe(&group).await
+            };
+            (group, result)
         }
     });
-    join_all(calls).await.into_iter().collect()
+    let mut partial: Option<Partial> = None;
+    for (group, result) in join_all(calls).await {
+        if let Err(error) = result {
+            let p = partial.get_or_insert_with(|| Partial {
+                failed: Vec::new(),
+                error,
+            });
+            p.failed.extend(group.into_iter().map(str::to_owned));
+        }
+    }
+    partial.map_or(Ok(()), Err)
 }
 
 /// The masters' slot ranges, from `CLUSTER SLOTS`.

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::Conn;
+use crate::backend::{Conn, Partial};
 
 /// Channels per `SUBSCRIBE` command.
 const BATCH: usize = 5_000;
@@ -259,8 +259,9 @@ impl AsyncPushSender for PushRouter {
             }
             PushKind::Disconnection => shared.connection_lost(),
             // Sent by the server when a shard channel's slot migrates or its node fails over,
-            // and as the confirmation of our own SUNSUBSCRIBE (then nobody waits on it and
-            // nothing happens).
+            // and as the confirmation of our own SUNSUBSCRIBE. The latter can arrive after a
+            // waiter came back and the channel was subscribed again (redis forwards cluster
+            // pushes through its own task): then it costs a spurious wake-up and resubscribe.
             PushKind::SUnsubscribe => {
                 if let Some(Value::BulkString(name)) = push.data.first()
                     && let Ok(name) = std::str::from_utf8(name)
@@ -321,19 +322,25 @@ async fn sync(
     subscribe: Vec<String>,
     unsubscribe: Vec<String>,
 ) -> redis::RedisResult<()> {
-    let requeue = |names: &[String]| {
-        let mut state = shared.lock();
-        state.dirty.extend(names.iter().cloned());
-    };
-    for (i, chunk) in unsubscribe.chunks(BATCH).enumerate() {
-        if let Err(e) = conn.unsubscribe(chunk).await {
-            requeue(&unsubscribe[i * BATCH..]);
-            requeue(&subscribe);
-            return Err(e);
+    // Channels that failed are queued again; the others are settled. On a cluster a failure is
+    // per shard, so one hanging node does not hold up the channels of the others.
+    let mut first_error = None;
+    let mut settle = |result: Result<(), Partial>| -> HashSet<String> {
+        match result {
+            Ok(()) => HashSet::new(),
+            Err(Partial { failed, error }) => {
+                first_error.get_or_insert(error);
+                let mut state = shared.lock();
+                state.dirty.extend(failed.iter().cloned());
+                failed.into_iter().collect()
+            }
         }
+    };
+    for chunk in unsubscribe.chunks(BATCH) {
+        let failed = settle(conn.unsubscribe(chunk).await);
         let mut state = shared.lock();
         if state.epoch == epoch {
-            for name in chunk {
+            for name in chunk.iter().filter(|n| !failed.contains(*n)) {
                 state.subscribed.remove(name);
                 // A waiter came back for this channel while we unsubscribed it: it is not
                 // confirmed any more (it is already queued to be subscribed again).
@@ -345,17 +352,14 @@ async fn sync(
             }
         }
     }
-    for (i, chunk) in subscribe.chunks(BATCH).enumerate() {
-        if let Err(e) = conn.subscribe(chunk).await {
-            requeue(&subscribe[i * BATCH..]);
-            return Err(e);
-        }
+    for chunk in subscribe.chunks(BATCH) {
+        let failed = settle(conn.subscribe(chunk).await);
         let mut state = shared.lock();
         if state.epoch != epoch {
             // The connection was lost meanwhile; the reader already queued everything again.
             continue;
         }
-        for name in chunk {
+        for name in chunk.iter().filter(|n| !failed.contains(*n)) {
             state.subscribed.insert(name.clone());
             if let Some(reg) = state.channels.get(name) {
                 reg.channel.ready.store(true, Ordering::Release);
@@ -367,5 +371,5 @@ async fn sync(
         drop(state);
         shared.confirmed.send_modify(|n| *n += 1);
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }

@@ -148,7 +148,8 @@ impl LockClient {
     /// Starts configuring a client for the master that the given sentinels
     /// (`redis://host:26379`) monitor under `master_name`. When they fail over, the client
     /// switches to the new master and resubscribes its waiters. Credentials of the data nodes
-    /// go in [`LockClientBuilder::master_credentials`]; the sentinels' own in their URLs.
+    /// go in [`LockClientBuilder::master_credentials`]; the sentinels' own in their URLs. TLS to
+    /// the data nodes is not supported yet.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {

@@ -725,29 +725,7 @@ impl RedisCluster {
             src,
             &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]],
         );
-        let port = dst.port().to_string();
-        loop {
-            let keys: Vec<String> = src
-                .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
-                .items()
-                .iter()
-                .filter_map(|k| k.text().map(str::to_owned))
-                .collect();
-            if keys.is_empty() {
-                break;
-            }
-            let mut args = vec![
-                "MIGRATE",
-                "127.0.0.1",
-                port.as_str(),
-                "",
-                "0",
-                "5000",
-                "KEYS",
-            ];
-            args.extend(keys.iter().map(String::as_str));
-            expect_ok(src, &args);
-        }
+        move_keys(src, dst, slot);
         from
     }
 
@@ -760,29 +738,7 @@ impl RedisCluster {
     pub fn finish_slot_migration(&self, slot: u16, from: usize, to: usize) {
         let slot_arg = slot.to_string();
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
-        let port = dst.port().to_string();
-        loop {
-            let keys: Vec<String> = src
-                .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
-                .items()
-                .iter()
-                .filter_map(|k| k.text().map(str::to_owned))
-                .collect();
-            if keys.is_empty() {
-                break;
-            }
-            let mut args = vec![
-                "MIGRATE",
-                "127.0.0.1",
-                port.as_str(),
-                "",
-                "0",
-                "5000",
-                "KEYS",
-            ];
-            args.extend(keys.iter().map(String::as_str));
-            expect_ok(src, &args);
-        }
+        move_keys(src, dst, slot);
         for &m in &self.master_indices() {
             expect_ok(
                 &self.nodes[m],
@@ -1305,4 +1261,32 @@ fn expect_ok(server: &RedisServer, args: &[&str]) {
         "{args:?} on port {}: {reply:?}",
         server.port()
     );
+}
+
+/// `MIGRATE`s every key of `slot` from `src` to `dst`, 100 at a time.
+fn move_keys(src: &RedisServer, dst: &RedisServer, slot: u16) {
+    let slot_arg = slot.to_string();
+    let port = dst.port().to_string();
+    loop {
+        let keys: Vec<String> = src
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+            .items()
+            .iter()
+            .filter_map(|k| k.text().map(str::to_owned))
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let mut args = vec![
+            "MIGRATE",
+            "127.0.0.1",
+            port.as_str(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+        ];
+        args.extend(keys.iter().map(String::as_str));
+        expect_ok(src, &args);
+    }
 }

@@ -267,10 +267,15 @@ impl Settings {
 }
 
 /// Connects the command and the pub/sub connection of a client.
+/// `renew_now` is notified when the connections switch to a new master, so the watchdog checks
+/// at once which grants survived.
 pub(crate) async fn connect(
     topology: &Topology,
     settings: &Settings,
     demux: &Demux,
+    #[cfg_attr(not(feature = "sentinel"), allow(unused_variables))] renew_now: &std::sync::Arc<
+        tokio::sync::Notify,
+    >,
 ) -> Result<(Conn, Conn), LockError> {
     match topology {
         Topology::Single(url) => {
@@ -286,6 +291,16 @@ pub(crate) async fn connect(
             sentinels,
             master,
             auth,
-        } => crate::sentinel::connect(sentinels, master, auth.as_ref(), settings, demux).await,
+        } => {
+            crate::sentinel::connect(
+                sentinels,
+                master,
+                auth.as_ref(),
+                settings,
+                demux,
+                renew_now.clone(),
+            )
+            .await
+        }
     }
 }

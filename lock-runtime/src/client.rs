@@ -435,7 +435,9 @@ impl LockClientBuilder {
             tls_root_certificate: self.tls_root_certificate,
         };
         let demux = Demux::new();
-        let (conn, pubsub) = backend::connect(&self.topology, &settings, &demux).await?;
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let (conn, pubsub) =
+            backend::connect(&self.topology, &settings, &demux, &renew_now).await?;
 
         let config = Config {
             prefix: self.prefix,
@@ -449,10 +451,15 @@ impl LockClientBuilder {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
-        let releaser = Releaser::start(conn.clone(), config.publishing(), counters.clone());
+        let releaser = Releaser::start(
+            conn.clone(),
+            config.publishing(),
+            config.response_timeout,
+            counters.clone(),
+        );
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
-            watchdog: Watchdog::new(&config),
+            watchdog: Watchdog::new(&config, renew_now),
             config,
             conn,
             demux,

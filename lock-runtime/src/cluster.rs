@@ -444,22 +444,27 @@ async fn load_everywhere(conn: &ClusterConnection) -> redis::RedisResult<()> {
         .map(|_| ())
 }
 
-/// Releases each job by itself (a pipeline may not span slots), all at once. Returns the
-/// indices of the jobs that failed.
+/// Releases each job by itself (a pipeline may not span slots), all at once, each bounded by
+/// `limit` so a hanging node delays the round by no more than that. Returns the indices of the
+/// jobs that failed.
 pub(crate) async fn release_each(
     conn: &ClusterConnection,
     release: &redis::Script,
     jobs: &[(&str, &str, &str)],
+    limit: std::time::Duration,
 ) -> Vec<usize> {
     let calls = jobs.iter().enumerate().map(|(i, (key, channel, owner))| {
         let mut conn = conn.clone();
         async move {
-            let result = release
-                .key(*key)
-                .key(*channel)
-                .arg(*owner)
-                .invoke_async::<script::Reply>(&mut conn)
-                .await;
+            let mut invocation = release.key(*key);
+            invocation.key(*channel).arg(*owner);
+            let call = invocation.invoke_async::<script::Reply>(&mut conn);
+            let result = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "background release timed out",
+                )))
+            });
             (i, result)
         }
     });

@@ -47,9 +47,14 @@ pub(crate) struct Releaser {
 }
 
 impl Releaser {
-    pub(crate) fn start(conn: Conn, publishing: Publishing, counters: Arc<Counters>) -> Releaser {
+    pub(crate) fn start(
+        conn: Conn,
+        publishing: Publishing,
+        response_timeout: Duration,
+        counters: Arc<Counters>,
+    ) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, publishing, rx, counters));
+        tokio::spawn(run(conn, publishing, response_timeout, rx, counters));
         Releaser { tx }
     }
 
@@ -63,6 +68,7 @@ impl Releaser {
 async fn run(
     mut conn: Conn,
     publishing: Publishing,
+    response_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<ReleaseJob>,
     counters: Arc<Counters>,
 ) {
@@ -86,7 +92,7 @@ async fn run(
         if jobs.is_empty() {
             continue;
         }
-        match release_all(&mut conn, publishing.release, &mut jobs).await {
+        match release_all(&mut conn, publishing.release, &mut jobs, response_timeout).await {
             Ok(released) => {
                 tracing::debug!(released, "background release done");
                 Counters::add(&counters.background_releases, released as u64);
@@ -106,6 +112,7 @@ async fn release_all(
     conn: &mut Conn,
     release: &redis::Script,
     jobs: &mut Vec<ReleaseJob>,
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))] limit: Duration,
 ) -> redis::RedisResult<usize> {
     #[cfg(feature = "cluster")]
     if let Conn::Cluster(cluster) = conn {
@@ -114,7 +121,7 @@ async fn release_all(
             .iter()
             .map(|j| (j.names.key.as_str(), j.names.channel.as_str(), &*j.owner))
             .collect();
-        let failed = crate::cluster::release_each(cluster, release, &args).await;
+        let failed = crate::cluster::release_each(cluster, release, &args, limit).await;
         let total = jobs.len();
         let mut i = 0;
         jobs.retain(|_| {

@@ -48,6 +48,8 @@ struct Shared {
     current: Mutex<Current>,
     settings: Settings,
     demux: Demux,
+    /// Tells the watchdog to renew at once after a switch.
+    renew_now: Arc<tokio::sync::Notify>,
 }
 
 struct Resolver {
@@ -71,6 +73,7 @@ pub(crate) async fn connect(
     auth: Option<&(Option<String>, String)>,
     settings: &Settings,
     demux: &Demux,
+    renew_now: Arc<tokio::sync::Notify>,
 ) -> Result<(Conn, Conn), LockError> {
     if sentinels.is_empty() {
         return Err(LockError::InvalidConfig(
@@ -123,6 +126,7 @@ pub(crate) async fn connect(
         }),
         settings: settings.clone(),
         demux: demux.clone(),
+        renew_now,
     });
     tokio::spawn(scan(Arc::downgrade(&shared)));
     Ok((
@@ -275,6 +279,8 @@ impl Shared {
         // Waiters may have missed an unlock during the switch, and the channels must be
         // subscribed on the new master.
         self.demux.connection_lost();
+        // Grants the old master took with it show up as "gone" at the next renewal: now.
+        self.renew_now.notify_one();
         drop(resolver);
     }
 

@@ -42,6 +42,8 @@ struct Shared {
     entries: Mutex<HashMap<u64, Entry>>,
     /// Wakes the task when an entry was added (its deadline may be the earliest).
     changed: Notify,
+    /// Asks for a renewal round at once (after a switch to a new master).
+    renew_now: Arc<Notify>,
     lease: Duration,
     period: Duration,
     margin: Duration,
@@ -65,13 +67,14 @@ pub(crate) struct Entry {
 }
 
 impl Watchdog {
-    pub(crate) fn new(config: &Config) -> Watchdog {
+    pub(crate) fn new(config: &Config, renew_now: Arc<Notify>) -> Watchdog {
         let lease = config.watchdog_timeout;
         let period = lease / 3;
         Watchdog {
             shared: Arc::new(Shared {
                 entries: Mutex::new(HashMap::new()),
                 changed: Notify::new(),
+                renew_now,
                 lease,
                 period,
                 // Declare a lease lost this long before it could run out.
@@ -208,6 +211,8 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             _ = shared.changed.notified() => {}
+            // The master changed (Sentinel): find out now whether our grants survived.
+            _ = shared.renew_now.notified() => next_renewal = Instant::now(),
         }
     }
 }

@@ -645,7 +645,8 @@ impl RedLockGuard {
             };
             let Some(result) = next else { break };
             match result {
-                Ok(()) => released += 1,
+                // Released on that node's master, only not acknowledged by its replicas.
+                Ok(()) | Err(LockError::ReplicaAck { .. }) => released += 1,
                 Err(LockError::NotOwner { .. } | LockError::Lost { .. }) => not_ours += 1,
                 Err(e) => failed = Some(e),
             }

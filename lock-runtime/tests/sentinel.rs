@@ -155,3 +155,30 @@ async fn bad_sentinel_settings_are_typed_errors() {
         .expect_err("credentials for a Sentinel master on a single-server client");
     assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
 }
+
+/// A grant the old master took with it is reported at once after the switch, not at the next
+/// scheduled renewal (a third of the 60 s lease after the grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_lost_in_the_failover_is_reported_right_after_the_switch() {
+    let mut group = SentinelGroup::start(3);
+    let holder = sentinel_client(&group, Duration::from_secs(60)).await;
+    let guard = holder.lock("order:9").acquire().await.expect("hold");
+    let key = guard.key().to_owned();
+    let killed_at = Instant::now();
+    let old = group.kill_master();
+    let new = group.wait_for_failover(old);
+    let failed_over = Instant::now();
+    // As if the grant had not reached the replica before the master died.
+    group.server(new).cmd(&["DEL", &key]);
+    // The client notices the new master within its 1 s check and renews at once; the next
+    // scheduled renewal would only come 20 s after the grant.
+    let lost = tokio::time::timeout_at((failed_over + Duration::from_secs(5)).into(), guard.lost())
+        .await
+        .expect("reported within 5 s of the failover, well before the next scheduled renewal");
+    eprintln!(
+        "failover took {:?}; lost {:?} after it: {lost}",
+        failed_over - killed_at,
+        failed_over.elapsed()
+    );
+    assert!(lost.is_lost(), "{lost:?}");
+}

@@ -139,55 +139,31 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Some channels of a (un)subscribe failed: which, and the first error.
-#[derive(Debug)]
-pub(crate) struct Partial {
-    pub(crate) failed: Vec<String>,
-    pub(crate) error: redis::RedisError,
-}
-
-impl Partial {
-    fn all(channels: &[String], error: redis::RedisError) -> Partial {
-        Partial {
-            failed: channels.to_vec(),
-            error,
-        }
-    }
-}
+/// Called as each group of channels of an (un)subscribe is settled: which channels, and how.
+pub(crate) type GroupDone<'a> = &'a mut (dyn FnMut(&[String], redis::RedisResult<()>) + Send);
 
 impl Conn {
-    /// Subscribes to unlock channels (sharded on a cluster: one command per slot, and a failure
-    /// is reported per slot).
-    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> Result<(), Partial> {
+    /// Subscribes to unlock channels, reporting each group as it is confirmed or fails: all of
+    /// them at once on one server; per slot on a cluster (sharded, one command per slot), so
+    /// one hanging shard holds up none of the others.
+    pub(crate) async fn subscribe(&mut self, channels: &[String], done: GroupDone<'_>) {
         match self {
-            Conn::Single(c) => c
-                .subscribe(channels)
-                .await
-                .map_err(|e| Partial::all(channels, e)),
+            Conn::Single(c) => done(channels, c.subscribe(channels).await),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true).await,
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true, done).await,
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c
-                .subscribe(channels, true)
-                .await
-                .map_err(|e| Partial::all(channels, e)),
+            Conn::Sentinel(c) => done(channels, c.subscribe(channels, true).await),
         }
     }
 
-    /// Unsubscribes from unlock channels.
-    pub(crate) async fn unsubscribe(&mut self, channels: &[String]) -> Result<(), Partial> {
+    /// Unsubscribes from unlock channels, reporting like [`Conn::subscribe`].
+    pub(crate) async fn unsubscribe(&mut self, channels: &[String], done: GroupDone<'_>) {
         match self {
-            Conn::Single(c) => c
-                .unsubscribe(channels)
-                .await
-                .map_err(|e| Partial::all(channels, e)),
+            Conn::Single(c) => done(channels, c.unsubscribe(channels).await),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false).await,
+            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false, done).await,
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c
-                .subscribe(channels, false)
-                .await
-                .map_err(|e| Partial::all(channels, e)),
+            Conn::Sentinel(c) => done(channels, c.subscribe(channels, false).await),
         }
     }
 }

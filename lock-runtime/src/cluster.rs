@@ -18,14 +18,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, Value};
 
 use crate::LockError;
-use crate::backend::{Conn, Partial, Settings};
+use crate::backend::{Conn, GroupDone, Settings};
 use crate::demux::Demux;
 use crate::script;
 
@@ -112,38 +114,37 @@ fn crc16(data: &[u8]) -> u16 {
 }
 
 /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, one command per slot (a command may not span slots), all
-/// slots at once; reports the channels of the slots that failed.
+/// slots at once; each slot's channels are reported to `done` as soon as that slot is settled.
 pub(crate) async fn ssubscribe(
     conn: &ClusterConnection,
     channels: &[String],
     subscribe: bool,
-) -> Result<(), Partial> {
-    let mut by_slot: HashMap<u16, Vec<&str>> = HashMap::new();
+    done: GroupDone<'_>,
+) {
+    let mut by_slot: HashMap<u16, Vec<String>> = HashMap::new();
     for channel in channels {
-        by_slot.entry(slot(channel)).or_default().push(channel);
+        by_slot
+            .entry(slot(channel))
+            .or_default()
+            .push(channel.clone());
     }
-    let calls = by_slot.into_values().map(|group| {
-        let mut conn = conn.clone();
-        async move {
-            let result = if subscribe {
-                conn.ssubscribe(&group).await
-            } else {
-                conn.sunsubscribe(&group).await
-            };
-            (group, result)
-        }
-    });
-    let mut partial: Option<Partial> = None;
-    for (group, result) in join_all(calls).await {
-        if let Err(error) = result {
-            let p = partial.get_or_insert_with(|| Partial {
-                failed: Vec::new(),
-                error,
-            });
-            p.failed.extend(group.into_iter().map(str::to_owned));
-        }
+    let mut calls: FuturesUnordered<_> = by_slot
+        .into_values()
+        .map(|group| {
+            let mut conn = conn.clone();
+            async move {
+                let result = if subscribe {
+                    conn.ssubscribe(&group).await
+                } else {
+                    conn.sunsubscribe(&group).await
+                };
+                (group, result)
+            }
+        })
+        .collect();
+    while let Some((group, result)) = calls.next().await {
+        done(&group, result);
     }
-    partial.map_or(Ok(()), Err)
 }
 
 /// The masters' slot ranges, from `CLUSTER SLOTS`.

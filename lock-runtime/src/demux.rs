@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Conn, Partial};
+use crate::backend::Conn;
 
 /// Channels per `SUBSCRIBE` command.
 const BATCH: usize = 5_000;
@@ -322,25 +322,22 @@ async fn sync(
     subscribe: Vec<String>,
     unsubscribe: Vec<String>,
 ) -> redis::RedisResult<()> {
-    // Channels that failed are queued again; the others are settled. On a cluster a failure is
-    // per shard, so one hanging node does not hold up the channels of the others.
+    // Each group of channels is settled as soon as Redis answers for it: failed ones are queued
+    // again, the others take effect at once. On a cluster a group is one slot, so one hanging
+    // node does not hold up the channels of the others.
     let mut first_error = None;
-    let mut settle = |result: Result<(), Partial>| -> HashSet<String> {
-        match result {
-            Ok(()) => HashSet::new(),
-            Err(Partial { failed, error }) => {
-                first_error.get_or_insert(error);
-                let mut state = shared.lock();
-                state.dirty.extend(failed.iter().cloned());
-                failed.into_iter().collect()
-            }
-        }
-    };
     for chunk in unsubscribe.chunks(BATCH) {
-        let failed = settle(conn.unsubscribe(chunk).await);
-        let mut state = shared.lock();
-        if state.epoch == epoch {
-            for name in chunk.iter().filter(|n| !failed.contains(*n)) {
+        let mut done = |names: &[String], result: redis::RedisResult<()>| {
+            let mut state = shared.lock();
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+                state.dirty.extend(names.iter().cloned());
+                return;
+            }
+            if state.epoch != epoch {
+                return;
+            }
+            for name in names {
                 state.subscribed.remove(name);
                 // A waiter came back for this channel while we unsubscribed it: it is not
                 // confirmed any more (it is already queued to be subscribed again).
@@ -350,26 +347,34 @@ async fn sync(
                     reg.channel.notify.notify_waiters();
                 }
             }
-        }
+        };
+        conn.unsubscribe(chunk, &mut done).await;
     }
     for chunk in subscribe.chunks(BATCH) {
-        let failed = settle(conn.subscribe(chunk).await);
-        let mut state = shared.lock();
-        if state.epoch != epoch {
-            // The connection was lost meanwhile; the reader already queued everything again.
-            continue;
-        }
-        for name in chunk.iter().filter(|n| !failed.contains(*n)) {
-            state.subscribed.insert(name.clone());
-            if let Some(reg) = state.channels.get(name) {
-                reg.channel.ready.store(true, Ordering::Release);
-            } else {
-                // The last waiter left while we subscribed: undo it on the next round.
-                state.dirty.insert(name.clone());
+        let mut done = |names: &[String], result: redis::RedisResult<()>| {
+            let mut state = shared.lock();
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+                state.dirty.extend(names.iter().cloned());
+                return;
             }
-        }
-        drop(state);
-        shared.confirmed.send_modify(|n| *n += 1);
+            if state.epoch != epoch {
+                // The connection was lost meanwhile; the router already queued everything again.
+                return;
+            }
+            for name in names {
+                state.subscribed.insert(name.clone());
+                if let Some(reg) = state.channels.get(name) {
+                    reg.channel.ready.store(true, Ordering::Release);
+                } else {
+                    // The last waiter left while we subscribed: undo it on the next round.
+                    state.dirty.insert(name.clone());
+                }
+            }
+            drop(state);
+            shared.confirmed.send_modify(|n| *n += 1);
+        };
+        conn.subscribe(chunk, &mut done).await;
     }
     first_error.map_or(Ok(()), Err)
 }

@@ -62,6 +62,9 @@ async fn locks_on_a_cluster() {
     renewals_are_batched_per_slot_and_node(&cluster).await;
     eprintln!("batched renewals: {:?}", t.elapsed());
     let t = Instant::now();
+    a_frozen_master_holds_up_no_other_shards_subscriptions(&cluster).await;
+    eprintln!("frozen shard, subscriptions: {:?}", t.elapsed());
+    let t = Instant::now();
     a_frozen_master_costs_only_its_own_locks(&cluster).await;
     eprintln!("frozen master: {:?}", t.elapsed());
     let t = Instant::now();
@@ -313,6 +316,68 @@ async fn multilock_across_masters_and_script_flush(cluster: &RedisCluster) {
         "members left: {:?}",
         cluster.keys("lock:{multi-*")
     );
+}
+
+async fn a_frozen_master_holds_up_no_other_shards_subscriptions(cluster: &RedisCluster) {
+    let holder = cluster_client(cluster, Duration::from_secs(30)).await;
+    let waiter = cluster_client(cluster, Duration::from_secs(30)).await;
+    let names = names_on_every_master(cluster, "shard-", 1);
+    let (frozen_name, healthy_name) = (names[0].clone(), names[1].clone());
+    let frozen = cluster.master_for_key(&format!("lock:{{{frozen_name}}}"));
+    let healthy = cluster.master_for_key(&format!("lock:{{{healthy_name}}}"));
+    assert_ne!(frozen.port(), healthy.port());
+
+    let mut held = Vec::new();
+    let mut waiting = Vec::new();
+    for name in [&frozen_name, &healthy_name] {
+        held.push(holder.lock(name).acquire().await.expect("hold"));
+        let (waiter, name) = (waiter.clone(), name.clone());
+        waiting.push(tokio::spawn(async move {
+            waiter
+                .lock(&name)
+                .try_acquire(Duration::from_secs(20))
+                .await
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiter.subscribed_channels() == 2).await,
+        "both waiters subscribed"
+    );
+
+    // One master hangs; the waiter's pub/sub connection to another one drops. Everything is
+    // resubscribed: the healthy shard's channel must be confirmed at once, not after the frozen
+    // shard's request gives up (a response timeout, 2 s).
+    frozen.freeze();
+    healthy.kill_clients("pubsub");
+    let dropped = Instant::now();
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiter.subscribed_channels() < 2).await,
+        "the dropped connection was noticed"
+    );
+    let confirmed = common::eventually(Duration::from_millis(1500), || {
+        waiter.subscribed_channels() >= 1
+    })
+    .await;
+    let after = dropped.elapsed();
+    frozen.thaw();
+    assert!(
+        confirmed,
+        "the healthy shard's channel was not confirmed within 1.5 s while another shard hung"
+    );
+    eprintln!("healthy shard resubscribed {after:?} after the drop, with another shard frozen");
+
+    cluster.wait_until_stable();
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+    for task in waiting {
+        task.await
+            .expect("task")
+            .expect("waiter gets the lock")
+            .release()
+            .await
+            .expect("release");
+    }
 }
 
 async fn a_frozen_master_costs_only_its_own_locks(cluster: &RedisCluster) {

@@ -106,7 +106,7 @@
 //! | one server | unavailability | strictly increasing |
 //! | cluster / Sentinel | a double grant if the replica missed the grant | increasing, also across a failover while the servers' clocks agree |
 //! | cluster / Sentinel + [`replica_ack`](LockClientBuilder::replica_ack) | unavailability while replicas are missing | as above |
-//! | [`RedLock`] | a double grant only if nodes lose data within a lease | none across nodes |
+//! | [`RedLock`] | a double grant only if nodes lose data within a lease (or clocks jump) | none across nodes |
 //!
 //! No lease-based lock can stop a paused holder from acting after its lease ran out: where a
 //! double grant would corrupt data, pass the [fencing token](LockGuard::fencing_token) to the

@@ -328,15 +328,9 @@ async fn sync(
     let mut first_error = None;
     for chunk in unsubscribe.chunks(BATCH) {
         let mut done = |names: &[String], result: redis::RedisResult<()>| {
-            let mut state = shared.lock();
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-                state.dirty.extend(names.iter().cloned());
+            let Some(mut state) = settled(shared, epoch, &mut first_error, names, result) else {
                 return;
-            }
-            if state.epoch != epoch {
-                return;
-            }
+            };
             for name in names {
                 state.subscribed.remove(name);
                 // A waiter came back for this channel while we unsubscribed it: it is not
@@ -352,16 +346,9 @@ async fn sync(
     }
     for chunk in subscribe.chunks(BATCH) {
         let mut done = |names: &[String], result: redis::RedisResult<()>| {
-            let mut state = shared.lock();
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-                state.dirty.extend(names.iter().cloned());
+            let Some(mut state) = settled(shared, epoch, &mut first_error, names, result) else {
                 return;
-            }
-            if state.epoch != epoch {
-                // The connection was lost meanwhile; the router already queued everything again.
-                return;
-            }
+            };
             for name in names {
                 state.subscribed.insert(name.clone());
                 if let Some(reg) = state.channels.get(name) {
@@ -377,4 +364,23 @@ async fn sync(
         conn.subscribe(chunk, &mut done).await;
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// The common part of settling a group of channels: a failed group is queued again (and the
+/// first error kept); a confirmation from before a lost connection is stale (the router already
+/// queued everything again). Otherwise returns the state to apply the group to.
+fn settled<'a>(
+    shared: &'a Shared,
+    epoch: u64,
+    first_error: &mut Option<redis::RedisError>,
+    names: &[String],
+    result: redis::RedisResult<()>,
+) -> Option<MutexGuard<'a, State>> {
+    let mut state = shared.lock();
+    if let Err(e) = result {
+        first_error.get_or_insert(e);
+        state.dirty.extend(names.iter().cloned());
+        return None;
+    }
+    (state.epoch == epoch).then_some(state)
 }

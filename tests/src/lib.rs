@@ -127,7 +127,7 @@ impl RedisServer {
 
     fn spawn(&mut self) -> io::Result<()> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-        let mut child = Command::new(bin)
+        let child = Command::new(bin)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -141,26 +141,10 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "redis-server exited with {status}"
-                )));
-            }
-            if let Ok(Resp::Simple(pong)) = self.try_cmd(&["PING"])
-                && pong == "PONG"
-            {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::other("redis-server did not answer PING in 10 s"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.child = Some(await_pong(child, "redis-server", || {
+            self.try_cmd(&["PING"])
+        })?);
+        Ok(())
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -277,17 +261,7 @@ impl RedisServer {
 
     /// Like [`cmd`](RedisServer::cmd), but returns I/O errors.
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
-        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut reader = BufReader::new(&stream);
-        if let Some(password) = &self.password {
-            (&stream).write_all(&encode(&["AUTH", password]))?;
-            if let Resp::Error(e) = read_reply(&mut reader)? {
-                return Err(io::Error::other(format!("AUTH failed: {e}")));
-            }
-        }
-        (&stream).write_all(&encode(args))?;
-        read_reply(&mut reader)
+        send(self.port, self.password.as_deref(), args)
     }
 
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
@@ -361,6 +335,50 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("find a free loopback port")
+}
+
+/// Sends one command to `127.0.0.1:port` on a fresh connection (after `AUTH` when a password is
+/// given) and reads the reply.
+fn send(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<Resp> {
+    let stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(&stream);
+    if let Some(password) = password {
+        (&stream).write_all(&encode(&["AUTH", password]))?;
+        if let Resp::Error(e) = read_reply(&mut reader)? {
+            return Err(io::Error::other(format!("AUTH failed: {e}")));
+        }
+    }
+    (&stream).write_all(&encode(args))?;
+    read_reply(&mut reader)
+}
+
+/// Waits (at most 10 s) until a just-started `what` process answers `PING` with `PONG`;
+/// returns the child, or kills it and says why not.
+fn await_pong(
+    mut child: std::process::Child,
+    what: &str,
+    mut ping: impl FnMut() -> io::Result<Resp>,
+) -> io::Result<std::process::Child> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!("{what} exited with {status}")));
+        }
+        if let Ok(Resp::Simple(pong)) = ping()
+            && pong == "PONG"
+        {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(format!(
+                "{what} did not answer PING in 10 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn encode(args: &[&str]) -> Vec<u8> {

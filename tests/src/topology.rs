@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::{NEXT_DIR, RedisServer, Resp, encode, free_port, read_reply};
+use crate::{NEXT_DIR, RedisServer, Resp, await_pong, encode, free_port, read_reply, send};
 
 /// `cluster-node-timeout` of every [`RedisCluster`] node, in milliseconds: a killed master is
 /// replaced by its replica a few of these after its death.
@@ -952,31 +952,15 @@ impl Sentinel {
 
     fn spawn(&mut self) -> io::Result<()> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-        let mut child = Command::new(bin)
+        let child = Command::new(bin)
             .arg(self.conf_path())
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Err(io::Error::other(format!("sentinel exited with {status}")));
-            }
-            if let Ok(Resp::Simple(pong)) = self.try_cmd(&["PING"])
-                && pong == "PONG"
-            {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::other("sentinel did not answer PING in 10 s"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.child = Some(await_pong(child, "sentinel", || self.try_cmd(&["PING"]))?);
+        Ok(())
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -1018,10 +1002,7 @@ impl Sentinel {
 
     /// Like [`cmd`](Sentinel::cmd), but returns I/O errors.
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
-        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        (&stream).write_all(&encode(args))?;
-        read_reply(&mut BufReader::new(&stream))
+        send(self.port, None, args)
     }
 
     /// `SENTINEL MASTER <name>` as a map (`num-slaves`, `num-other-sentinels`, `flags`, …).

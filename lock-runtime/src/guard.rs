@@ -189,6 +189,37 @@ impl LockGuard {
         scope::enter(self.held.clone(), fut)
     }
 
+    /// Runs the synchronous `f` inside this guard's reentrancy scope, like
+    /// [`scope`](LockGuard::scope) does for a future.
+    ///
+    /// For poll-based code that drives futures or streams by hand (a response body, a `Stream`
+    /// implementation): call the inner `poll_*` inside it on every poll, and whatever that
+    /// future takes of the same lock re-enters.
+    ///
+    /// ```no_run
+    /// # use std::{future::Future, pin::Pin, task::{Context, Poll}};
+    /// # fn demo(guard: &lock_runtime::LockGuard, inner: Pin<&mut (dyn Future<Output = ()> + Send)>, cx: &mut Context<'_>) {
+    /// let poll: Poll<()> = guard.sync_scope(|| inner.poll(cx));
+    /// # let _ = poll; }
+    /// ```
+    pub fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        scope::enter_sync(self.held.clone(), f)
+    }
+
+    /// Like [`lost`](LockGuard::lost), but the future owns what it needs (`'static`), so it can
+    /// be stored next to the guard, for example in a response body that must stop when the
+    /// lock is lost.
+    pub fn lost_owned(&self) -> impl Future<Output = LockError> + Send + 'static {
+        let held = self.held.clone();
+        async move {
+            let reason = held.signal.wait().await;
+            LockError::Lost {
+                name: held.names.name.clone(),
+                reason,
+            }
+        }
+    }
+
     /// Like [`scope`](LockGuard::scope), but if the lock is lost while `fut` runs, `fut` is
     /// dropped and [`LockError::Lost`] returned.
     pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {

@@ -49,3 +49,10 @@ pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
         .scope(Frame(Some(Arc::new(Node { held, parent }))), fut)
         .await
 }
+
+/// Runs `f` with `held` added to the current scope, synchronously: for poll-based code (a
+/// `Body` or `Stream` implementation) that polls its inner future or stream inside the scope.
+pub(crate) fn enter_sync<R>(held: Arc<Held>, f: impl FnOnce() -> R) -> R {
+    let parent = SCOPE.try_with(Frame::clone).unwrap_or_default();
+    SCOPE.sync_scope(Frame(Some(Arc::new(Node { held, parent }))), f)
+}

@@ -53,7 +53,27 @@ pub(crate) enum KeyPart {
     /// Literal text, unescaped (`<<` already turned into `<`).
     Text(String),
     /// A placeholder: a parameter (or `self`) and field names / tuple indices after it.
-    Placeholder { root: String, fields: Vec<String> },
+    Placeholder(Placeholder),
+}
+
+/// `<root.field.0>`: a parameter and the fields to follow from it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Placeholder {
+    /// What the user wrote between `<` and `>`, for error messages.
+    pub(crate) text: String,
+    /// The parameter's name without `r#` (or `self`).
+    pub(crate) root: String,
+    pub(crate) fields: Vec<Field>,
+}
+
+/// One `.field` of a placeholder.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Field {
+    /// A named field, without `r#`. Never `self`, `Self`, `super`, `crate` or `_` (they cannot
+    /// name a field); other keywords are fields written `r#type` in Rust ([`is_keyword`]).
+    Named(String),
+    /// A tuple field: `.0`.
+    Index(u32),
 }
 
 impl LockArgs {
@@ -252,6 +272,10 @@ impl KeyTemplate {
 }
 
 /// Splits a key template into text and placeholders. `<<` and `>>` are a literal `<` and `>`.
+///
+/// Every malformed template is an `Err` with the message to show at the key: a placeholder
+/// that gets through is made of Rust identifiers and tuple indices only, so generating the
+/// field accesses cannot fail.
 pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
     const HOW: &str = "placeholders are written `<param>` or `<param.field>`; \
                        write `<<` or `>>` for a literal `<` or `>`";
@@ -288,16 +312,18 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
                         "empty placeholder `<>` in the lock key: name a parameter, like `<id>`; {HOW}"
                     ));
                 }
-                let placeholder = parse_placeholder(body).ok_or_else(|| {
+                let placeholder = parse_placeholder(body).map_err(|why| {
+                    let body = body.escape_debug();
                     format!(
-                        "invalid placeholder `<{body}>` in the lock key: expected a parameter name, \
-                         optionally with fields, like `<id>`, `<order.id>` or `<self.tenant>`"
+                        "invalid placeholder `<{body}>` in the lock key: {why}; expected a \
+                         parameter name, optionally with fields, like `<id>`, `<order.id>`, \
+                         `<pair.0>` or `<self.tenant>`"
                     )
                 })?;
                 if !literal.is_empty() {
                     parts.push(KeyPart::Text(std::mem::take(&mut literal)));
                 }
-                parts.push(placeholder);
+                parts.push(KeyPart::Placeholder(placeholder));
             }
             c => literal.push(c),
         }
@@ -308,41 +334,121 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
     Ok(parts)
 }
 
-fn parse_placeholder(body: &str) -> Option<KeyPart> {
+/// The body of a placeholder (between `<` and `>`, not empty); `Err` says what is wrong.
+fn parse_placeholder(body: &str) -> Result<Placeholder, String> {
     let mut segments = body.split('.');
-    let root = segments.next()?;
-    if !is_ident(root) {
-        return None;
+    // `split` yields at least one segment.
+    let root = segments.next().unwrap_or_default();
+    if root.is_empty() {
+        return Err("the parameter name before the first `.` is missing".to_string());
     }
-    let fields = segments
-        .map(|s| (is_ident(s) || is_index(s)).then(|| s.to_string()))
-        .collect::<Option<Vec<_>>>()?;
-    Some(KeyPart::Placeholder {
-        root: root.to_string(),
+    if root.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{root}` is a number, not a parameter name"));
+    }
+    let root = identifier(root)?;
+    if matches!(root.as_str(), "Self" | "super" | "crate") {
+        return Err(format!("`{root}` cannot be a parameter name"));
+    }
+    let fields = segments.map(field).collect::<Result<Vec<_>, _>>()?;
+    Ok(Placeholder {
+        text: body.to_string(),
+        root,
         fields,
     })
 }
 
-fn is_ident(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
-        && s != "_"
+fn field(segment: &str) -> Result<Field, String> {
+    if segment.is_empty() {
+        return Err("a field name after a `.` is missing".to_string());
+    }
+    if segment.bytes().all(|b| b.is_ascii_digit()) {
+        if segment.len() > 1 && segment.starts_with('0') {
+            return Err(format!(
+                "tuple index `{segment}` has a leading zero; write it without, like `.1`"
+            ));
+        }
+        return segment
+            .parse()
+            .map(Field::Index)
+            .map_err(|_| format!("tuple index `{segment}` is too large"));
+    }
+    let name = identifier(segment)?;
+    if matches!(name.as_str(), "self" | "Self" | "super" | "crate") {
+        return Err(format!("`{name}` cannot be a field name"));
+    }
+    Ok(Field::Named(name))
 }
 
-fn is_index(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+/// A Rust identifier, optionally raw (`r#type`), returned without the `r#`: the rules of the
+/// Rust reference (Unicode `XID_Start`/`XID_Continue`), which is what the compiler checks when
+/// the macro creates the identifier. `_` alone names nothing.
+fn identifier(segment: &str) -> Result<String, String> {
+    let (raw, name) = match segment.strip_prefix("r#") {
+        Some(name) => (true, name),
+        None => (false, segment),
+    };
+    let bad = name.chars().enumerate().find(|&(i, c)| {
+        let allowed = if i == 0 {
+            c == '_' || unicode_ident::is_xid_start(c)
+        } else {
+            unicode_ident::is_xid_continue(c)
+        };
+        !allowed
+    });
+    let shown = segment.escape_debug();
+    match bad {
+        _ if name.is_empty() => return Err(format!("`{shown}` is not a Rust name")),
+        Some((0, c)) if c.is_ascii_digit() => {
+            return Err(format!(
+                "`{shown}` starts with a digit, which a Rust name cannot"
+            ));
+        }
+        Some((_, c)) => {
+            return Err(format!(
+                "`{shown}` contains {c:?}, which cannot be part of a Rust name"
+            ));
+        }
+        None => {}
+    }
+    if name == "_" {
+        return Err("`_` is not a name".to_string());
+    }
+    if raw && matches!(name, "self" | "Self" | "super" | "crate") {
+        return Err(format!("`{segment}` is not a valid raw identifier"));
+    }
+    Ok(name.to_string())
+}
+
+/// Whether `name` is a Rust keyword in some edition (strict or reserved), so that a field or
+/// parameter of that name must be written as a raw identifier (`r#type`).
+pub(crate) fn is_keyword(name: &str) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
+        "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl",
+        "in", "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub",
+        "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "try",
+        "type", "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+    ];
+    KEYWORDS.contains(&name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ph(root: &str, fields: &[&str]) -> KeyPart {
-        KeyPart::Placeholder {
+    /// A placeholder as the parser returns it; `fields` all digits are tuple indices.
+    fn ph(text: &str, root: &str, fields: &[&str]) -> KeyPart {
+        KeyPart::Placeholder(Placeholder {
+            text: text.into(),
             root: root.into(),
-            fields: fields.iter().map(|s| s.to_string()).collect(),
-        }
+            fields: fields
+                .iter()
+                .map(|s| match s.parse() {
+                    Ok(index) => Field::Index(index),
+                    Err(_) => Field::Named(s.to_string()),
+                })
+                .collect(),
+        })
     }
 
     #[test]
@@ -380,16 +486,16 @@ mod tests {
     fn templates_split_into_text_and_placeholders() {
         assert_eq!(
             parse_template("stock:<id>"),
-            Ok(vec![KeyPart::Text("stock:".into()), ph("id", &[])])
+            Ok(vec![KeyPart::Text("stock:".into()), ph("id", "id", &[])])
         );
         assert_eq!(
             parse_template("<self.tenant>:order:<order.customer.id>/<pair.0>"),
             Ok(vec![
-                ph("self", &["tenant"]),
+                ph("self.tenant", "self", &["tenant"]),
                 KeyPart::Text(":order:".into()),
-                ph("order", &["customer", "id"]),
+                ph("order.customer.id", "order", &["customer", "id"]),
                 KeyPart::Text("/".into()),
-                ph("pair", &["0"]),
+                ph("pair.0", "pair", &["0"]),
             ])
         );
         assert_eq!(
@@ -405,10 +511,167 @@ mod tests {
     #[test]
     fn bad_templates_are_rejected() {
         for bad in [
-            "", "a<>", "a<id", "a<id.", "a>b", "<1>", "<a b>", "<a..b>", "<a.>", "<.a>", "<a<b>",
-            "<_>", "<a-b>",
+            "",
+            "a<>",
+            "a<id",
+            "a<id.",
+            "a>b",
+            "<1>",
+            "<a b>",
+            "<a..b>",
+            "<a.>",
+            "<.a>",
+            "<a<b>",
+            "<_>",
+            "<a-b>",
+            "<id.a²>",
+            "<²>",
+            "<a.0x>",
+            "<a.00>",
+            "<a.01>",
+            "<a.4294967296>",
+            "<Self>",
+            "<super>",
+            "<crate>",
+            "<r#self>",
+            "<r#_>",
+            "<r#>",
+            "<a.self>",
+            "<a.Self>",
+            "<a.super>",
+            "<a.crate>",
+            "<a.r#crate>",
+            "<a._>",
+            "<a>>",
+            "<a.1e3>",
+            "<a.-1>",
+            "<r#1>",
+            "<a.b c>",
+            "<a:b>",
+            "<a{b}>",
+            "<a\u{200b}>",
         ] {
             assert!(parse_template(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn keywords_unicode_and_raw_names_are_accepted() {
+        assert_eq!(
+            parse_template("<cfg.type>:<r#type.r#match>:<café.größe>:<t.4294967295>"),
+            Ok(vec![
+                ph("cfg.type", "cfg", &["type"]),
+                KeyPart::Text(":".into()),
+                ph("r#type.r#match", "type", &["match"]),
+                KeyPart::Text(":".into()),
+                ph("café.größe", "café", &["größe"]),
+                KeyPart::Text(":".into()),
+                ph("t.4294967295", "t", &["4294967295"]),
+            ])
+        );
+        assert_eq!(
+            parse_template("<self.r#async>"),
+            Ok(vec![ph("self.r#async", "self", &["async"])])
+        );
+    }
+
+    /// Whatever the template, the parser returns (no panic), and every field it lets through
+    /// can be turned into tokens (`Ident::new` panics on anything that is not an identifier).
+    fn check_no_panic(template: &str) {
+        let Ok(parts) = parse_template(template) else {
+            return;
+        };
+        for part in parts {
+            if let KeyPart::Placeholder(placeholder) = part {
+                assert!(!placeholder.root.is_empty(), "{template:?}");
+                for field in &placeholder.fields {
+                    let member = crate::expand::member(field, Span::call_site());
+                    // Round trip through the tokenizer: what was generated is one member.
+                    let text = quote::quote!(#member).to_string();
+                    assert!(
+                        syn::parse_str::<syn::Member>(&text).is_ok(),
+                        "{template:?} generated the member {text:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn odd_templates_never_panic() {
+        // Every template of up to 5 characters over this alphabet…
+        let alphabet: Vec<char> = "<>.a²_ 0{}:".chars().collect();
+        let mut count = 0;
+        let mut current: Vec<usize> = Vec::new();
+        loop {
+            let template: String = current.iter().map(|&i| alphabet[i]).collect();
+            check_no_panic(&template);
+            count += 1;
+            // Next string in length-then-lexicographic order.
+            let mut i = current.len();
+            loop {
+                if i == 0 {
+                    current.insert(0, 0);
+                    current.iter_mut().for_each(|d| *d = 0);
+                    break;
+                }
+                i -= 1;
+                current[i] += 1;
+                if current[i] < alphabet.len() {
+                    break;
+                }
+                current[i] = 0;
+            }
+            if current.len() > 5 {
+                break;
+            }
+        }
+        assert_eq!(count, (0..=5).map(|n| alphabet.len().pow(n)).sum::<usize>());
+
+        // …and longer pseudo-random ones over a wider alphabet (raw prefixes, keywords, digits,
+        // combining and non-identifier characters).
+        let pieces = [
+            "<",
+            ">",
+            ".",
+            "a",
+            "²",
+            "_",
+            " ",
+            "0",
+            "1",
+            "{",
+            "}",
+            ":",
+            "r#",
+            "#",
+            "type",
+            "self",
+            "Self",
+            "crate",
+            "super",
+            "é",
+            "\u{301}",
+            "\u{200b}",
+            "-",
+            "<<",
+            ">>",
+            "9999999999",
+            "\u{10FFFF}",
+            "\n",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..50_000 {
+            let len = 1 + (state % 12) as usize;
+            let mut template = String::new();
+            for _ in 0..len {
+                // xorshift64
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                template.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            check_no_panic(&template);
         }
     }
 }

@@ -1,16 +1,17 @@
 //! Code generation: the user's fn, re-emitted piece by piece around a locked body.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, TokenStreamExt, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{
     AttrStyle, FnArg, Ident, Index, ItemFn, LitStr, Member, Pat, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{KeyPart, KeyTemplate, LockArgs, OnLost};
+use crate::attr::{Field, KeyPart, KeyTemplate, LockArgs, OnLost, Placeholder, is_keyword};
 
 /// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
 /// written next to the error, so the rest of the crate (and the IDE) keeps working.
@@ -293,30 +294,35 @@ fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
                 plain.push_str(text);
                 format.push_str(&text.replace('{', "{{").replace('}', "}}"));
             }
-            KeyPart::Placeholder { root, fields } => {
+            KeyPart::Placeholder(placeholder) => {
+                let root = &placeholder.root;
                 let root_tokens = if root == "self" {
                     if !has_self {
                         return Err(syn::Error::new(
                             span,
                             format!(
                                 "placeholder `<{}>` refers to `self`, but `{}` has no `self` parameter",
-                                placeholder_text(root, fields),
-                                sig.ident
+                                placeholder.text, sig.ident
                             ),
                         ));
                     }
                     Token![self](span).into_token_stream()
-                } else if names.contains(root) {
-                    Ident::new(root, span).into_token_stream()
+                } else if let Some(param) = names.get(root) {
+                    // The parameter's own identifier (raw if it was written `r#…`), pointing at
+                    // the key.
+                    let mut param = param.clone();
+                    param.set_span(span);
+                    param.into_token_stream()
                 } else {
                     return Err(unknown_placeholder(
-                        root, fields, &names, has_self, sig, span,
+                        placeholder,
+                        &names,
+                        has_self,
+                        sig,
+                        span,
                     ));
                 };
-                let fields = fields.iter().map(|field| match field.parse::<u32>() {
-                    Ok(index) => Member::Unnamed(Index { index, span }),
-                    Err(_) => Member::Named(Ident::new(field, span)),
-                });
+                let fields = placeholder.fields.iter().map(|field| member(field, span));
                 values.push(quote_spanned!(span=> #root_tokens #(. #fields)*));
                 format.push_str("{}");
             }
@@ -330,22 +336,27 @@ fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
     Ok(quote_spanned!(span=> ::std::format!(#format #(, #values)*)))
 }
 
-fn placeholder_text(root: &str, fields: &[String]) -> String {
-    std::iter::once(root)
-        .chain(fields.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(".")
+/// `.field` as a token: a keyword as a raw identifier (`r#type`). The parser let through only
+/// identifiers that can be created (no `self`, `super`, `crate`, `Self` or `_`).
+pub(crate) fn member(field: &Field, span: Span) -> Member {
+    match field {
+        Field::Index(index) => Member::Unnamed(Index {
+            index: *index,
+            span,
+        }),
+        Field::Named(name) if is_keyword(name) => Member::Named(Ident::new_raw(name, span)),
+        Field::Named(name) => Member::Named(Ident::new(name, span)),
+    }
 }
 
 fn unknown_placeholder(
-    root: &str,
-    fields: &[String],
-    names: &BTreeSet<String>,
+    placeholder: &Placeholder,
+    names: &BTreeMap<String, Ident>,
     has_self: bool,
     sig: &Signature,
     span: Span,
 ) -> syn::Error {
-    let mut known: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let mut known: Vec<String> = names.values().map(|n| format!("`{n}`")).collect();
     if has_self {
         known.insert(0, "`self`".to_string());
     }
@@ -357,16 +368,17 @@ fn unknown_placeholder(
     syn::Error::new(
         span,
         format!(
-            "unknown placeholder `<{}>` in the lock key: `{root}` is not a parameter; {known}",
-            placeholder_text(root, fields)
+            "unknown placeholder `<{}>` in the lock key: `{}` is not a parameter; {known}",
+            placeholder.text, placeholder.root
         ),
     )
 }
 
-/// Whether the fn has a `self` parameter, and the names its parameter patterns bind.
-fn parameter_names(sig: &Signature) -> (bool, BTreeSet<String>) {
+/// Whether the fn has a `self` parameter, and the identifiers its parameter patterns bind, by
+/// name without `r#`.
+fn parameter_names(sig: &Signature) -> (bool, BTreeMap<String, Ident>) {
     let mut has_self = false;
-    let mut names = BTreeSet::new();
+    let mut names = BTreeMap::new();
     for input in &sig.inputs {
         match input {
             FnArg::Receiver(_) => has_self = true,
@@ -376,10 +388,10 @@ fn parameter_names(sig: &Signature) -> (bool, BTreeSet<String>) {
     (has_self, names)
 }
 
-fn bound_names(pat: &Pat, names: &mut BTreeSet<String>) {
+fn bound_names(pat: &Pat, names: &mut BTreeMap<String, Ident>) {
     match pat {
         Pat::Ident(p) => {
-            names.insert(p.ident.to_string());
+            names.insert(p.ident.unraw().to_string(), p.ident.clone());
             if let Some((_, sub)) = &p.subpat {
                 bound_names(sub, names);
             }

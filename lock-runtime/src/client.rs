@@ -11,6 +11,7 @@ use crate::ack::ReplicaAck;
 use crate::backend::{self, Conn, Settings, Topology};
 use crate::demux::Demux;
 use crate::names::validate_prefix;
+use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
 use crate::watchdog::Watchdog;
@@ -399,12 +400,19 @@ impl LockClientBuilder {
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
             ("fence retention", self.fence_retention),
+            ("watchdog timeout", self.watchdog_timeout),
         ] {
-            if d.is_zero() {
+            if d.is_zero() || d > MAX_LEASE {
                 return Err(LockError::InvalidConfig(format!(
-                    "{what} must be greater than zero"
+                    "{what} must be greater than zero and at most {MAX_LEASE:?}, got {d:?}"
                 )));
             }
+        }
+        if self.failover_grace > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "failover grace must be at most {MAX_LEASE:?}, got {:?}",
+                self.failover_grace
+            )));
         }
 
         // redis' rustls support leaves the crypto provider to the application; pick ring unless

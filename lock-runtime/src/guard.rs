@@ -254,14 +254,19 @@ impl LockGuard {
                 None => Ok(()),
             };
         }
-        self.released = true;
         let held = self.held.clone();
         let inner = &held.client.inner;
         inner.watchdog.deregister(held.acquisition);
         let lost_before = held.signal.get();
-        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
-        let result = tracing::Instrument::instrument(release_now(&held), span).await;
+        // Before anything is sent: from here on, code in this guard's scope no longer re-enters
+        // (Redis may let the lock go at any moment now).
         held.signal.declare(&held.names.name, LossReason::Released);
+        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
+        // `released` stays false until the outcome is known: if this future is dropped at the
+        // await below, `Drop` hands the release to the background releaser, like dropping the
+        // guard does.
+        let result = tracing::Instrument::instrument(release_now(&held), span).await;
+        self.released = true;
         if result.as_ref().is_err_and(LockError::is_unavailable) {
             inner.releaser.submit(self.release_job());
         }
@@ -351,6 +356,7 @@ impl Drop for LockGuard {
         if self.reentrant || self.released {
             return;
         }
+        // Also reached when a `release()` future is dropped before its outcome was known.
         let inner = &self.held.client.inner;
         inner.watchdog.deregister(self.held.acquisition);
         self.held

@@ -146,6 +146,7 @@ mod scope;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod slot;
 mod stats;
 mod watchdog;
 
@@ -157,7 +158,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
-pub use options::LockOptions;
+pub use options::{LockOptions, MAX_LEASE};
 pub use redlock::{RedLock, RedLockGuard};
 pub use stats::ClientStats;
 

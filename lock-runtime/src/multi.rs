@@ -69,7 +69,8 @@ impl MultiLock {
     /// Takes every lock with `opts`; `opts.wait` bounds the whole acquisition. On any error the
     /// locks already taken are released before the error is returned.
     pub async fn acquire_with(&self, opts: LockOptions) -> Result<MultiLockGuard, LockError> {
-        let deadline = opts.wait.map(|w| Instant::now() + w);
+        // A wait too long to represent (`Duration::MAX`) is a wait without a deadline.
+        let deadline = opts.wait.and_then(|w| Instant::now().checked_add(w));
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let mut each = opts;

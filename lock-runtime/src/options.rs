@@ -4,6 +4,28 @@ use std::time::Duration;
 
 use crate::LockError;
 
+/// The longest lease, maximum hold time, watchdog timeout and fencing-counter retention
+/// accepted: 10 years (365-day years). Longer ones are [`LockError::InvalidConfig`]; Redis
+/// could not represent some of them, and a lock meant to be held "forever" should be renewed
+/// by the watchdog instead.
+pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The shortest explicit lease accepted. The holder is told of the loss a safety margin
+/// ([`loss_margin`]) before the lease ends, so a shorter lease would be lost almost at once.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// How long before a lease could run out in Redis its loss is declared: a tenth of it, at
+/// least 5 ms (at most half of it). Covers the time between the watchdog's timer and the code
+/// under the lock noticing, so a rival cannot hold the lock before the holder is told.
+pub(crate) fn loss_margin(lease: Duration) -> Duration {
+    (lease / 10).max(Duration::from_millis(5)).min(lease / 2)
+}
+
+/// A duration in whole milliseconds, rounded up (what Redis is sent as a lease).
+pub(crate) fn ceil_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 /// How to acquire a lock: how long to wait, how long to hold.
 ///
 /// ```
@@ -62,16 +84,18 @@ impl LockOptions {
 
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         if let Some(lease) = self.lease
-            && lease < Duration::from_millis(1)
+            && !(MIN_LEASE..=MAX_LEASE).contains(&lease)
         {
             return Err(LockError::InvalidConfig(format!(
-                "lease must be at least 1 ms, got {lease:?}"
+                "lease must be between {MIN_LEASE:?} and {MAX_LEASE:?}, got {lease:?}"
             )));
         }
-        if self.max_hold.is_some_and(|max| max.is_zero()) {
-            return Err(LockError::InvalidConfig(
-                "max_hold must be greater than zero".into(),
-            ));
+        if let Some(max) = self.max_hold
+            && (max.is_zero() || max > MAX_LEASE)
+        {
+            return Err(LockError::InvalidConfig(format!(
+                "max_hold must be greater than zero and at most {MAX_LEASE:?}, got {max:?}"
+            )));
         }
         Ok(())
     }

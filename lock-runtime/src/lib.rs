@@ -60,7 +60,12 @@
 //! always with a TTL. Lua scripts (sent with `EVALSHA`, reloaded after `SCRIPT FLUSH`)
 //! acquire, release, renew and force-unlock it; releasing publishes on `<prefix>:{N}:unlock`;
 //! the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
-//! cluster slot. See [`MAX_NAME_LEN`] for name rules.
+//! cluster slot. A name with its own hash tag keeps it, so the lock can sit in the slot of the
+//! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
+//! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the
+//! role goes first, so that no other name, such as `order:{user:7}:fence`, can reach them).
+//! No lock name reaches another lock's keys. See [`MAX_NAME_LEN`] for name rules and the one
+//! escaped form.
 //!
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.

@@ -12,8 +12,9 @@
 //!   stale holder's writes.
 //! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
 //!   nothing behind; the background releaser frees the lock within milliseconds.
-//! - **[`MultiLock`]**: several locks (even on different clients) taken all or nothing, in one
-//!   global order, so overlapping multi-locks cannot deadlock.
+//! - **[`MultiLock`]**: several locks (even on different clients and deployments) taken all or
+//!   nothing, in one global order that every process derives alike (Redis key, then deployment
+//!   identity), so overlapping multi-locks cannot deadlock, within one process or across many.
 //! - **Every topology**: one server, Redis Cluster (feature `cluster`: sharded pub/sub,
 //!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See

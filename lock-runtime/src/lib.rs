@@ -65,8 +65,9 @@
 //! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
 //! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the
 //! role goes first, so that no other name, such as `order:{user:7}:fence`, can reach them).
-//! No lock name reaches another lock's keys. See [`MAX_NAME_LEN`] for name rules and the one
-//! escaped form.
+//! No lock name reaches another lock's keys. A name without a hash tag that starts with `}`
+//! (whose wrapped tag would be empty) is escaped: `}x` is at `<prefix>:%{%7Dx}`, with
+//! `:fence` and `:unlock` appended. See [`MAX_NAME_LEN`] for name rules.
 //!
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.

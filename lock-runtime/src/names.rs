@@ -44,6 +44,9 @@ use crate::LockError;
 /// - a name without a hash tag that starts with `}` is escaped (`<prefix>:%{%7Dx}` for `}x`),
 ///   since wrapping it would give an empty tag. Its key is then up to three times as long.
 ///
+/// The fencing counter and unlock channel keys of each form are listed in the crate docs
+/// ("How it works").
+///
 /// Names built from untrusted input should still be escaped by the caller (the `lock-tower`
 /// layer does this for path parameters and headers) so that two different values cannot be
 /// spelled as one lock name.

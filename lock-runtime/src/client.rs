@@ -78,6 +78,9 @@ pub(crate) struct Config {
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// How long an acquisition keeps retrying while a failing-over deployment is unavailable.
     pub(crate) failover_grace: Duration,
+    /// The deployment's identity: set on the builder, or derived from the topology. Orders and
+    /// deduplicates the members of a `MultiLock` that share a key.
+    pub(crate) deployment_id: String,
 }
 
 impl Config {
@@ -193,6 +196,7 @@ impl LockClientBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
+            deployment_id: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
@@ -215,6 +219,14 @@ impl LockClient {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.config.prefix
+    }
+
+    /// The identity of the Redis deployment this client talks to: the one given to
+    /// [`LockClientBuilder::deployment_id`], or else one derived from the addresses
+    /// (`host:port/db` for one server, `cluster:` and the sorted seed nodes, `sentinel:`, the
+    /// master name, `@` and the sorted sentinels; never credentials).
+    pub fn deployment_id(&self) -> &str {
+        &self.inner.config.deployment_id
     }
 
     /// The watchdog timeout: the lease of locks taken without an explicit lease.
@@ -287,6 +299,7 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
+    deployment_id: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
 }
@@ -333,6 +346,33 @@ impl LockClientBuilder {
     /// starts at the server clock in microseconds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
+        self
+    }
+
+    /// Names the Redis deployment this client talks to (see [`LockClient::deployment_id`]).
+    ///
+    /// A [`MultiLock`](crate::MultiLock) uses the name twice: to order the same key on two
+    /// deployments alike in every process, and to take a key that two of its clients reach on
+    /// one deployment only once. Without this setting the name is derived from the URL(s),
+    /// which serves as long as every process uses the same addresses. Set it when they do not
+    /// (a host name here, an IP address or a proxy there, other seed nodes of one cluster): the
+    /// same string for a deployment in every process, and different strings for different
+    /// deployments: a multi-lock takes the same key on two deployments of one name only once.
+    /// It is not sent to Redis.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// let accounts = LockClient::builder("redis://accounts-redis.internal:6379")
+    ///     .deployment_id("accounts")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(accounts.deployment_id(), "accounts");
+    /// # Ok(()) }
+    /// ```
+    pub fn deployment_id(mut self, id: impl Into<String>) -> Self {
+        self.deployment_id = Some(id.into());
         self
     }
 
@@ -448,6 +488,10 @@ impl LockClientBuilder {
             backend::connect(&self.topology, &settings, &demux, &renew_now).await?;
 
         let config = Config {
+            // Before `topology` is moved in.
+            deployment_id: self
+                .deployment_id
+                .unwrap_or_else(|| self.topology.deployment_id()),
             prefix: self.prefix,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,

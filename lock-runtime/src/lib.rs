@@ -12,8 +12,9 @@
 //!   stale holder's writes.
 //! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
 //!   nothing behind; the background releaser frees the lock within milliseconds.
-//! - **[`MultiLock`]**: several locks (even on different clients) taken all or nothing, in one
-//!   global order, so overlapping multi-locks cannot deadlock.
+//! - **[`MultiLock`]**: several locks (even on different clients and deployments) taken all or
+//!   nothing, in one global order that every process derives alike (Redis key, then deployment
+//!   identity), so overlapping multi-locks cannot deadlock, within one process or across many.
 //! - **Every topology**: one server, Redis Cluster (feature `cluster`: sharded pub/sub,
 //!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
@@ -60,7 +61,13 @@
 //! always with a TTL. Lua scripts (sent with `EVALSHA`, reloaded after `SCRIPT FLUSH`)
 //! acquire, release, renew and force-unlock it; releasing publishes on `<prefix>:{N}:unlock`;
 //! the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
-//! cluster slot. See [`MAX_NAME_LEN`] for name rules.
+//! cluster slot. A name with its own hash tag keeps it, so the lock can sit in the slot of the
+//! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
+//! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the
+//! role goes first, so that no other name, such as `order:{user:7}:fence`, can reach them).
+//! No lock name reaches another lock's keys. A name without a hash tag that starts with `}`
+//! (whose wrapped tag would be empty) is escaped: `}x` is at `<prefix>:%{%7Dx}`, with
+//! `:fence` and `:unlock` appended. See [`MAX_NAME_LEN`] for name rules.
 //!
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.

@@ -69,13 +69,16 @@ impl Lock {
         Lock { client, names }
     }
 
-    /// The order in which multi-lock acquisitions take locks: client, then Redis key.
+    /// The order in which multi-lock acquisitions take locks, and what makes two members the
+    /// same lock: the Redis key (prefix included), then the deployment's identity for the same
+    /// key on two deployments. Both are the same in every process that uses the lock (unlike
+    /// the random client id), so two processes never take shared locks in opposite orders.
     pub(crate) fn order_key(&self) -> (&str, &str) {
         let key = match &self.names {
             Ok(n) => n.key.as_str(),
             Err((name, _)) => name.as_str(),
         };
-        (&self.client.inner.id, key)
+        (key, &self.client.inner.config.deployment_id)
     }
 
     /// The name's validation result.

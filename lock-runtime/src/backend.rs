@@ -151,6 +151,9 @@ pub(crate) enum Conn {
     Cluster(redis::cluster_async::ClusterConnection),
     #[cfg(feature = "sentinel")]
     Sentinel(crate::sentinel::FailoverConn),
+    /// A scripted stand-in for unit tests.
+    #[cfg(test)]
+    Fake(crate::fake::FakeRedis),
 }
 
 impl ConnectionLike for Conn {
@@ -161,6 +164,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.req_packed_command(cmd),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_command(cmd),
+            #[cfg(test)]
+            Conn::Fake(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -176,6 +181,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(test)]
+            Conn::Fake(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -186,6 +193,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.get_db(),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.get_db(),
+            #[cfg(test)]
+            Conn::Fake(c) => c.get_db(),
         }
     }
 }
@@ -204,6 +213,8 @@ impl Conn {
             Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true, done).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => done(channels, c.subscribe(channels, true).await),
+            #[cfg(test)]
+            Conn::Fake(c) => done(channels, c.subscribe(channels, true).await),
         }
     }
 
@@ -215,6 +226,8 @@ impl Conn {
             Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false, done).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => done(channels, c.subscribe(channels, false).await),
+            #[cfg(test)]
+            Conn::Fake(c) => done(channels, c.subscribe(channels, false).await),
         }
     }
 }

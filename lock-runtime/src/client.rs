@@ -426,6 +426,33 @@ impl LockClientBuilder {
 
     /// Connects both connections and starts the background tasks.
     pub async fn build(self) -> Result<LockClient, LockError> {
+        let (config, settings) = self.into_parts()?;
+        let demux = Demux::new();
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let (conn, pubsub) =
+            backend::connect(&config.topology, &settings, &demux, &renew_now).await?;
+        Ok(LockClient::start(config, conn, pubsub, demux, renew_now))
+    }
+
+    /// A client whose connections are a scripted stand-in for Redis (unit tests under paused
+    /// time).
+    #[cfg(test)]
+    pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
+        let (config, _) = self.into_parts()?;
+        let demux = Demux::new();
+        let conn = Conn::Fake(fake.clone());
+        let pubsub = Conn::Fake(fake);
+        Ok(LockClient::start(
+            config,
+            conn,
+            pubsub,
+            demux,
+            Arc::new(tokio::sync::Notify::new()),
+        ))
+    }
+
+    /// Validates the settings.
+    fn into_parts(self) -> Result<(Config, Settings), LockError> {
         if let Some(what) = self.misplaced {
             return Err(LockError::InvalidConfig(what.into()));
         }
@@ -482,11 +509,6 @@ impl LockClientBuilder {
             #[cfg(feature = "tls")]
             tls_root_certificate: self.tls_root_certificate,
         };
-        let demux = Demux::new();
-        let renew_now = Arc::new(tokio::sync::Notify::new());
-        let (conn, pubsub) =
-            backend::connect(&self.topology, &settings, &demux, &renew_now).await?;
-
         let config = Config {
             // Before `topology` is moved in.
             deployment_id: self
@@ -500,6 +522,19 @@ impl LockClientBuilder {
             replica_ack: self.replica_ack,
             failover_grace: self.failover_grace,
         };
+        Ok((config, settings))
+    }
+}
+
+impl LockClient {
+    /// Starts the background tasks on connected connections.
+    fn start(
+        config: Config,
+        conn: Conn,
+        pubsub: Conn,
+        demux: Demux,
+        renew_now: Arc<tokio::sync::Notify>,
+    ) -> LockClient {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
@@ -523,6 +558,6 @@ impl LockClientBuilder {
         tasks.push(Watchdog::spawn(&inner));
         *inner.tasks.lock().unwrap_or_else(|e| e.into_inner()) = tasks;
         tracing::debug!(client = %inner.id, "lock client connected");
-        Ok(LockClient { inner })
+        LockClient { inner }
     }
 }

@@ -142,6 +142,8 @@ mod client;
 mod cluster;
 mod demux;
 mod error;
+#[cfg(test)]
+mod fake;
 mod guard;
 mod lock;
 mod multi;

@@ -491,3 +491,6 @@ async fn renew_grouped(
     }
     Ok(results)
 }
+
+#[cfg(test)]
+mod tests;

@@ -96,7 +96,7 @@ pub(crate) struct Held {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    held: Arc<Held>,
+    pub(crate) held: Arc<Held>,
     reentrant: bool,
     released: bool,
 }

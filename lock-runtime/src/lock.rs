@@ -551,3 +551,6 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock").field("name", &self.name()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests;

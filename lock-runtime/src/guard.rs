@@ -177,7 +177,8 @@ impl LockGuard {
     ///
     /// With the watchdog this fires before the lease could expire when renewal cannot be
     /// confirmed, and at the next renewal when the lock was deleted or taken over; with an
-    /// explicit lease it fires when the lease ends.
+    /// explicit lease it fires a safety margin before the lease ends (a tenth of it, at least
+    /// 5 ms), so the holder is told before Redis can let a rival take the lock.
     pub async fn lost(&self) -> LockError {
         let reason = self.held.signal.wait().await;
         self.lost_error(reason)
@@ -235,6 +236,10 @@ impl LockGuard {
     }
 
     /// Releases the lock and reports the outcome.
+    ///
+    /// Cancellation-safe: from its first poll the lock counts as released (code in the guard's
+    /// scope no longer re-enters); if the future is dropped before the outcome is known, the
+    /// release is handed to the background releaser, exactly as if the guard had been dropped.
     ///
     /// - `Ok(())`: it was ours and is now free (a waiter has been woken).
     /// - [`LockError::Lost`]: it had been lost before (your critical section may have overlapped

@@ -10,8 +10,8 @@
 //!   the lease could expire when renewal cannot be confirmed.
 //! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
 //!   stale holder's writes.
-//! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
-//!   nothing behind; the background releaser frees the lock within milliseconds.
+//! - **Cancellation-safe**: dropping an acquire or release future (at any await point) or a
+//!   guard never blocks and leaves nothing behind; the background releaser frees the lock within milliseconds.
 //! - **[`MultiLock`]**: several locks (even on different clients and deployments) taken all or
 //!   nothing, in one global order that every process derives alike (Redis key, then deployment
 //!   identity), so overlapping multi-locks cannot deadlock, within one process or across many.
@@ -221,7 +221,8 @@ pub mod __private {
     ///
     /// A release error never replaces the body's result (the body's effects have happened;
     /// reporting failure would invite a retry that does them twice): it is logged. Panics and
-    /// cancellation drop the guard, which releases in the background.
+    /// cancellation (also during the final release) drop the guard, which releases in the
+    /// background.
     pub async fn run_locked<R, F>(
         client: Result<LockClient, LockError>,
         key: String,

@@ -40,8 +40,8 @@ pub(crate) fn ceil_millis(d: Duration) -> u64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
-    /// How long to wait for a busy lock; `None` waits indefinitely, `Some(ZERO)` makes exactly
-    /// one attempt.
+    /// How long to wait for a busy lock; `None` waits indefinitely (as does a wait too long to
+    /// represent, such as `Duration::MAX`), `Some(ZERO)` makes exactly one attempt.
     pub wait: Option<Duration>,
     /// A fixed lease without renewal; `None` uses the watchdog (lease = the client's watchdog
     /// timeout, renewed every third of it while the guard lives).
@@ -69,8 +69,10 @@ impl LockOptions {
         self
     }
 
-    /// Hold for this fixed lease, without renewal; [`LockGuard::lost`](crate::LockGuard::lost)
-    /// resolves when it runs out.
+    /// Hold for this fixed lease, without renewal. [`LockGuard::lost`](crate::LockGuard::lost)
+    /// resolves a safety margin before it runs out in Redis (a tenth of it, at least 5 ms), so
+    /// the holder is told before a rival can take the lock. At least 10 ms and at most
+    /// [`MAX_LEASE`]; Redis is sent the lease rounded up to whole milliseconds.
     pub const fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self

@@ -76,6 +76,22 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 impl Topology {
+    /// A name of the deployment that every process reaching it by the same addresses derives
+    /// alike: `host:port/db` for one server, `cluster:` and the sorted seed nodes, `sentinel:`,
+    /// the master name, `@` and the sorted sentinels. Credentials, the scheme, a default port or
+    /// database and the order of the nodes make no difference.
+    pub(crate) fn deployment_id(&self) -> String {
+        match self {
+            Topology::Single(url) => node_id(url, true),
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(nodes) => format!("cluster:{}", sorted_node_ids(nodes)),
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel {
+                sentinels, master, ..
+            } => format!("sentinel:{master}@{}", sorted_node_ids(sentinels)),
+        }
+    }
+
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.
     pub(crate) fn fails_over(&self) -> bool {
@@ -92,6 +108,41 @@ impl Topology {
     }
 }
 
+/// `host:port` of a node URL (IPv6 hosts in brackets, DNS names in lower case, the socket path
+/// for a Unix socket), with `/db` when `with_db`. A URL that does not parse (the connection
+/// fails on it anyway) is kept as given, without its credentials.
+fn node_id(url: &str, with_db: bool) -> String {
+    let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) else {
+        return redact(url);
+    };
+    let addr = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            let host = host.to_lowercase();
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        }
+        other => other.to_string(),
+    };
+    if with_db {
+        format!("{addr}/{}", info.redis_settings().db())
+    } else {
+        addr
+    }
+}
+
+/// The node ids of `urls` (without database), sorted, duplicates removed, joined by commas.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn sorted_node_ids(urls: &[String]) -> String {
+    let mut ids: Vec<String> = urls.iter().map(|url| node_id(url, false)).collect();
+    ids.sort();
+    ids.dedup();
+    ids.join(",")
+}
+
 /// A connection to wherever the lock keys live.
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -100,6 +151,9 @@ pub(crate) enum Conn {
     Cluster(redis::cluster_async::ClusterConnection),
     #[cfg(feature = "sentinel")]
     Sentinel(crate::sentinel::FailoverConn),
+    /// A scripted stand-in for unit tests.
+    #[cfg(test)]
+    Fake(crate::fake::FakeRedis),
 }
 
 impl ConnectionLike for Conn {
@@ -110,6 +164,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.req_packed_command(cmd),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_command(cmd),
+            #[cfg(test)]
+            Conn::Fake(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -125,6 +181,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(test)]
+            Conn::Fake(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -135,6 +193,8 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.get_db(),
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => c.get_db(),
+            #[cfg(test)]
+            Conn::Fake(c) => c.get_db(),
         }
     }
 }
@@ -153,6 +213,8 @@ impl Conn {
             Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true, done).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => done(channels, c.subscribe(channels, true).await),
+            #[cfg(test)]
+            Conn::Fake(c) => done(channels, c.subscribe(channels, true).await),
         }
     }
 
@@ -164,6 +226,8 @@ impl Conn {
             Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false, done).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => done(channels, c.subscribe(channels, false).await),
+            #[cfg(test)]
+            Conn::Fake(c) => done(channels, c.subscribe(channels, false).await),
         }
     }
 }
@@ -278,5 +342,73 @@ pub(crate) async fn connect(
             )
             .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(url: &str) -> String {
+        Topology::Single(url.to_owned()).deployment_id()
+    }
+
+    #[test]
+    fn one_server_is_named_by_host_port_and_database() {
+        let id = single("redis://127.0.0.1:6379/0");
+        assert_eq!(id, "127.0.0.1:6379/0");
+        for same in [
+            "redis://127.0.0.1",
+            "redis://127.0.0.1:6379",
+            "redis://127.0.0.1:6379/",
+            "redis://user:secret@127.0.0.1:6379/0",
+            "redis://:secret@127.0.0.1/0",
+        ] {
+            assert_eq!(single(same), id, "{same}");
+        }
+        assert_eq!(single("redis://Redis.Example:6379"), "redis.example:6379/0");
+        assert_eq!(single("redis://[::1]:7000/2"), "[::1]:7000/2");
+        assert_ne!(single("redis://127.0.0.1:6379/1"), id, "another database");
+        assert_ne!(single("redis://127.0.0.1:6380"), id, "another port");
+        assert!(!single("not a url, user:secret@host").is_empty());
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_cluster_is_named_by_its_sorted_seed_set() {
+        let id = |nodes: &[&str]| {
+            Topology::Cluster(nodes.iter().map(|n| n.to_string()).collect()).deployment_id()
+        };
+        let a = id(&["redis://10.0.0.2:7000", "redis://10.0.0.1:7000"]);
+        assert_eq!(a, "cluster:10.0.0.1:7000,10.0.0.2:7000");
+        assert_eq!(
+            id(&[
+                "redis://u:p@10.0.0.1:7000",
+                "redis://10.0.0.2:7000",
+                "redis://10.0.0.1:7000"
+            ]),
+            a
+        );
+        assert_ne!(id(&["redis://10.0.0.1:7000"]), a);
+    }
+
+    #[cfg(feature = "sentinel")]
+    #[test]
+    fn a_sentinel_master_is_named_by_name_and_sorted_sentinels() {
+        let id = |sentinels: &[&str], master: &str| {
+            Topology::Sentinel {
+                sentinels: sentinels.iter().map(|n| n.to_string()).collect(),
+                master: master.to_owned(),
+                auth: Some((None, "secret".into())),
+            }
+            .deployment_id()
+        };
+        let a = id(&["redis://s2:26379", "redis://s1:26379"], "mymaster");
+        assert_eq!(a, "sentinel:mymaster@s1:26379,s2:26379");
+        assert_eq!(
+            id(&["redis://:pw@s1:26379", "redis://s2:26379"], "mymaster"),
+            a
+        );
+        assert_ne!(id(&["redis://s1:26379", "redis://s2:26379"], "other"), a);
     }
 }

@@ -11,6 +11,7 @@ use crate::ack::ReplicaAck;
 use crate::backend::{self, Conn, Settings, Topology};
 use crate::demux::Demux;
 use crate::names::validate_prefix;
+use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
 use crate::watchdog::Watchdog;
@@ -77,6 +78,9 @@ pub(crate) struct Config {
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// How long an acquisition keeps retrying while a failing-over deployment is unavailable.
     pub(crate) failover_grace: Duration,
+    /// The deployment's identity: set on the builder, or derived from the topology. Orders and
+    /// deduplicates the members of a `MultiLock` that share a key.
+    pub(crate) deployment_id: String,
 }
 
 impl Config {
@@ -192,6 +196,7 @@ impl LockClientBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
+            deployment_id: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
@@ -214,6 +219,14 @@ impl LockClient {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.config.prefix
+    }
+
+    /// The identity of the Redis deployment this client talks to: the one given to
+    /// [`LockClientBuilder::deployment_id`], or else one derived from the addresses
+    /// (`host:port/db` for one server, `cluster:` and the sorted seed nodes, `sentinel:`, the
+    /// master name, `@` and the sorted sentinels; never credentials).
+    pub fn deployment_id(&self) -> &str {
+        &self.inner.config.deployment_id
     }
 
     /// The watchdog timeout: the lease of locks taken without an explicit lease.
@@ -286,6 +299,7 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
+    deployment_id: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
 }
@@ -332,6 +346,33 @@ impl LockClientBuilder {
     /// starts at the server clock in microseconds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
+        self
+    }
+
+    /// Names the Redis deployment this client talks to (see [`LockClient::deployment_id`]).
+    ///
+    /// A [`MultiLock`](crate::MultiLock) uses the name twice: to order the same key on two
+    /// deployments alike in every process, and to take a key that two of its clients reach on
+    /// one deployment only once. Without this setting the name is derived from the URL(s),
+    /// which serves as long as every process uses the same addresses. Set it when they do not
+    /// (a host name here, an IP address or a proxy there, other seed nodes of one cluster): the
+    /// same string for a deployment in every process, and different strings for different
+    /// deployments: a multi-lock takes the same key on two deployments of one name only once.
+    /// It is not sent to Redis.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// let accounts = LockClient::builder("redis://accounts-redis.internal:6379")
+    ///     .deployment_id("accounts")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(accounts.deployment_id(), "accounts");
+    /// # Ok(()) }
+    /// ```
+    pub fn deployment_id(mut self, id: impl Into<String>) -> Self {
+        self.deployment_id = Some(id.into());
         self
     }
 
@@ -385,6 +426,33 @@ impl LockClientBuilder {
 
     /// Connects both connections and starts the background tasks.
     pub async fn build(self) -> Result<LockClient, LockError> {
+        let (config, settings) = self.into_parts()?;
+        let demux = Demux::new();
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let (conn, pubsub) =
+            backend::connect(&config.topology, &settings, &demux, &renew_now).await?;
+        Ok(LockClient::start(config, conn, pubsub, demux, renew_now))
+    }
+
+    /// A client whose connections are a scripted stand-in for Redis (unit tests under paused
+    /// time).
+    #[cfg(test)]
+    pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
+        let (config, _) = self.into_parts()?;
+        let demux = Demux::new();
+        let conn = Conn::Fake(fake.clone());
+        let pubsub = Conn::Fake(fake);
+        Ok(LockClient::start(
+            config,
+            conn,
+            pubsub,
+            demux,
+            Arc::new(tokio::sync::Notify::new()),
+        ))
+    }
+
+    /// Validates the settings.
+    fn into_parts(self) -> Result<(Config, Settings), LockError> {
         if let Some(what) = self.misplaced {
             return Err(LockError::InvalidConfig(what.into()));
         }
@@ -399,12 +467,19 @@ impl LockClientBuilder {
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
             ("fence retention", self.fence_retention),
+            ("watchdog timeout", self.watchdog_timeout),
         ] {
-            if d.is_zero() {
+            if d.is_zero() || d > MAX_LEASE {
                 return Err(LockError::InvalidConfig(format!(
-                    "{what} must be greater than zero"
+                    "{what} must be greater than zero and at most {MAX_LEASE:?}, got {d:?}"
                 )));
             }
+        }
+        if self.failover_grace > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "failover grace must be at most {MAX_LEASE:?}, got {:?}",
+                self.failover_grace
+            )));
         }
 
         // redis' rustls support leaves the crypto provider to the application; pick ring unless
@@ -434,12 +509,11 @@ impl LockClientBuilder {
             #[cfg(feature = "tls")]
             tls_root_certificate: self.tls_root_certificate,
         };
-        let demux = Demux::new();
-        let renew_now = Arc::new(tokio::sync::Notify::new());
-        let (conn, pubsub) =
-            backend::connect(&self.topology, &settings, &demux, &renew_now).await?;
-
         let config = Config {
+            // Before `topology` is moved in.
+            deployment_id: self
+                .deployment_id
+                .unwrap_or_else(|| self.topology.deployment_id()),
             prefix: self.prefix,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
@@ -448,6 +522,19 @@ impl LockClientBuilder {
             replica_ack: self.replica_ack,
             failover_grace: self.failover_grace,
         };
+        Ok((config, settings))
+    }
+}
+
+impl LockClient {
+    /// Starts the background tasks on connected connections.
+    fn start(
+        config: Config,
+        conn: Conn,
+        pubsub: Conn,
+        demux: Demux,
+        renew_now: Arc<tokio::sync::Notify>,
+    ) -> LockClient {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
@@ -471,6 +558,6 @@ impl LockClientBuilder {
         tasks.push(Watchdog::spawn(&inner));
         *inner.tasks.lock().unwrap_or_else(|e| e.into_inner()) = tasks;
         tracing::debug!(client = %inner.id, "lock client connected");
-        Ok(LockClient { inner })
+        LockClient { inner }
     }
 }

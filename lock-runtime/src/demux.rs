@@ -384,3 +384,6 @@ fn settled<'a>(
     }
     (state.epoch == epoch).then_some(state)
 }
+
+#[cfg(test)]
+mod tests;

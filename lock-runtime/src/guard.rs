@@ -96,7 +96,7 @@ pub(crate) struct Held {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    held: Arc<Held>,
+    pub(crate) held: Arc<Held>,
     reentrant: bool,
     released: bool,
 }
@@ -177,7 +177,8 @@ impl LockGuard {
     ///
     /// With the watchdog this fires before the lease could expire when renewal cannot be
     /// confirmed, and at the next renewal when the lock was deleted or taken over; with an
-    /// explicit lease it fires when the lease ends.
+    /// explicit lease it fires a safety margin before the lease ends (a tenth of it, at least
+    /// 5 ms), so the holder is told before Redis can let a rival take the lock.
     pub async fn lost(&self) -> LockError {
         let reason = self.held.signal.wait().await;
         self.lost_error(reason)
@@ -236,6 +237,10 @@ impl LockGuard {
 
     /// Releases the lock and reports the outcome.
     ///
+    /// Cancellation-safe: from its first poll the lock counts as released (code in the guard's
+    /// scope no longer re-enters); if the future is dropped before the outcome is known, the
+    /// release is handed to the background releaser, exactly as if the guard had been dropped.
+    ///
     /// - `Ok(())`: it was ours and is now free (a waiter has been woken).
     /// - [`LockError::Lost`]: it had been lost before (your critical section may have overlapped
     ///   with another holder's); whatever was left of it is released.
@@ -254,14 +259,19 @@ impl LockGuard {
                 None => Ok(()),
             };
         }
-        self.released = true;
         let held = self.held.clone();
         let inner = &held.client.inner;
         inner.watchdog.deregister(held.acquisition);
         let lost_before = held.signal.get();
-        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
-        let result = tracing::Instrument::instrument(release_now(&held), span).await;
+        // Before anything is sent: from here on, code in this guard's scope no longer re-enters
+        // (Redis may let the lock go at any moment now).
         held.signal.declare(&held.names.name, LossReason::Released);
+        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
+        // `released` stays false until the outcome is known: if this future is dropped at the
+        // await below, `Drop` hands the release to the background releaser, like dropping the
+        // guard does.
+        let result = tracing::Instrument::instrument(release_now(&held), span).await;
+        self.released = true;
         if result.as_ref().is_err_and(LockError::is_unavailable) {
             inner.releaser.submit(self.release_job());
         }
@@ -351,6 +361,7 @@ impl Drop for LockGuard {
         if self.reentrant || self.released {
             return;
         }
+        // Also reached when a `release()` future is dropped before its outcome was known.
         let inner = &self.held.client.inner;
         inner.watchdog.deregister(self.held.acquisition);
         self.held

@@ -10,10 +10,11 @@
 //!   the lease could expire when renewal cannot be confirmed.
 //! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
 //!   stale holder's writes.
-//! - **Cancellation-safe**: dropping an acquire future or a guard never blocks and leaves
-//!   nothing behind; the background releaser frees the lock within milliseconds.
-//! - **[`MultiLock`]**: several locks (even on different clients) taken all or nothing, in one
-//!   global order, so overlapping multi-locks cannot deadlock.
+//! - **Cancellation-safe**: dropping an acquire or release future (at any await point) or a
+//!   guard never blocks and leaves nothing behind; the background releaser frees the lock within milliseconds.
+//! - **[`MultiLock`]**: several locks (even on different clients and deployments) taken all or
+//!   nothing, in one global order that every process derives alike (Redis key, then deployment
+//!   identity), so overlapping multi-locks cannot deadlock, within one process or across many.
 //! - **Every topology**: one server, Redis Cluster (feature `cluster`: sharded pub/sub,
 //!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
@@ -60,7 +61,13 @@
 //! always with a TTL. Lua scripts (sent with `EVALSHA`, reloaded after `SCRIPT FLUSH`)
 //! acquire, release, renew and force-unlock it; releasing publishes on `<prefix>:{N}:unlock`;
 //! the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
-//! cluster slot. See [`MAX_NAME_LEN`] for name rules.
+//! cluster slot. A name with its own hash tag keeps it, so the lock can sit in the slot of the
+//! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
+//! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the
+//! role goes first, so that no other name, such as `order:{user:7}:fence`, can reach them).
+//! No lock name reaches another lock's keys. A name without a hash tag that starts with `}`
+//! (whose wrapped tag would be empty) is escaped: `}x` is at `<prefix>:%{%7Dx}`, with
+//! `:fence` and `:unlock` appended. See [`MAX_NAME_LEN`] for name rules.
 //!
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.
@@ -135,6 +142,8 @@ mod client;
 mod cluster;
 mod demux;
 mod error;
+#[cfg(test)]
+mod fake;
 mod guard;
 mod lock;
 mod multi;
@@ -146,6 +155,7 @@ mod scope;
 mod script;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod slot;
 mod stats;
 mod watchdog;
 
@@ -157,7 +167,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
-pub use options::LockOptions;
+pub use options::{LockOptions, MAX_LEASE};
 pub use redlock::{RedLock, RedLockGuard};
 pub use stats::ClientStats;
 
@@ -211,7 +221,8 @@ pub mod __private {
     ///
     /// A release error never replaces the body's result (the body's effects have happened;
     /// reporting failure would invite a retry that does them twice): it is logged. Panics and
-    /// cancellation drop the guard, which releases in the background.
+    /// cancellation (also during the final release) drop the guard, which releases in the
+    /// background.
     pub async fn run_locked<R, F>(
         client: Result<LockClient, LockError>,
         key: String,

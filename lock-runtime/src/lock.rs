@@ -69,13 +69,16 @@ impl Lock {
         Lock { client, names }
     }
 
-    /// The order in which multi-lock acquisitions take locks: client, then Redis key.
+    /// The order in which multi-lock acquisitions take locks, and what makes two members the
+    /// same lock: the Redis key (prefix included), then the deployment's identity for the same
+    /// key on two deployments. Both are the same in every process that uses the lock (unlike
+    /// the random client id), so two processes never take shared locks in opposite orders.
     pub(crate) fn order_key(&self) -> (&str, &str) {
         let key = match &self.names {
             Ok(n) => n.key.as_str(),
             Err((name, _)) => name.as_str(),
         };
-        (&self.client.inner.id, key)
+        (key, &self.client.inner.config.deployment_id)
     }
 
     /// The name's validation result.
@@ -147,10 +150,13 @@ impl Lock {
     ) -> Result<LockGuard, LockError> {
         let inner = &self.client.inner;
         let start = Instant::now();
-        let deadline = opts.wait.map(|w| start + w);
+        // A wait too long to represent (`Duration::MAX`) is a wait without a deadline.
+        let deadline = opts.wait.and_then(|w| start.checked_add(w));
         let (acquisition, owner) = inner.next_owner();
         let owner: Arc<str> = owner.into();
         let lease = opts.lease.unwrap_or(inner.config.watchdog_timeout);
+        // Rounded up: Redis never gets a shorter lease than the client believes it holds.
+        let lease_ms = crate::options::ceil_millis(lease);
         let timeout = |pttl: i64| LockError::WaitTimeout {
             name: names.name.clone(),
             waited: start.elapsed(),
@@ -167,7 +173,7 @@ impl Lock {
         let mut pttl = -1;
         if !queue_first {
             // Uncontended: one round trip, no subscription.
-            pttl = match Box::pin(self.attempt(names, &owner, lease, deadline)).await? {
+            pttl = match Box::pin(self.attempt(names, &owner, lease, lease_ms, deadline)).await? {
                 Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
                 Attempt::Busy(pttl) => pttl,
             };
@@ -186,18 +192,27 @@ impl Lock {
                 queue_first,
                 "lock busy; waiting for an unlock message"
             );
+            // Whether the last look found the channel confirmed: if not, the next one does not
+            // wait for it again, so an unconfirmable channel costs one short wait, then polling
+            // every UNSUBSCRIBED_POLL.
+            let mut was_subscribed = true;
             loop {
-                // Be subscribed before the attempt, so an unlock published after it cannot be
-                // missed. A subscription that cannot be confirmed degrades to short polling.
-                let now = Instant::now();
-                let confirm_until = deadline.map_or(now + inner.config.response_timeout, |d| {
-                    d.min(now + inner.config.response_timeout)
-                });
-                let subscribed = sub.is_ready() || sub.ready(confirm_until).await;
-
+                // Listen before looking at the channel's state: a lost connection marks it
+                // unconfirmed and wakes the listeners registered at that moment, so a
+                // listener registered after the look could miss that wake-up and sleep the
+                // holder's whole lease with an unlock lost in the gap.
                 let notified = sub.notify().notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
+                // Be subscribed before the attempt, so an unlock published after it cannot be
+                // missed. A subscription that cannot be confirmed within one short poll
+                // degrades to polling.
+                let subscribed = sub.is_ready()
+                    || (was_subscribed && {
+                        let until = Instant::now() + UNSUBSCRIBED_POLL;
+                        sub.ready(deadline.map_or(until, |d| d.min(until))).await
+                    });
+                was_subscribed = subscribed;
                 let queued_wait = skip_attempt;
                 if skip_attempt {
                     // Queued behind local waiters: wait for our turn (bounded) before trying.
@@ -205,7 +220,8 @@ impl Lock {
                 } else {
                     // Boxed: the round trip's future is large and only alive during the attempt;
                     // inline it would make every waiting task carry its size while it sleeps.
-                    let attempt = Box::pin(self.attempt(names, &owner, lease, deadline)).await;
+                    let attempt =
+                        Box::pin(self.attempt(names, &owner, lease, lease_ms, deadline)).await;
                     if attempt.is_ok() {
                         // Decided: either ours, or taken by someone whose release will publish
                         // again.
@@ -230,6 +246,8 @@ impl Lock {
                 if !subscribed {
                     sleep = sleep.min(UNSUBSCRIBED_POLL);
                 }
+                // A foreign key's TTL can be beyond what an `Instant` can represent.
+                let sleep = sleep.min(crate::options::MAX_LEASE);
                 let wake = deadline.map_or(now + sleep, |d| d.min(now + sleep));
                 tokio::select! {
                     _ = &mut notified => baton.0 = Some(sub.notify()),
@@ -249,6 +267,7 @@ impl Lock {
         names: &Arc<LockNames>,
         owner: &Arc<str>,
         lease: Duration,
+        lease_ms: u64,
         deadline: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.client.inner;
@@ -272,7 +291,7 @@ impl Lock {
                     .key(&names.key)
                     .key(&names.fence)
                     .arg(&**owner)
-                    .arg(lease.as_millis() as u64)
+                    .arg(lease_ms)
                     .arg(inner.config.fence_retention.as_millis() as u64)
                     .invoke_async::<Reply>(&mut conn)
                     .await
@@ -284,7 +303,7 @@ impl Lock {
                         .arg(&names.key)
                         .arg(&names.fence)
                         .arg(&**owner)
-                        .arg(lease.as_millis() as u64)
+                        .arg(lease_ms)
                         .arg(inner.config.fence_retention.as_millis() as u64);
                     ack::eval_acked::<Reply>(&mut conn, &script::ACQUIRE, cmd, ack)
                         .await
@@ -429,6 +448,7 @@ impl Lock {
                 renew: opts.lease.is_none(),
                 confirmed_until: sent + lease,
                 max_hold_until: opts.max_hold.map(|m| sent + m),
+                lease,
                 signal: signal.clone(),
             },
         );
@@ -531,3 +551,6 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock").field("name", &self.name()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests;

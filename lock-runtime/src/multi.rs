@@ -12,11 +12,18 @@ use crate::{Lock, LockError, LockGuard, LockOptions};
 
 /// Several locks taken together: all of them or none.
 ///
-/// The locks are always taken in one global order (client id, then Redis key), so two
-/// `MultiLock`s that share locks can never wait for each other in a cycle, whatever order their
-/// locks were listed in. If one lock cannot be had within the wait, the ones already taken are
-/// released and the error is returned. The locks may belong to different clients (different
-/// Redis deployments).
+/// The locks are always taken in one global order: by Redis key (prefix included), and the
+/// same key on two deployments by [deployment identity](crate::LockClient::deployment_id). Every
+/// process derives the same order, whatever order the locks were listed in and whichever client
+/// instances they came from, so `MultiLock`s that share locks, in one process or in many, never
+/// wait for each other in a cycle. The locks may belong to different clients (different Redis
+/// deployments, or different prefixes on one). If one lock cannot be had within the wait, the
+/// ones already taken are released and the error is returned.
+///
+/// Where the order rests on the identities (the same key on two deployments), processes agree
+/// only if they derive the same identity for each deployment: one reaching a server as
+/// `redis://cache:6379` and another as `redis://10.0.0.5:6379` do not; give such deployments an
+/// explicit [`deployment_id`](crate::LockClientBuilder::deployment_id).
 ///
 /// ```no_run
 /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -35,7 +42,12 @@ pub struct MultiLock {
 }
 
 impl MultiLock {
-    /// The locks to take together; duplicates are taken once. At least one lock is needed.
+    /// The locks to take together. At least one lock is needed.
+    ///
+    /// Duplicates are taken once: two locks are the same when they have the same Redis key on
+    /// the same deployment (equal [`deployment_id`](crate::LockClient::deployment_id)), even if
+    /// they come from different clients; the first one listed is kept. An invalid name is
+    /// reported as [`LockError::InvalidName`].
     pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock, LockError> {
         let mut locks: Vec<Lock> = locks.into_iter().collect();
         if locks.is_empty() {
@@ -51,7 +63,7 @@ impl MultiLock {
         Ok(MultiLock { locks })
     }
 
-    /// The locks, in the order they are taken.
+    /// The locks, in the order they are taken (duplicates removed).
     pub fn locks(&self) -> &[Lock] {
         &self.locks
     }
@@ -69,7 +81,8 @@ impl MultiLock {
     /// Takes every lock with `opts`; `opts.wait` bounds the whole acquisition. On any error the
     /// locks already taken are released before the error is returned.
     pub async fn acquire_with(&self, opts: LockOptions) -> Result<MultiLockGuard, LockError> {
-        let deadline = opts.wait.map(|w| Instant::now() + w);
+        // A wait too long to represent (`Duration::MAX`) is a wait without a deadline.
+        let deadline = opts.wait.and_then(|w| Instant::now().checked_add(w));
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             let mut each = opts;

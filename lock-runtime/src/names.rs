@@ -2,29 +2,54 @@
 //!
 //! For a lock named `N` under prefix `P` the client uses three keys:
 //!
-//! | what | key |
-//! |---|---|
-//! | the lock hash (owner → hold count, always with a TTL) | `P:{N}` |
-//! | the fencing counter | `P:{N}:fence` |
-//! | the unlock channel | `P:{N}:unlock` |
+//! | name | lock hash | fencing counter | unlock channel |
+//! |---|---|---|---|
+//! | plain: `stock:42` | `P:{N}` | `P:{N}:fence` | `P:{N}:unlock` |
+//! | with its own hash tag: `order:{user:7}` | `P:#N` | `P:fence:#N` | `P:unlock:#N` |
+//! | no hash tag, starting with `}`: `}x` | `P:%{E}` | `P:%{E}:fence` | `P:%{E}:unlock` |
 //!
-//! All three share the hash tag `{N}`, so they live in one cluster slot. If `N` already
-//! contains a well-formed hash tag (`order:{user:7}`), the name is used without extra braces,
-//! after a `#` marker (`P:#order:{user:7}`), so the user's tag decides the slot and the lock
-//! can sit next to the data it protects. The marker keeps the two forms apart: the names `x`
-//! and `{x}` are different locks (`P:{x}` and `P:#{x}`).
+//! (`E` is `N` with `%` written `%25` and `}` written `%7D`.)
+//!
+//! Two guarantees, both checked over tens of thousands of adversarial names in the tests:
+//!
+//! - **One slot.** By Redis' rule (the hash tag is the text between the first `{` and the
+//!   first `}` after it, if that is not empty) the three keys of a name have the same tag: the
+//!   name itself up to its first `}` when wrapped (`{N}`), the user's own tag when the name has
+//!   one, so the lock can sit next to the data it protects, and `E` for the rest. A name that
+//!   starts with `}` cannot be wrapped (its tag would be empty and Redis would hash each key
+//!   whole), hence the escaped form.
+//! - **No aliasing.** No name produces a key that is another name's key, fence or channel.
+//!   After `P:`, a lock hash starts with `{`, `#` or `%` (one marker per form, so `x` and `{x}`
+//!   are different locks); a wrapped or escaped key ends with the `}` that closes it, so its
+//!   fence and channel, which append a role after that brace, can be no lock hash. A name with
+//!   its own tag runs to the end of its key, where a name could forge any role suffix
+//!   (`{u}:fence`), so its role goes before it instead (`fence:`, `unlock:`: no lock hash
+//!   starts with a letter).
+//!
+//! The prefix is the operator's: prefixes that extend one another (`lock` and `lock:fence`)
+//! can name the same keys, so give unrelated applications unrelated prefixes.
 
 use crate::LockError;
 
 /// The longest lock name accepted, in bytes.
 ///
 /// A lock name must also be non-empty and free of control characters; anything else (any
-/// UTF-8 text) is fine. A name is wrapped in a hash tag (`<prefix>:{name}`) so that the lock,
-/// its fencing counter and its unlock channel share one cluster slot; a name that already
-/// contains a non-empty hash tag (`order:{user:7}`) keeps it (`<prefix>:#order:{user:7}`).
+/// UTF-8 text, braces anywhere) is accepted, and every accepted name gets a lock hash, a
+/// fencing counter and an unlock channel that share one cluster slot and that no other name
+/// can produce:
 ///
-/// Names built from untrusted input should be escaped by the caller (the `lock-tower` layer
-/// does this for path parameters and headers), so that a value cannot alias another lock.
+/// - a plain name is wrapped in a hash tag: `<prefix>:{name}`;
+/// - a name that already contains a non-empty hash tag (`order:{user:7}`) keeps it
+///   (`<prefix>:#order:{user:7}`), so the lock lands in the slot of that tag;
+/// - a name without a hash tag that starts with `}` is escaped (`<prefix>:%{%7Dx}` for `}x`),
+///   since wrapping it would give an empty tag. Its key is then up to three times as long.
+///
+/// The fencing counter and unlock channel keys of each form are listed in the crate docs
+/// ("How it works").
+///
+/// Names built from untrusted input should still be escaped by the caller (the `lock-tower`
+/// layer does this for path parameters and headers) so that two different values cannot be
+/// spelled as one lock name.
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The Redis keys of one lock.
@@ -39,18 +64,45 @@ pub(crate) struct LockNames {
 impl LockNames {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
         validate_name(name)?;
-        let base = if has_hash_tag(name) {
-            format!("{prefix}:#{name}")
+        let names = if hash_tag(name).is_some() {
+            // The user's text ends the key: a role appended after it could be forged by
+            // another name, so the role goes in front (see the module docs).
+            LockNames {
+                name: name.to_owned(),
+                key: format!("{prefix}:#{name}"),
+                fence: format!("{prefix}:fence:#{name}"),
+                channel: format!("{prefix}:unlock:#{name}"),
+            }
         } else {
-            format!("{prefix}:{{{name}}}")
+            // Our own `}` closes the key, so the role can follow it.
+            let key = if name.starts_with('}') {
+                format!("{prefix}:%{{{}}}", escape(name))
+            } else {
+                format!("{prefix}:{{{name}}}")
+            };
+            LockNames {
+                name: name.to_owned(),
+                fence: format!("{key}:fence"),
+                channel: format!("{key}:unlock"),
+                key,
+            }
         };
-        Ok(LockNames {
-            name: name.to_owned(),
-            fence: format!("{base}:fence"),
-            channel: format!("{base}:unlock"),
-            key: base,
-        })
+        Ok(names)
     }
+}
+
+/// `name` without `}` (which would end the hash tag) and with `%` escaped, so the mapping
+/// stays one-to-one.
+fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn validate_name(name: &str) -> Result<(), LockError> {
@@ -89,15 +141,13 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-/// Redis' own rule: the tag is between the first `{` and the first `}` after it, if non-empty.
-fn has_hash_tag(name: &str) -> bool {
-    match name.find('{') {
-        Some(open) => match name[open + 1..].find('}') {
-            Some(len) => len > 0,
-            None => false,
-        },
-        None => false,
-    }
+/// Redis' own rule: the hash tag is the text between the first `{` and the first `}` after it,
+/// if that is not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let len = rest.find('}')?;
+    (len > 0).then(|| &rest[..len])
 }
 
 #[cfg(test)]
@@ -116,7 +166,8 @@ mod tests {
     fn a_name_with_its_own_hash_tag_keeps_it() {
         let n = LockNames::new("lock", "order:{user:7}").unwrap();
         assert_eq!(n.key, "lock:#order:{user:7}");
-        assert_eq!(n.fence, "lock:#order:{user:7}:fence");
+        assert_eq!(n.fence, "lock:fence:#order:{user:7}");
+        assert_eq!(n.channel, "lock:unlock:#order:{user:7}");
     }
 
     /// Regression: `x` and `{x}` both mapped to `lock:{x}` (reported by the macro work).
@@ -136,6 +187,19 @@ mod tests {
         assert_eq!(LockNames::new("p", "a{b").unwrap().key, "p:{a{b}");
     }
 
+    /// Regression (L6): `}x` was wrapped as `p:{}x}`, whose tag is empty, so its lock, fence
+    /// and channel hashed to three slots (CROSSSLOT on a cluster).
+    #[test]
+    fn a_name_starting_with_a_closing_brace_is_escaped() {
+        let n = LockNames::new("p", "}x").unwrap();
+        assert_eq!(n.key, "p:%{%7Dx}");
+        assert_eq!(n.fence, "p:%{%7Dx}:fence");
+        assert_eq!(n.channel, "p:%{%7Dx}:unlock");
+        assert_eq!(LockNames::new("p", "}%").unwrap().key, "p:%{%7D%25}");
+        // Braces after the first character keep the plain layout; the tag is `a`.
+        assert_eq!(LockNames::new("p", "a}b").unwrap().key, "p:{a}b}");
+    }
+
     #[test]
     fn bad_names_are_rejected() {
         for bad in ["", "a\nb", "nul\0"] {
@@ -150,6 +214,125 @@ mod tests {
             Err(LockError::InvalidName { .. })
         ));
         assert!(LockNames::new("p", &"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    /// Names built from pieces that imitate the layout: braces anywhere, role words, the
+    /// separators and markers. Every sequence of up to four pieces.
+    fn adversarial_names() -> Vec<String> {
+        const PIECES: [&str; 13] = [
+            "a", "{", "}", ":", "#", "%", "{u}", "fence", "unlock", ":fence", ":unlock", "%7D",
+            "lock:",
+        ];
+        let mut names: Vec<String> = PIECES.iter().map(|p| p.to_string()).collect();
+        let mut last = names.clone();
+        for _ in 1..4 {
+            last = last
+                .iter()
+                .flat_map(|n| PIECES.iter().map(move |p| format!("{n}{p}")))
+                .collect();
+            names.extend(last.iter().cloned());
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// What Redis Cluster hashes for a key: the text between the first `{` and the first `}`
+    /// after it when that is not empty, else the whole key. Written from the Redis docs, apart
+    /// from the code under test.
+    fn hashed_part(key: &str) -> &[u8] {
+        let bytes = key.as_bytes();
+        bytes
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &bytes[open + 1..];
+                let len = rest.iter().position(|&b| b == b'}')?;
+                (len > 0).then(|| &rest[..len])
+            })
+            .unwrap_or(bytes)
+    }
+
+    /// Regression (L1): the name `{u}:fence` was the fencing counter of the lock `{u}`.
+    #[test]
+    fn no_name_is_the_fence_or_channel_of_another() {
+        let lock = LockNames::new("lock", "{u}").unwrap();
+        for forged in ["{u}:fence", "{u}:unlock"] {
+            let other = LockNames::new("lock", forged).unwrap();
+            for mine in [&lock.key, &lock.fence, &lock.channel] {
+                for theirs in [&other.key, &other.fence, &other.channel] {
+                    assert_ne!(mine, theirs, "{forged:?} aliases a key of \"{{u}}\"");
+                }
+            }
+        }
+    }
+
+    /// Property: across many adversarial names, every derived key (lock, fence, channel) is
+    /// derived from exactly one name in exactly one role.
+    #[test]
+    fn derived_keys_of_distinct_names_never_meet() {
+        let names = adversarial_names();
+        assert!(names.len() > 25_000, "{}", names.len());
+        let mut owner: std::collections::HashMap<String, (String, &str)> =
+            std::collections::HashMap::new();
+        for name in &names {
+            let n = LockNames::new("lock", name)
+                .unwrap_or_else(|e| panic!("{name:?} must be laid out, not rejected: {e}"));
+            for (role, key) in [
+                ("key", &n.key),
+                ("fence", &n.fence),
+                ("channel", &n.channel),
+            ] {
+                if let Some((other, other_role)) = owner.insert(key.clone(), (name.clone(), role)) {
+                    panic!("{key:?} is the {role} of {name:?} and the {other_role} of {other:?}");
+                }
+            }
+        }
+    }
+
+    /// Property (L6): the lock, its fence and its channel hash to one slot by Redis' own rule,
+    /// for names with braces in every position; a name with its own tag keeps it.
+    #[test]
+    fn the_three_keys_of_every_name_share_one_slot() {
+        let mut names = adversarial_names();
+        names.extend(
+            [
+                "}x", "}", "}}", "}{", "}{}", "a}{b}", "{}x", "{}}", "x}", "{{}}", "}{u}", "%}",
+            ]
+            .map(String::from),
+        );
+        for name in &names {
+            let n = LockNames::new("lock", name)
+                .unwrap_or_else(|e| panic!("{name:?} must be laid out, not rejected: {e}"));
+            let tag = hashed_part(&n.key);
+            assert_ne!(
+                tag,
+                n.key.as_bytes(),
+                "{name:?}: {:?} has no hash tag",
+                n.key
+            );
+            assert_eq!(
+                tag,
+                hashed_part(&n.fence),
+                "{name:?}: {:?} vs {:?}",
+                n.key,
+                n.fence
+            );
+            assert_eq!(
+                tag,
+                hashed_part(&n.channel),
+                "{name:?}: {:?} vs {:?}",
+                n.key,
+                n.channel
+            );
+            if hashed_part(name) != name.as_bytes() {
+                assert_eq!(
+                    tag,
+                    hashed_part(name),
+                    "{name:?} must keep its own hash tag"
+                );
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,28 @@ use std::time::Duration;
 
 use crate::LockError;
 
+/// The longest lease, maximum hold time, watchdog timeout and fencing-counter retention
+/// accepted: 10 years (365-day years). Longer ones are [`LockError::InvalidConfig`]; Redis
+/// could not represent some of them, and a lock meant to be held "forever" should be renewed
+/// by the watchdog instead.
+pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The shortest explicit lease accepted. The holder is told of the loss a safety margin
+/// ([`loss_margin`]) before the lease ends, so a shorter lease would be lost almost at once.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// How long before a lease could run out in Redis its loss is declared: a tenth of it, at
+/// least 5 ms (at most half of it). Covers the time between the watchdog's timer and the code
+/// under the lock noticing, so a rival cannot hold the lock before the holder is told.
+pub(crate) fn loss_margin(lease: Duration) -> Duration {
+    (lease / 10).max(Duration::from_millis(5)).min(lease / 2)
+}
+
+/// A duration in whole milliseconds, rounded up (what Redis is sent as a lease).
+pub(crate) fn ceil_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 /// How to acquire a lock: how long to wait, how long to hold.
 ///
 /// ```
@@ -18,8 +40,8 @@ use crate::LockError;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
-    /// How long to wait for a busy lock; `None` waits indefinitely, `Some(ZERO)` makes exactly
-    /// one attempt.
+    /// How long to wait for a busy lock; `None` waits indefinitely (as does a wait too long to
+    /// represent, such as `Duration::MAX`), `Some(ZERO)` makes exactly one attempt.
     pub wait: Option<Duration>,
     /// A fixed lease without renewal; `None` uses the watchdog (lease = the client's watchdog
     /// timeout, renewed every third of it while the guard lives).
@@ -47,8 +69,10 @@ impl LockOptions {
         self
     }
 
-    /// Hold for this fixed lease, without renewal; [`LockGuard::lost`](crate::LockGuard::lost)
-    /// resolves when it runs out.
+    /// Hold for this fixed lease, without renewal. [`LockGuard::lost`](crate::LockGuard::lost)
+    /// resolves a safety margin before it runs out in Redis (a tenth of it, at least 5 ms), so
+    /// the holder is told before a rival can take the lock. At least 10 ms and at most
+    /// [`MAX_LEASE`]; Redis is sent the lease rounded up to whole milliseconds.
     pub const fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
@@ -62,16 +86,18 @@ impl LockOptions {
 
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         if let Some(lease) = self.lease
-            && lease < Duration::from_millis(1)
+            && !(MIN_LEASE..=MAX_LEASE).contains(&lease)
         {
             return Err(LockError::InvalidConfig(format!(
-                "lease must be at least 1 ms, got {lease:?}"
+                "lease must be between {MIN_LEASE:?} and {MAX_LEASE:?}, got {lease:?}"
             )));
         }
-        if self.max_hold.is_some_and(|max| max.is_zero()) {
-            return Err(LockError::InvalidConfig(
-                "max_hold must be greater than zero".into(),
-            ));
+        if let Some(max) = self.max_hold
+            && (max.is_zero() || max > MAX_LEASE)
+        {
+            return Err(LockError::InvalidConfig(format!(
+                "max_hold must be greater than zero and at most {MAX_LEASE:?}, got {max:?}"
+            )));
         }
         Ok(())
     }

@@ -226,7 +226,8 @@ impl RedLock {
         drift: Duration,
     ) -> Result<RedLockGuard, LockError> {
         let start = Instant::now();
-        let deadline = opts.wait.map(|w| start + w);
+        // A wait too long to represent (`Duration::MAX`) is a wait without a deadline.
+        let deadline = opts.wait.and_then(|w| start.checked_add(w));
         let node_opts = LockOptions {
             wait: Some(Duration::ZERO),
             ..opts
@@ -394,10 +395,12 @@ impl RedLock {
     }
 
     fn validate(&self) -> Result<(), LockError> {
-        if self.node_timeout.is_zero() {
-            return Err(LockError::InvalidConfig(
-                "a RedLock node timeout must be greater than zero".into(),
-            ));
+        if self.node_timeout.is_zero() || self.node_timeout > crate::options::MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "a RedLock node timeout must be greater than zero and at most {:?}, got {:?}",
+                crate::options::MAX_LEASE,
+                self.node_timeout
+            )));
         }
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(LockError::InvalidConfig(format!(
@@ -405,9 +408,11 @@ impl RedLock {
                 self.drift_factor
             )));
         }
-        if self.retry_delay < Duration::from_millis(1) {
+        if self.retry_delay < Duration::from_millis(1)
+            || self.retry_delay > crate::options::MAX_LEASE
+        {
             return Err(LockError::InvalidConfig(format!(
-                "a RedLock retry delay must be at least 1 ms, got {:?}",
+                "a RedLock retry delay must be at least 1 ms and at most 10 years, got {:?}",
                 self.retry_delay
             )));
         }

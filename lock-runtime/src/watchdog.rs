@@ -8,12 +8,17 @@
 //! - A renewal that fails is retried quickly. If a lease cannot be confirmed before it would run
 //!   out minus a safety margin, the lock is declared lost *before* Redis can expire it and hand
 //!   it to someone else. A renewal that finds the lock gone declares the loss at once.
-//! - Locks with an explicit lease are not renewed; they are declared lost when the lease ends.
+//! - Locks with an explicit lease are not renewed; they are declared lost the same safety margin
+//!   before the lease ends (a tenth of it, at least 5 ms), so the holder is told before Redis
+//!   can hand the lock to someone else.
+//! - A lock registered while a renewal round is in flight is watched too: its deadline is
+//!   declared on time even when the round hangs (a frozen cluster node, a Sentinel switch).
 //! - An optional maximum hold time stops renewal and releases the lock.
 //!
 //! The task holds only a `Weak` reference to the client and stops when it is gone.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -27,6 +32,7 @@ use crate::backend::Conn;
 use crate::client::{Config, Inner};
 use crate::guard::LossSignal;
 use crate::names::LockNames;
+use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
 use crate::script;
 use crate::stats::Counters;
@@ -48,6 +54,11 @@ struct Shared {
     period: Duration,
     margin: Duration,
     retry: Duration,
+    /// The longest a renewal round can take; a deadline sooner than this (or the period) needs
+    /// the task's attention at once.
+    round: Duration,
+    /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
+    per_slot: AtomicBool,
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: crate::cluster::SlotCache,
@@ -63,7 +74,23 @@ pub(crate) struct Entry {
     /// that set it was *sent*, so it never overestimates).
     pub(crate) confirmed_until: Instant,
     pub(crate) max_hold_until: Option<Instant>,
+    /// The lease Redis was given (the watchdog timeout for renewed locks).
+    pub(crate) lease: Duration,
     pub(crate) signal: Arc<LossSignal>,
+}
+
+impl Entry {
+    /// When the loss is declared: the safety margin before the lease could run out in Redis
+    /// (`watchdog_margin` for renewed locks; an explicit lease's own margin). `None` if that is
+    /// before the clock's start.
+    fn loss_deadline(&self, watchdog_margin: Duration) -> Option<Instant> {
+        let margin = if self.renew {
+            watchdog_margin
+        } else {
+            loss_margin(self.lease)
+        };
+        self.confirmed_until.checked_sub(margin)
+    }
 }
 
 impl Watchdog {
@@ -78,8 +105,11 @@ impl Watchdog {
                 lease,
                 period,
                 // Declare a lease lost this long before it could run out.
-                margin: (lease / 10).max(Duration::from_millis(5)),
+                margin: loss_margin(lease),
                 retry: (period / 4).min(Duration::from_millis(200)),
+                // With the cluster's safety net (`renew`) on top of the response timeout.
+                round: config.response_timeout + config.response_timeout / 16,
+                per_slot: AtomicBool::new(false),
                 #[cfg(feature = "cluster")]
                 slots: Default::default(),
             }),
@@ -92,10 +122,10 @@ impl Watchdog {
     }
 
     pub(crate) fn register(&self, id: u64, entry: Entry) {
-        // The task wakes at least once per period and then looks at every entry, so it only
-        // needs a nudge for a deadline that comes sooner (a short explicit lease or max hold).
-        // Not waking it for every acquisition keeps the hot path free of a task switch.
-        let soon = Instant::now() + self.shared.period;
+        // The task wakes at least once per period (or round) and then looks at every entry, so
+        // it only needs a nudge for a deadline that comes sooner (a short explicit lease or max
+        // hold). Not waking it for every acquisition keeps the hot path free of a task switch.
+        let soon = Instant::now() + self.shared.period.max(self.shared.round);
         let urgent = (!entry.renew && entry.confirmed_until < soon)
             || entry.max_hold_until.is_some_and(|t| t < soon);
         self.shared.lock().insert(id, entry);
@@ -132,11 +162,7 @@ impl Shared {
         let mut earliest: Option<Instant> = None;
         let mut lost = 0;
         entries.retain(|_, e| {
-            let deadline = if e.renew {
-                e.confirmed_until.checked_sub(self.margin).unwrap_or(now)
-            } else {
-                e.confirmed_until
-            };
+            let deadline = e.loss_deadline(self.margin).unwrap_or(now);
             let reason = if e.max_hold_until.is_some_and(|t| now >= t) {
                 releases.push(ReleaseJob::new(&e.names, &e.owner, e.confirmed_until));
                 Some(LossReason::MaxHoldExceeded)
@@ -186,13 +212,14 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
                         earliest.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
                     tokio::select! {
                         outcome = &mut renewal => break outcome,
-                        _ = tokio::time::sleep_until(timer) => {
-                            let Some(next) = settle(&client, &shared) else {
-                                return;
-                            };
-                            earliest = next;
-                        }
+                        _ = tokio::time::sleep_until(timer) => {}
+                        // A lock registered meanwhile may be due before the round ends.
+                        _ = shared.changed.notified() => {}
                     }
+                    let Some(next) = settle(&client, &shared) else {
+                        return;
+                    };
+                    earliest = next;
                 }
             };
             next_renewal = match outcome {
@@ -240,7 +267,7 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
         .iter()
         .filter(|(_, e)| e.renew && e.max_hold_until.is_none_or(|t| t > Instant::now()))
         .map(|(id, e)| {
-            let lost_at = e.confirmed_until.checked_sub(shared.margin);
+            let lost_at = e.loss_deadline(shared.margin);
             deadline = match (deadline, lost_at) {
                 (Some(d), Some(l)) => Some(d.min(l)),
                 (d, l) => d.or(l),
@@ -283,7 +310,9 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
                 limit,
             )
             .await),
-            conn => renew_pipelined(&mut conn.clone(), &pairs, lease_ms, ack).await,
+            conn => {
+                renew_pipelined(&mut conn.clone(), &pairs, lease_ms, ack, &shared.per_slot).await
+            }
         };
         (outcome, pairs.len())
     };
@@ -349,13 +378,70 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
 
 /// Renews on one server (or the master behind Sentinel): one pipeline, `WAIT` at its end when
 /// replicas must acknowledge. Per lock: renewed, gone, or (not acknowledged) unconfirmed.
+///
+/// Many keys go into one script call, unless the endpoint turned out to be a proxy in front of
+/// a cluster that rejects calls spanning slots (CROSSSLOT): then, from that round on, one call
+/// per slot (`per_slot`), still in one pipeline.
 async fn renew_pipelined(
     conn: &mut Conn,
     pairs: &[(&str, &str)],
     lease_ms: u64,
     ack: Option<ReplicaAck>,
+    per_slot: &AtomicBool,
 ) -> redis::RedisResult<Vec<Option<bool>>> {
-    let mut pipe = script::renew_pipeline(pairs.iter().copied(), lease_ms, RENEW_CHUNK);
+    loop {
+        let grouped = per_slot.load(Ordering::Relaxed);
+        match renew_grouped(conn, pairs, lease_ms, ack, grouped).await {
+            Err(e) if !grouped && script::is_cross_slot(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "renewal rejected as cross-slot: a proxy in front of a cluster; renewing one slot per call from now on"
+                );
+                per_slot.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Splits keys into renew script calls (indexes into `keys`): at most `chunk` per call, and
+/// each call within one slot if `per_slot`.
+fn renew_groups<'a>(
+    keys: impl Iterator<Item = &'a str>,
+    per_slot: bool,
+    chunk: usize,
+) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    if per_slot {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, key) in keys.enumerate() {
+            by_slot.entry(crate::slot::slot(key)).or_default().push(i);
+        }
+        for group in by_slot.into_values() {
+            groups.extend(group.chunks(chunk.max(1)).map(<[usize]>::to_vec));
+        }
+    } else {
+        let all: Vec<usize> = keys.enumerate().map(|(i, _)| i).collect();
+        groups.extend(all.chunks(chunk.max(1)).map(<[usize]>::to_vec));
+    }
+    groups
+}
+
+/// One renewal pipeline: `pairs` in calls of up to [`RENEW_CHUNK`] keys, each call within one
+/// slot if `per_slot`. Results come back in the order of `pairs`.
+async fn renew_grouped(
+    conn: &mut Conn,
+    pairs: &[(&str, &str)],
+    lease_ms: u64,
+    ack: Option<ReplicaAck>,
+    per_slot: bool,
+) -> redis::RedisResult<Vec<Option<bool>>> {
+    let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, RENEW_CHUNK);
+    let mut pipe = redis::pipe();
+    for group in &groups {
+        let part: Vec<(&str, &str)> = group.iter().map(|&i| pairs[i]).collect();
+        script::add_renew_call(&mut pipe, &part, lease_ms);
+    }
     if let Some(ack) = ack {
         ack.append_wait(&mut pipe);
     }
@@ -385,17 +471,26 @@ async fn renew_pipelined(
         }
         None => true,
     };
-    let mut results = Vec::with_capacity(pairs.len());
-    for value in values {
+    let mut results = vec![None; pairs.len()];
+    for (group, value) in groups.iter().zip(values) {
         let renewed: Vec<i64> = redis::FromRedisValue::from_redis_value(value)?;
+        if renewed.len() != group.len() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "renew script returned the wrong number of results",
+            )));
+        }
         // "Gone" needs no acknowledgement; "renewed" counts only once replicas have it.
-        results.extend(renewed.into_iter().map(|r| {
-            if r == 1 {
+        for (&i, r) in group.iter().zip(renewed) {
+            results[i] = if r == 1 {
                 acknowledged.then_some(true)
             } else {
                 Some(false)
-            }
-        }));
+            };
+        }
     }
     Ok(results)
 }
+
+#[cfg(test)]
+mod tests;

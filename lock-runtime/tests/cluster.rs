@@ -57,6 +57,7 @@ async fn locks_on_a_cluster() {
     prompt_wake_up_through_sharded_pub_sub(&cluster).await;
     eprintln!("wake-up: {:?}", t.elapsed());
     names_with_their_own_hash_tag(&cluster).await;
+    names_with_braces_anywhere(&cluster).await;
     multilock_across_masters_and_script_flush(&cluster).await;
     let t = Instant::now();
     renewals_are_batched_per_slot_and_node(&cluster).await;
@@ -228,6 +229,66 @@ async fn names_with_their_own_hash_tag(cluster: &RedisCluster) {
     assert!(busy.is_busy(), "{busy:?}");
     cart.release().await.expect("release cart");
     profile.release().await.expect("release profile");
+}
+
+/// Regression (L6): `}x` was laid out with an empty hash tag, so its lock, fencing counter and
+/// unlock channel hashed to three slots and every acquisition failed with CROSSSLOT. Every name
+/// must be either rejected as invalid or work: taken, excluded, a waiter woken through the
+/// lock's shard channel, released.
+async fn names_with_braces_anywhere(cluster: &RedisCluster) {
+    // A long lease: only the unlock message can wake the waiter quickly.
+    let holder = cluster_client(cluster, Duration::from_secs(30)).await;
+    let waiter = cluster_client(cluster, Duration::from_secs(30)).await;
+    let names = [
+        "}x",
+        "}",
+        "}}",
+        "}{",
+        "}{}",
+        "}{u}",
+        "a}{b}",
+        "{}x",
+        "{}}",
+        "x}",
+        "}%",
+        "%7Dx",
+        "{u}:fence",
+    ];
+    for name in names {
+        let guard = match holder.lock(name).try_acquire(Duration::from_secs(2)).await {
+            Ok(guard) => guard,
+            Err(LockError::InvalidName { reason, .. }) => {
+                eprintln!("{name:?} rejected: {reason}");
+                continue;
+            }
+            Err(e) => panic!("{name:?}: {e}"),
+        };
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let guard = waiter.lock(name).try_acquire(Duration::from_secs(10)).await;
+                (guard, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "{name:?} granted to two holders");
+        let released = Instant::now();
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("release {name:?}: {e}"));
+        let (second, at) = waiting.await.expect("waiter task");
+        let second = second.unwrap_or_else(|e| panic!("waiter for {name:?}: {e}"));
+        let delay = at.saturating_duration_since(released);
+        assert!(
+            delay < Duration::from_secs(2),
+            "{name:?}: waiter woken after {delay:?}, not by the unlock message"
+        );
+        second
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("release {name:?}: {e}"));
+    }
 }
 
 async fn renewals_are_batched_per_slot_and_node(cluster: &RedisCluster) {
@@ -466,10 +527,10 @@ async fn locks_follow_ask_redirects_mid_migration(cluster: &RedisCluster) {
     fresh.release().await.expect("release");
     guard.release().await.expect("release");
     assert!(
+        // `lock:#…` are lock hashes only (their fences are `lock:fence:#…`).
         common::eventually(Duration::from_secs(2), || cluster
             .keys(&format!("lock:#{{{tag}}}*"))
-            .iter()
-            .all(|k| k.ends_with(":fence")))
+            .is_empty())
         .await,
         "keys left: {:?}",
         cluster.keys(&format!("lock:#{{{tag}}}*"))

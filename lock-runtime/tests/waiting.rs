@@ -204,3 +204,47 @@ async fn an_unlock_wakes_one_local_waiter_not_the_whole_herd() {
         w.abort();
     }
 }
+
+/// Finding L4: a waiter whose user may not subscribe to the unlock channel (an ACL without
+/// channel permissions) polls every ~100 ms; it used to wait a whole response timeout (here
+/// 5 s) for a confirmation before each attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_without_channel_permission_polls_every_100ms() {
+    let redis = RedisServer::start();
+    redis.cmd(&[
+        "ACL",
+        "SETUSER",
+        "nochannels",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let holder = common::client(&redis).await;
+    let waiter = lock_runtime::LockClient::builder(&format!(
+        "redis://nochannels:pw@127.0.0.1:{}",
+        redis.port()
+    ))
+    .response_timeout(Duration::from_secs(5))
+    .build()
+    .await
+    .unwrap();
+    let held = holder.lock("acl").acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter.lock("acl").acquire().await.unwrap();
+        let got = Instant::now();
+        // Its release cannot publish either (the script reports the ACL error); not the point.
+        drop(g);
+        got
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    let after = got.saturating_duration_since(released);
+    assert!(after < Duration::from_secs(1), "waited {after:?} after the release");
+}

@@ -147,7 +147,7 @@ async fn force_unlock_is_reported_and_release_after_it_is_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_explicit_lease_is_not_renewed_and_lost_fires_when_it_ends() {
+async fn an_explicit_lease_is_not_renewed_and_lost_fires_a_margin_before_it_ends() {
     let redis = RedisServer::start();
     let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
     let other = common::client(&redis).await;
@@ -171,8 +171,9 @@ async fn an_explicit_lease_is_not_renewed_and_lost_fires_when_it_ends() {
         ),
         "{err:?}"
     );
+    // Lease 700 ms, margin 70 ms: told at 630 ms (on a loaded machine, later).
     assert!(
-        at >= Duration::from_millis(650) && at < Duration::from_millis(1200),
+        at >= Duration::from_millis(620) && at < Duration::from_millis(1200),
         "{at:?}"
     );
     // Not renewed: another client can take it right after.

@@ -2,7 +2,7 @@
 //!
 //! Each script is a `.lua` file next to this one, hashed once and sent with `EVALSHA`;
 //! [`redis::ScriptInvocation::invoke_async`] reloads it transparently after `SCRIPT FLUSH`
-//! (and [`renew_pipeline`] does the same for the watchdog's pipelined batches).
+//! (and [`add_renew_call`] builds the watchdog's pipelined batches).
 
 use std::sync::LazyLock;
 
@@ -89,26 +89,22 @@ impl redis::FromRedisValue for Reply {
     }
 }
 
-/// Builds one pipeline that renews all `(key, owner)` pairs, `chunk` keys per `EVALSHA`, so
-/// the whole batch costs one round trip however many locks there are.
-pub(crate) fn renew_pipeline<'a>(
-    entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
-    lease_ms: u64,
-    chunk: usize,
-) -> redis::Pipeline {
-    let entries: Vec<_> = entries.collect();
-    let mut pipe = redis::pipe();
-    for part in entries.chunks(chunk.max(1)) {
-        let cmd = pipe.cmd("EVALSHA").arg(RENEW.get_hash()).arg(part.len());
-        for (key, _) in part {
-            cmd.arg(*key);
-        }
-        cmd.arg(lease_ms);
-        for (_, owner) in part {
-            cmd.arg(*owner);
-        }
+/// Appends one renew script call covering `part` (`(key, owner)` pairs) to `pipe`.
+pub(crate) fn add_renew_call(pipe: &mut redis::Pipeline, part: &[(&str, &str)], lease_ms: u64) {
+    let cmd = pipe.cmd("EVALSHA").arg(RENEW.get_hash()).arg(part.len());
+    for (key, _) in part {
+        cmd.arg(*key);
     }
-    pipe
+    cmd.arg(lease_ms);
+    for (_, owner) in part {
+        cmd.arg(*owner);
+    }
+}
+
+/// Whether an error says a command's keys are in different cluster slots: a proxy in front of
+/// a cluster (Redis Enterprise, Azure, Envoy) rejects a multi-key script call that spans slots.
+pub(crate) fn is_cross_slot(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot)
 }
 
 /// Whether an error says the server has no script for our hash (after `SCRIPT FLUSH` or a
@@ -149,13 +145,5 @@ mod tests {
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());
         }
-    }
-
-    #[test]
-    fn renew_batches_are_chunked_into_one_pipeline() {
-        let keys = ["a", "b", "c"];
-        let owners = ["x", "y", "z"];
-        let pipe = renew_pipeline(keys.iter().copied().zip(owners.iter().copied()), 1000, 2);
-        assert_eq!(pipe.cmd_iter().count(), 2);
     }
 }

@@ -1,0 +1,242 @@
+//! The watchdog's state machine against a scripted Redis under paused time: rounds that hang,
+//! leases that end mid-round, renewals that find the lock gone, a proxy that rejects
+//! cross-slot calls.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+use tokio::time::Instant;
+
+use super::renew_groups;
+use crate::fake::{Call, FakeRedis, reply, resp};
+use crate::{LockClient, LockError, LockOptions, LossReason};
+
+/// Grants every acquire and release; renewals are answered by `renew`.
+fn granting<R, Fut>(renew: R) -> FakeRedis
+where
+    R: Fn(Call) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = RedisResult<Value>> + Send + 'static,
+{
+    let renew = Arc::new(renew);
+    FakeRedis::new(move |call| {
+        let renew = renew.clone();
+        async move {
+            match call.script().as_str() {
+                "acquire" => Ok(reply(1, 7)),
+                "renew" => renew(call).await,
+                _ => Ok(reply(1, 0)),
+            }
+        }
+    })
+}
+
+/// Every key of the call renewed.
+fn renewed(call: &Call) -> Value {
+    let n = call.keys().len();
+    resp(&format!("*{n}\r\n{}", ":1\r\n".repeat(n)))
+}
+
+fn client(fake: FakeRedis, watchdog: Duration) -> LockClient {
+    LockClient::builder("redis://fake")
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_secs(2))
+        .build_fake(fake)
+        .unwrap()
+}
+
+fn reason(e: LockError) -> LossReason {
+    match e {
+        LockError::Lost { reason, .. } => reason,
+        other => panic!("expected a loss, got {other:?}"),
+    }
+}
+
+/// Finding H2: a lock registered while a round hangs is declared on time, not when the round
+/// ends (about 1.4 s later here).
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_ends_during_a_hanging_round_is_declared_on_time() {
+    let fake = granting(|_| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Value::Nil)
+    });
+    let locks = client(fake, Duration::from_secs(3));
+    let _renewed = locks.lock("renewed").acquire().await.unwrap();
+    // The first round starts at 1 s and hangs until its limit (about 2.5 s).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let start = Instant::now();
+    let short = locks
+        .lock("short")
+        .acquire_with(LockOptions::new().lease(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let lost = short.lost().await;
+    let told = start.elapsed();
+    assert_eq!(reason(lost), LossReason::LeaseExpired);
+    assert!(told < Duration::from_millis(200), "told after {told:?}");
+}
+
+/// Finding M1: an explicit lease is declared lost a margin before it ends in Redis.
+#[tokio::test(start_paused = true)]
+async fn an_explicit_lease_is_lost_a_margin_before_it_ends() {
+    let locks = client(
+        granting(|c| async move { Ok(renewed(&c)) }),
+        Duration::from_secs(3),
+    );
+    for lease_ms in [10u64, 30, 100, 1000] {
+        let lease = Duration::from_millis(lease_ms);
+        let start = Instant::now();
+        let guard = locks
+            .lock("leased")
+            .acquire_with(LockOptions::new().lease(lease))
+            .await
+            .unwrap();
+        let lost = guard.lost().await;
+        let told = start.elapsed();
+        assert_eq!(reason(lost), LossReason::LeaseExpired);
+        let margin = crate::options::loss_margin(lease);
+        assert!(margin >= Duration::from_millis(5));
+        assert!(
+            told <= lease - margin + Duration::from_millis(1),
+            "lease {lease:?}: told after {told:?}"
+        );
+        drop(guard);
+    }
+}
+
+/// Finding M1: a lease with a fraction of a millisecond is sent rounded up, never down.
+#[tokio::test(start_paused = true)]
+async fn a_lease_is_sent_rounded_up_to_whole_milliseconds() {
+    let fake = granting(|c| async move { Ok(renewed(&c)) });
+    let locks = client(fake.clone(), Duration::from_secs(3));
+    let guard = locks
+        .lock("fraction")
+        .acquire_with(LockOptions::new().lease(Duration::from_micros(10_500)))
+        .await
+        .unwrap();
+    let acquire = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.script() == "acquire")
+        .unwrap();
+    assert_eq!(acquire.argv()[1], "11", "{acquire:?}");
+    drop(guard);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_renewal_declares_the_loss_before_the_lease_could_end() {
+    let fake = granting(|_| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Value::Nil)
+    });
+    let locks = client(fake, Duration::from_secs(3));
+    let start = Instant::now();
+    let guard = locks.lock("hung").acquire().await.unwrap();
+    let lost = guard.lost().await;
+    let told = start.elapsed();
+    assert_eq!(reason(lost), LossReason::RenewalFailed);
+    // Lease 3 s, margin 300 ms.
+    assert!(told <= Duration::from_millis(2701), "told after {told:?}");
+    assert!(told >= Duration::from_millis(2500), "told after {told:?}");
+    assert_eq!(locks.held_locks(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_finds_the_lock_gone_declares_it_at_once() {
+    let fake = granting(|c| async move {
+        let n = c.keys().len();
+        Ok(resp(&format!("*{n}\r\n{}", ":0\r\n".repeat(n))))
+    });
+    let locks = client(fake, Duration::from_secs(3));
+    let start = Instant::now();
+    let guard = locks.lock("deleted").acquire().await.unwrap();
+    assert_eq!(reason(guard.lost().await), LossReason::Deleted);
+    // At the first round, a third of the lease in.
+    let told = start.elapsed();
+    assert!(
+        (Duration::from_millis(999)..=Duration::from_millis(1001)).contains(&told),
+        "{told:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_hold_stops_renewal_and_releases() {
+    let fake = granting(|c| async move { Ok(renewed(&c)) });
+    let locks = client(fake.clone(), Duration::from_secs(3));
+    let start = Instant::now();
+    let guard = locks
+        .lock("capped")
+        .acquire_with(LockOptions::new().max_hold(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    assert_eq!(reason(guard.lost().await), LossReason::MaxHoldExceeded);
+    let told = start.elapsed();
+    assert!(told <= Duration::from_millis(1501), "{told:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let releases = fake
+        .calls()
+        .iter()
+        .filter(|c| c.script() == "release")
+        .count();
+    assert_eq!(releases, 1, "the lock is released when max_hold ends");
+}
+
+/// Item 8: behind a proxy in front of a cluster, a renewal spanning slots is a CROSSSLOT error;
+/// the watchdog falls back to one call per slot and keeps the locks.
+#[tokio::test(start_paused = true)]
+async fn renewals_fall_back_to_one_slot_per_call_after_crossslot() {
+    let fake = granting(|c| async move {
+        let mut slots: Vec<u16> = c.keys().iter().map(|k| crate::slot::slot(k)).collect();
+        slots.dedup();
+        Ok(if slots.len() > 1 {
+            resp("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
+        } else {
+            renewed(&c)
+        })
+    });
+    let locks = client(fake.clone(), Duration::from_secs(3));
+    let names = ["a", "b", "c", "stock:1", "stock:2"];
+    let mut guards = Vec::new();
+    for name in names {
+        guards.push(locks.lock(name).acquire().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for g in &guards {
+        assert!(!g.is_lost(), "{} lost", g.name());
+    }
+    let renewals: Vec<Call> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.script() == "renew")
+        .collect();
+    // One rejected multi-slot call, then one call per lock (each in its own slot) per round.
+    assert_eq!(renewals[0].keys().len(), names.len());
+    assert!(renewals[1..].iter().all(|c| c.keys().len() == 1));
+    assert!(renewals.len() > 1 + 2 * names.len(), "{}", renewals.len());
+}
+
+#[test]
+fn renew_groups_chunk_and_keep_each_call_in_one_slot() {
+    let keys: Vec<String> = (0..1200)
+        .map(|i| format!("lock:{{k{}}}", i % 700))
+        .collect();
+    let flat = renew_groups(keys.iter().map(String::as_str), false, 500);
+    assert_eq!(
+        flat.iter().map(Vec::len).collect::<Vec<_>>(),
+        [500, 500, 200]
+    );
+    let per_slot = renew_groups(keys.iter().map(String::as_str), true, 500);
+    let mut seen: Vec<usize> = per_slot.iter().flatten().copied().collect();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..1200).collect::<Vec<_>>(),
+        "every key exactly once"
+    );
+    for group in &per_slot {
+        let slot = crate::slot::slot(&keys[group[0]]);
+        assert!(group.iter().all(|&i| crate::slot::slot(&keys[i]) == slot));
+        assert!(group.len() <= 500);
+    }
+}

@@ -38,7 +38,11 @@ async fn the_holder_of_an_overrun_lease_is_told_before_a_rival_holds() {
             let outcome = guard.run(body).await;
             (outcome, guard)
         });
-        let rival = b.lock(&name).try_acquire(Duration::from_secs(2)).await.unwrap();
+        let rival = b
+            .lock(&name)
+            .try_acquire(Duration::from_secs(2))
+            .await
+            .unwrap();
         let granted = mono_ns();
         let (outcome, guard) = holder.await.unwrap();
         assert!(

@@ -246,5 +246,8 @@ async fn a_waiter_without_channel_permission_polls_every_100ms() {
         .expect("the waiter got the lock")
         .unwrap();
     let after = got.saturating_duration_since(released);
-    assert!(after < Duration::from_secs(1), "waited {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(1),
+        "waited {after:?} after the release"
+    );
 }

@@ -402,6 +402,9 @@ async fn a_release_cancelled_behind_a_stalled_connection_frees_the_lock_within_2
     let other = common::client(&redis).await;
     let guard = locks.lock("rel").acquire().await.unwrap();
     let key = guard.key().to_string();
+    // A re-entrant guard that outlives its outermost guard's release must be told.
+    let inner = guard.scope(locks.lock("rel").acquire()).await.unwrap();
+    assert!(inner.is_reentrant());
 
     proxy.set_black_hole(true);
     let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
@@ -423,6 +426,10 @@ async fn a_release_cancelled_behind_a_stalled_connection_frees_the_lock_within_2
         "the lock is still held {:?} after the cancelled release (PTTL {:?} ms)",
         start.elapsed(),
         redis.cmd(&["PTTL", &key]).int()
+    );
+    assert!(
+        inner.is_lost(),
+        "the re-entrant guard is not told the lock was let go"
     );
     let taken = other.lock("rel").try_acquire(Duration::ZERO).await;
     assert!(taken.is_ok(), "another client cannot take it: {taken:?}");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, TcpProxy};
 use tokio::time::sleep;
 
 #[derive(Debug)]
@@ -560,4 +560,103 @@ async fn a_tracing_span_names_the_key() {
             .contains(&("function".into(), "\"guarded\"".into())),
         "{span:?}"
     );
+}
+
+/// The body ends by black-holing the connection, so the final release hangs.
+#[distributed_lock(key = "stalled-release", client = locks)]
+async fn stalls_its_release(locks: &LockClient, proxy: &TcpProxy) -> Result<(), AppError> {
+    proxy.set_black_hole(true);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_during_its_final_release_frees_the_lock_within_2s() {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let locks = LockClient::connect(&proxy.url()).await.expect("connect");
+    let other = connect(&server).await;
+
+    let call = tokio::time::timeout(
+        Duration::from_millis(300),
+        stalls_its_release(&locks, &proxy),
+    )
+    .await;
+    assert!(call.is_err(), "the call finished: {call:?}");
+    assert_eq!(
+        server.cmd(&["EXISTS", "lock:{stalled-release}"]).int(),
+        Some(1)
+    );
+    // The release request is lost with the connection.
+    proxy.cut_all();
+    proxy.set_black_hole(false);
+
+    let guard = other
+        .lock("stalled-release")
+        .try_acquire(Duration::from_secs(2))
+        .await
+        .expect("the cancelled call's lock was not freed within 2 s");
+    guard.release().await.unwrap();
+}
+
+#[distributed_lock(key = "polled:<n>", client = locks)]
+async fn polled(locks: &LockClient, n: String) -> Result<String, AppError> {
+    sleep(Duration::from_millis(1)).await;
+    Ok(n)
+}
+
+/// Cancelled at each of its await points (acquire, body, release), a call leaves nothing held:
+/// polled k times (k = 0, 1, …, at most 40) and dropped, with a ~1 ms sleep between polls (each
+/// poll reaches the next await point) until it completes, then with only a yield (replies may
+/// still be in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_after_any_number_of_polls_frees_the_lock() {
+    let server = RedisServer::start();
+    let other = connect(&server).await;
+    for pause in [true, false] {
+        let mut completed = false;
+        for k in 0..=40 {
+            let locks = connect(&server).await;
+            let name = format!("{k}-{pause}");
+            let mut call = Box::pin(polled(&locks, name.clone()));
+            let mut done = false;
+            for _ in 0..k {
+                done = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(call.as_mut().poll(cx).is_ready())
+                })
+                .await;
+                if done {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                if pause {
+                    sleep(Duration::from_millis(1)).await;
+                }
+            }
+            drop(call);
+            let at = format!("dropped after {k} polls (sleeping between: {pause})");
+            let guard = other
+                .lock(format!("polled:{name}"))
+                .try_acquire(Duration::from_secs(2))
+                .await
+                .unwrap_or_else(|e| panic!("{at}: not freed within 2 s: {e}"));
+            guard.release().await.unwrap();
+            let idle = async {
+                while locks.held_locks() != 0 || locks.subscribed_channels() != 0 {
+                    sleep(Duration::from_millis(5)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(2), idle)
+                .await
+                .unwrap_or_else(|_| panic!("{at}: the client still holds the lock"));
+            if done {
+                completed = true;
+                break;
+            }
+        }
+        assert!(
+            completed || !pause,
+            "the call did not complete within 40 polls"
+        );
+    }
 }

@@ -2,10 +2,14 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use lock_runtime::LockOptions;
-use lock_tests::RedisServer;
+use lock_runtime::{LockClient, LockError, LockGuard, LockOptions, MultiLock};
+use lock_tests::{RedisServer, TcpProxy};
 use rand::Rng;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,4 +124,314 @@ async fn a_cancellation_storm_leaves_no_hold_subscription_or_watchdog_entry() {
             .await
             .expect("free after the storm");
     }
+}
+
+/// Polls `fut` at most `k` times, then drops it; returns whether it completed. Between polls
+/// the other tasks run (a yield) and, with `sleep`, the server answers (a ~1 ms sleep), so each
+/// poll moves the future to its next await point; without, replies may still be in flight.
+async fn poll_then_drop<F: Future<Output = ()>>(fut: F, k: usize, sleep: bool) -> bool {
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..k {
+        let done = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await;
+        if done {
+            return true;
+        }
+        tokio::task::yield_now().await;
+        if sleep {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    false
+}
+
+/// One fresh scenario: the future under test and what it must leave intact.
+struct Case {
+    /// The future to poll `k` times and drop.
+    fut: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The lock names the scenario uses; each must be free afterwards.
+    names: Vec<String>,
+    /// A guard that outlives the cancelled future (`run`, `scope`): it must still hold its
+    /// lock after the cancellation, outside any reentrancy scope; it is released afterwards.
+    kept: Option<Arc<LockGuard>>,
+    /// A lock a rival client holds during the scenario: the cancellation must not free it.
+    rival: Option<LockGuard>,
+}
+
+/// For k = 0, 1, 2, … (at most 40) builds the scenario afresh on a new client, polls its future
+/// k times, drops it, and checks that nothing is left behind: within ~2 s no lock hash in Redis,
+/// no hold or subscription in the client, no channel on the server, and another client gets
+/// every lock at once. Stops once the future completes within its k polls (which it must, with
+/// a sleep between polls). A second pass yields
+/// between polls without sleeping, to drop it while replies are in flight.
+async fn cancel_at_every_poll<B, F>(redis: &RedisServer, what: &str, mut build: B)
+where
+    B: FnMut(LockClient, String) -> F,
+    F: Future<Output = Case>,
+{
+    let completed = sweep(redis, what, &mut build, true).await;
+    assert!(completed.is_some(), "{what} did not complete");
+    sweep(redis, &format!("{what}-yield"), &mut build, false).await;
+}
+
+/// One pass of [`cancel_at_every_poll`]; returns after how many polls the future completed.
+async fn sweep<B, F>(redis: &RedisServer, what: &str, build: &mut B, sleep: bool) -> Option<usize>
+where
+    B: FnMut(LockClient, String) -> F,
+    F: Future<Output = Case>,
+{
+    const MAX_POLLS: usize = 40;
+    const LIMIT: Duration = Duration::from_secs(2);
+    let other = common::client(redis).await;
+    for k in 0..=MAX_POLLS {
+        let locks = common::client(redis).await;
+        let case = build(locks.clone(), format!("{what}-{k}")).await;
+        let done = poll_then_drop(case.fut, k, sleep).await;
+        let at = format!("{what} dropped after {k} polls (completed: {done})");
+        if let Some(kept) = case.kept {
+            assert!(!kept.is_lost(), "{at}: the kept guard was lost");
+            assert_eq!(
+                redis.cmd(&["EXISTS", kept.key()]).int(),
+                Some(1),
+                "{at}: the kept guard's lock is gone"
+            );
+            // The scope was left with the future: the same lock is a new owner here, and busy.
+            let outside = locks.lock(kept.name()).try_acquire(Duration::ZERO).await;
+            assert!(
+                outside.as_ref().is_err_and(LockError::is_busy),
+                "{at}: re-entered outside the dropped scope: {outside:?}"
+            );
+            let kept = Arc::into_inner(kept).expect("the dropped future kept a guard clone");
+            kept.release().await.expect("release the kept guard");
+        }
+        if let Some(rival) = case.rival {
+            assert_eq!(
+                redis.cmd(&["EXISTS", rival.key()]).int(),
+                Some(1),
+                "{at}: the rival's lock was freed"
+            );
+            rival
+                .release()
+                .await
+                .expect("the rival still holds its lock");
+        }
+        let no_hash = || {
+            redis
+                .keys("lock:*")
+                .iter()
+                .all(|key| key.ends_with(":fence"))
+                && redis.pubsub_channels("lock:*").is_empty()
+        };
+        assert!(
+            common::eventually(LIMIT, no_hash).await,
+            "{at}: left behind in Redis: keys {:?}, channels {:?}",
+            redis.keys("lock:*"),
+            redis.pubsub_channels("lock:*")
+        );
+        let idle = || locks.held_locks() == 0 && locks.subscribed_channels() == 0;
+        assert!(
+            common::eventually(LIMIT, idle).await,
+            "{at}: the client still has {} holds and {} subscriptions",
+            locks.held_locks(),
+            locks.subscribed_channels()
+        );
+        for name in &case.names {
+            let guard = other
+                .lock(name)
+                .try_acquire(Duration::ZERO)
+                .await
+                .unwrap_or_else(|e| panic!("{at}: {name} is not free: {e}"));
+            guard.release().await.unwrap();
+        }
+        if done {
+            eprintln!("{what}: completed within {k} polls");
+            return Some(k);
+        }
+    }
+    None
+}
+
+/// A body with await points of its own: it re-enters `name`, takes and releases another lock.
+async fn body(locks: LockClient, name: String) {
+    let again = locks.lock(&name).acquire().await.expect("re-enter");
+    assert!(again.is_reentrant());
+    let inner = locks
+        .lock(format!("{name}-inner"))
+        .acquire()
+        .await
+        .expect("inner lock");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    inner.release().await.expect("release the inner lock");
+    again.release().await.expect("release the re-entrant guard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_at_any_poll_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "release", |locks, name| async move {
+        let guard = locks.lock(&name).acquire().await.unwrap();
+        Case {
+            fut: Box::pin(async move { guard.release().await.unwrap() }),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_at_any_poll_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "run", |locks, name| async move {
+        let guard = Arc::new(locks.lock(&name).acquire().await.unwrap());
+        let fut = {
+            let guard = guard.clone();
+            let body = body(locks, name.clone());
+            async move { guard.run(body).await.expect("not lost") }
+        };
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name.clone(), format!("{name}-inner")],
+            kept: Some(guard),
+            rival: None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_cancelled_at_any_poll_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "scope", |locks, name| async move {
+        let guard = Arc::new(locks.lock(&name).acquire().await.unwrap());
+        let fut = {
+            let guard = guard.clone();
+            let body = body(locks, name.clone());
+            async move { guard.scope(body).await }
+        };
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name.clone(), format!("{name}-inner")],
+            kept: Some(guard),
+            rival: None,
+        }
+    })
+    .await;
+}
+
+/// The names of a three-lock MultiLock.
+fn three(name: &str) -> Vec<String> {
+    (1..=3).map(|i| format!("{name}-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_acquire_and_release_cancelled_at_any_poll_leave_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "multi", |locks, name| async move {
+        let names = three(&name);
+        let multi = MultiLock::new(names.iter().map(|n| locks.lock(n))).unwrap();
+        let fut = async move {
+            let guard = multi.acquire().await.unwrap();
+            guard.release().await.unwrap();
+        };
+        Case {
+            fut: Box::pin(fut),
+            names,
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_release_cancelled_at_any_poll_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "multi-release", |locks, name| async move {
+        let names = three(&name);
+        let multi = MultiLock::new(names.iter().map(|n| locks.lock(n))).unwrap();
+        let guard = multi.acquire().await.unwrap();
+        Case {
+            fut: Box::pin(async move { guard.release().await.unwrap() }),
+            names,
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
+/// A MultiLock whose last lock is busy: it takes the others, waits, gives up and releases what
+/// it took; cancelled anywhere on that path it must free its own locks and not the rival's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_multilock_acquire_cancelled_at_any_poll_frees_its_locks_only() {
+    let redis = RedisServer::start();
+    let rivals = common::client(&redis).await;
+    cancel_at_every_poll(&redis, "multi-busy", |locks, name| {
+        let rivals = rivals.clone();
+        async move {
+            let names = three(&name);
+            let multi = MultiLock::new(names.iter().map(|n| locks.lock(n))).unwrap();
+            // Whichever lock is taken last is the busy one.
+            let last = multi.locks().last().unwrap().name().to_string();
+            let rival = rivals.lock(&last).acquire().await.unwrap();
+            let fut = async move {
+                let outcome = multi.try_acquire(Duration::from_millis(5)).await;
+                assert!(outcome.is_err_and(|e| e.is_busy()));
+            };
+            Case {
+                fut: Box::pin(fut),
+                names,
+                kept: None,
+                rival: Some(rival),
+            }
+        }
+    })
+    .await;
+}
+
+/// Review finding M2: a `release()` cancelled while its request is stuck (black-holed
+/// connection, then cut) must leave the lock to the background releaser, not hold it for the
+/// rest of its 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_behind_a_stalled_connection_frees_the_lock_within_2s() {
+    let redis = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let locks = LockClient::connect(&proxy.url()).await.unwrap();
+    let other = common::client(&redis).await;
+    let guard = locks.lock("rel").acquire().await.unwrap();
+    let key = guard.key().to_string();
+    // A re-entrant guard that outlives its outermost guard's release must be told.
+    let inner = guard.scope(locks.lock("rel").acquire()).await.unwrap();
+    assert!(inner.is_reentrant());
+
+    proxy.set_black_hole(true);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release went through: {cancelled:?}"
+    );
+    // The request is lost with the connection.
+    proxy.cut_all();
+    proxy.set_black_hole(false);
+
+    let start = Instant::now();
+    let freed = common::eventually(Duration::from_secs(2), || {
+        redis.cmd(&["EXISTS", &key]).int() == Some(0)
+    })
+    .await;
+    assert!(
+        freed,
+        "the lock is still held {:?} after the cancelled release (PTTL {:?} ms)",
+        start.elapsed(),
+        redis.cmd(&["PTTL", &key]).int()
+    );
+    assert!(
+        inner.is_lost(),
+        "the re-entrant guard is not told the lock was let go"
+    );
+    let taken = other.lock("rel").try_acquire(Duration::ZERO).await;
+    assert!(taken.is_ok(), "another client cannot take it: {taken:?}");
+    assert!(common::eventually(Duration::from_secs(2), || locks.held_locks() == 0).await);
 }

@@ -102,6 +102,13 @@ impl<K: KeySource + Clone, R> LockLayer<K, R> {
     /// Keeps the lock until the response body has ended (or is dropped), not just until the
     /// response head is ready: for handlers that stream work out in the body. The lock is
     /// released at the body's last frame.
+    ///
+    /// The body is covered like the handler: it is polled inside the guard's reentrancy scope
+    /// (code it drives that takes the same lock with the same client re-enters), and if the
+    /// lock is lost while it streams, the inner body is dropped and the next frame is an error
+    /// with the [`LockError`](crate::LockError) (see [`ResponseBody`](crate::ResponseBody)),
+    /// so the client sees a truncated response fail (hyper resets the stream) rather than end
+    /// normally. The status and headers have been sent by then; they cannot be changed.
     pub fn hold_until_body_end(mut self) -> Self {
         self.shared_mut().hold_body = true;
         self

@@ -94,7 +94,9 @@
 //! - Put the layer where routing has happened: `Router::route_layer` (or `Router::layer`) in
 //!   axum, so path parameters are known; `route_layer` also keeps unknown paths at 404.
 //! - By default the lock covers the handler, not the streaming of the response body; use
-//!   [`hold_until_body_end`](LockLayer::hold_until_body_end) when the body does the work.
+//!   [`hold_until_body_end`](LockLayer::hold_until_body_end) when the body does the work
+//!   (the body then runs in the reentrancy scope and fails with an error frame if the lock is
+//!   lost mid-stream).
 //! - Waiting requests hold a connection and a ready inner service. Keep
 //!   [`wait`](LockLayer::wait) short (default [`DEFAULT_WAIT`], 10 s) and let clients retry
 //!   after `Retry-After`.
@@ -112,7 +114,7 @@ mod layer;
 pub mod rejection;
 mod service;
 
-pub use body::ResponseBody;
+pub use body::{BoxError, ResponseBody};
 pub use layer::{DEFAULT_WAIT, LockLayer};
 pub use lock_runtime::{LockClient, LockError, LockOptions};
 pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};

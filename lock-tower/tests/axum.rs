@@ -626,3 +626,165 @@ async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions()
     })
     .await;
 }
+
+/// H3 A: with `hold_until_body_end`, once the lease has run out (and a rival holds the lock),
+/// the body's next frame is an error, not more data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_ends_with_an_error_once_the_lock_is_lost() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let rival = client(&redis).await;
+        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
+        let streaming = {
+            let senders = senders.clone();
+            move || {
+                let senders = senders.clone();
+                async move {
+                    let (tx, rx) = mpsc::channel(4);
+                    senders.lock().unwrap().push(tx);
+                    Body::new(ChannelBody(rx))
+                }
+            }
+        };
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route("/report/{id}", get(streaming))
+            .layer(layer);
+        let response = app
+            .oneshot(Request::get("/report/1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let tx = senders.lock().unwrap().pop().unwrap();
+        let mut body = response.into_body();
+        tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "part 1");
+
+        tokio::time::sleep(Duration::from_millis(400)).await; // the lease is over
+        let _other = rival
+            .lock("report:1")
+            .try_acquire(Duration::ZERO)
+            .await
+            .expect("the rival gets the expired lock");
+        // The inner body may still have data, but it must not be delivered.
+        let _ = tx.send(Bytes::from_static(b"part 2")).await;
+        let next = body.frame().await;
+        assert!(
+            matches!(next, Some(Err(_))),
+            "body still streams under a lost lock: {next:?}"
+        );
+        assert!(
+            body.frame().await.is_none(),
+            "the body goes on after the error"
+        );
+    })
+    .await;
+}
+
+/// H3 A while pending: the loss ends a body that is waiting for its next chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_notices_the_loss_while_the_inner_body_is_pending() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let (tx, rx) = mpsc::channel::<Bytes>(4);
+        let rx = Arc::new(Mutex::new(Some(rx)));
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route(
+                "/report/{id}",
+                get(move || {
+                    let rx = rx.lock().unwrap().take().unwrap();
+                    async move { Body::new(ChannelBody(rx)) }
+                }),
+            )
+            .layer(layer);
+        let response = app
+            .oneshot(Request::get("/report/1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let next = response.into_body().frame().await;
+        assert!(matches!(next, Some(Err(_))), "{next:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(tx);
+    })
+    .await;
+}
+
+/// A body that yields the output of one future as its only chunk.
+struct FutureBody(Option<Pin<Box<dyn Future<Output = Bytes> + Send>>>);
+
+impl http_body::Body for FutureBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let Some(fut) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let chunk = std::task::ready!(fut.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// H3 B: a streamed body that takes the same lock with the same client re-enters instead of
+/// waiting for its own request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_that_takes_the_same_lock_reenters() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let layer = LockLayer::new(locks.clone(), "report:<id>").hold_until_body_end();
+        let app: Router = Router::new()
+            .route(
+                "/report/{id}",
+                get({
+                    let locks = locks.clone();
+                    move |Path(id): Path<String>| {
+                        let locks = locks.clone();
+                        async move {
+                            Body::new(FutureBody(Some(Box::pin(async move {
+                                match locks
+                                    .lock(format!("report:{id}"))
+                                    .try_acquire(Duration::from_secs(2))
+                                    .await
+                                {
+                                    Ok(_guard) => Bytes::from_static(b"reentered"),
+                                    Err(e) => Bytes::from(format!("failed: {e}")),
+                                }
+                            }))))
+                        }
+                    }
+                }),
+            )
+            .layer(layer);
+        let started = Instant::now();
+        let (status, _, body) =
+            send(&app, Request::get("/report/1").body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "reentered");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let freed = freed_within(&locks, "report:1", Duration::from_secs(1)).await;
+        assert!(freed.is_some(), "the lock outlived the body");
+    })
+    .await;
+}

@@ -22,6 +22,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// | option | default |
 /// |---|---|
 /// | [`wait`](LockLayer::wait) for a busy lock | [`DEFAULT_WAIT`] (10 s), then 423 |
+/// | [`retry_after`](LockLayer::retry_after): longest `Retry-After` of a 423 | 1 s |
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
@@ -63,6 +64,17 @@ impl<K: KeySource> LockLayer<K> {
     pub fn lost_status(mut self, status: StatusCode) -> Self {
         let r = Arc::make_mut(&mut self.rejection);
         *r = r.lost_status(status);
+        self
+    }
+
+    /// The longest `Retry-After` a busy (423) response suggests (default
+    /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s). The header says
+    /// the smaller of this and the holder's remaining TTL when known, rounded up to whole
+    /// seconds, never 0. (The TTL alone is no help for a watchdog-renewed lock: it always has
+    /// about the watchdog timeout left.) gRPC rejections carry no retry hint.
+    pub fn retry_after(mut self, hint: Duration) -> Self {
+        let r = Arc::make_mut(&mut self.rejection);
+        *r = r.retry_after(hint);
         self
     }
 }

@@ -77,7 +77,8 @@
 //! # Responses
 //!
 //! The layer never fails on its own: lock failures become responses ([`rejection`]): 423
-//! Locked with `Retry-After` when the lock stays busy for the whole [`wait`](LockLayer::wait)
+//! Locked with `Retry-After` (at most [`retry_after`](LockLayer::retry_after), default 1 s,
+//! less when the holder's lease ends sooner) when the lock stays busy for the whole [`wait`](LockLayer::wait)
 //! (409 or anything else with [`busy_status`](LockLayer::busy_status)), 503 when Redis is
 //! unavailable, 503 when the lock is lost while the handler runs (the handler is dropped first;
 //! [`lost_status`](LockLayer::lost_status)). Replace them with

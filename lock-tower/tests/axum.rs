@@ -249,7 +249,9 @@ async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
         let redis = RedisServer::start();
         let locks = client(&redis).await;
         let probe = Probe::new(Duration::ZERO);
-        let layer = LockLayer::new(locks.clone(), "stock:<id>").wait(Duration::from_millis(100));
+        let layer = LockLayer::new(locks.clone(), "stock:<id>")
+            .wait(Duration::from_millis(100))
+            .retry_after(Duration::from_secs(10));
         let app = app(layer, probe.clone());
 
         let holder = locks
@@ -297,6 +299,35 @@ async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
             send(&app, post_to("/stock/7/reserve")).await.0,
             StatusCode::OK
         );
+    })
+    .await;
+}
+
+/// A watchdog-renewed holder always has about 30 s of TTL left: the 423's `Retry-After` is the
+/// layer's hint (default 1 s) instead, and never more than the hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_of_a_watchdog_renewed_holder_is_the_layers_hint() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::ZERO);
+        let _holder = locks.lock("stock:8").acquire().await.unwrap();
+        for (layer, expected) in [
+            (LockLayer::new(locks.clone(), "stock:<id>"), "1"),
+            (
+                LockLayer::new(locks.clone(), "stock:<id>")
+                    .retry_after(Duration::from_millis(7200)),
+                "8",
+            ),
+        ] {
+            let (status, headers, _) = send(
+                &app_with(layer.wait(Duration::ZERO), &probe),
+                post_to("/stock/8/reserve"),
+            )
+            .await;
+            assert_eq!(status, StatusCode::LOCKED);
+            assert_eq!(headers["retry-after"], expected);
+        }
     })
     .await;
 }

@@ -72,7 +72,9 @@
 //! ([`max_key_value_len`](LockLayer::max_key_value_len), default 128 bytes) and
 //! [escaped](key::escape), so a value can neither alias another key (`1:x`), nor choose a
 //! Redis Cluster slot (`{…}`), nor smuggle control bytes; an unusable value is answered with
-//! 400 / `INVALID_ARGUMENT`.
+//! 400 / `INVALID_ARGUMENT`. Only ASCII letters and digits stay as they are, and templates must
+//! separate placeholders (`"<a>:<b>"`, not `"<a><b>"`), so different values never name the same
+//! lock.
 //!
 //! # Responses
 //!

@@ -26,6 +26,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
+/// | [`require_key`](LockLayer::require_key) | off: requests without a key pass unlocked |
 /// | [`max_key_value_len`](LockLayer::max_key_value_len) | [`DEFAULT_MAX_KEY_VALUE_LEN`] (128 bytes) |
 /// | [`with_rejection_response`](LockLayer::with_rejection_response) | [`DefaultRejection`] |
 #[must_use = "a layer does nothing until it wraps a service"]
@@ -48,6 +49,7 @@ impl<K: KeySource> LockLayer<K> {
                 options: LockOptions::new().wait(DEFAULT_WAIT),
                 hold_body: false,
                 max_value_len: DEFAULT_MAX_KEY_VALUE_LEN,
+                require_key: false,
             }),
             rejection: Arc::new(DefaultRejection::new()),
         }
@@ -123,6 +125,21 @@ impl<K: KeySource + Clone, R> LockLayer<K, R> {
     /// normally. The status and headers have been sent by then; they cannot be changed.
     pub fn hold_until_body_end(mut self) -> Self {
         self.shared_mut().hold_body = true;
+        self
+    }
+
+    /// Rejects requests whose lock key cannot be built (a missing header or path parameter, a
+    /// route without the parameter, a [`from_fn`](crate::key::from_fn) returning `None`) with
+    /// 400 / `INVALID_ARGUMENT` ([`RejectionKind::InvalidKey`](crate::RejectionKind)) instead
+    /// of serving them unlocked: fail closed, so that a client cannot bypass the lock by
+    /// leaving the key out.
+    ///
+    /// Every request through the layer then needs a key: in axum use `Router::route_layer`
+    /// on the routes that have the parameter (with `Router::layer`, unknown paths would be
+    /// answered 400 rather than 404). Without this option, a request passing unlocked is
+    /// logged at debug level (`tracing`).
+    pub fn require_key(mut self) -> Self {
+        self.shared_mut().require_key = true;
         self
     }
 
@@ -205,6 +222,7 @@ impl<K: fmt::Debug, R> fmt::Debug for LockLayer<K, R> {
             .field("options", &self.shared.options)
             .field("hold_body", &self.shared.hold_body)
             .field("max_key_value_len", &self.shared.max_value_len)
+            .field("require_key", &self.shared.require_key)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

@@ -31,7 +31,8 @@
 //! ```
 //!
 //! `"stock:<id>"` fills `<id>` from the matched route's path parameter `{id}` (feature `axum`,
-//! on by default). A route without that parameter passes through unlocked.
+//! on by default). A route without that parameter passes through unlocked (logged at debug
+//! level), or with [`require_key`](LockLayer::require_key) is rejected with 400.
 //!
 //! # tonic
 //!
@@ -55,7 +56,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Calls without the metadata pass through unlocked. A rejected call gets a proper gRPC status
+//! Calls without the metadata pass through unlocked, or with
+//! [`require_key`](LockLayer::require_key) get `INVALID_ARGUMENT`. A rejected call gets a proper gRPC status
 //! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad key),
 //! never an HTTP error page.
 //!

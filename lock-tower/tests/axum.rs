@@ -819,3 +819,45 @@ async fn held_body_that_takes_the_same_lock_reenters() {
     })
     .await;
 }
+
+/// L10: with `require_key`, a request whose key cannot be built is 400, not served unlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_key_rejects_requests_without_a_key_with_400() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::ZERO);
+        let served = Arc::new(AtomicUsize::new(0));
+        let app: Router = Router::new()
+            .route("/stock/{id}/reserve", post(reserve))
+            .route(
+                "/stock",
+                post({
+                    let served = served.clone();
+                    move || async move {
+                        served.fetch_add(1, Ordering::SeqCst);
+                        "unlocked"
+                    }
+                }),
+            )
+            .route_layer(LockLayer::new(locks.clone(), "stock:<id>").require_key())
+            .with_state(probe.clone());
+        let response = app.clone().oneshot(post_to("/stock")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            response.extensions().get::<LockRejection>().unwrap().kind(),
+            RejectionKind::InvalidKey
+        );
+        assert_eq!(served.load(Ordering::SeqCst), 0, "served unlocked");
+        assert_eq!(
+            send(&app, post_to("/stock/1/reserve")).await.0,
+            StatusCode::OK
+        );
+        // Unknown paths stay 404 under `route_layer`.
+        assert_eq!(
+            send(&app, post_to("/nowhere")).await.0,
+            StatusCode::NOT_FOUND
+        );
+    })
+    .await;
+}

@@ -861,3 +861,59 @@ async fn require_key_rejects_requests_without_a_key_with_400() {
     })
     .await;
 }
+
+/// H3 A over HTTP/1.1: the response truncated by the loss does not look complete to the
+/// client (no terminating zero-length chunk; hyper closes the connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
+        let streaming = {
+            let senders = senders.clone();
+            move || {
+                let senders = senders.clone();
+                async move {
+                    let (tx, rx) = mpsc::channel(4);
+                    tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+                    senders.lock().unwrap().push(tx);
+                    Body::new(ChannelBody(rx))
+                }
+            }
+        };
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route("/report/{id}", get(streaming))
+            .layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /report/1 HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut received = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut received)).await;
+        let text = String::from_utf8_lossy(&received);
+        assert!(
+            read.is_ok(),
+            "the connection stayed open after the loss: {text:?}"
+        );
+        assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+        assert!(text.contains("part 1"), "{text:?}");
+        assert!(
+            !text.ends_with("0\r\n\r\n"),
+            "the truncated body ended like a complete one: {text:?}"
+        );
+        drop(senders);
+        server.abort();
+    })
+    .await;
+}

@@ -917,3 +917,58 @@ async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
     })
     .await;
 }
+
+/// Records the messages of the events it sees (a minimal `tracing` subscriber).
+struct Recorder(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), message.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// L10: a request that passes the layer unlocked is logged at debug level.
+#[tokio::test]
+async fn a_request_passing_unlocked_is_logged_at_debug_level() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let events: Arc<Mutex<Vec<(tracing::Level, String)>>> = Arc::default();
+        let _subscriber = tracing::subscriber::set_default(Recorder(events.clone()));
+        let probe = Probe::new(Duration::ZERO);
+        let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe);
+        let (status, _, _) = send(&app, Request::get("/health").body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        let events = events.lock().unwrap().clone();
+        assert!(
+            events
+                .iter()
+                .any(|(level, m)| *level == tracing::Level::DEBUG && m.contains("unlocked")),
+            "{events:?}"
+        );
+    })
+    .await;
+}

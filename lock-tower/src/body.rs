@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,7 +15,9 @@ use pin_project_lite::pin_project;
 /// ended a held body because its lock was lost (downcast to find out which).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-type LostFuture = Pin<Box<dyn Future<Output = LockError> + Send>>;
+/// The guard's loss signal. In a `Mutex` only so that the body stays `Sync` (it is reached
+/// with `get_mut`, never locked).
+type LostFuture = Mutex<Pin<Box<dyn Future<Output = LockError> + Send>>>;
 
 pin_project! {
     /// The inner service's response body, or a rejection's body.
@@ -88,7 +91,7 @@ impl<B> ResponseBody<B> {
         ResponseBody {
             kind: Kind::Inner {
                 body,
-                lost: Some(Box::pin(guard.lost_owned())),
+                lost: Some(Mutex::new(Box::pin(guard.lost_owned()))),
                 guard: Some(guard),
             },
         }
@@ -124,7 +127,11 @@ where
                     return body.poll_frame(cx).map_err(Into::into);
                 };
                 // The loss first, so that it is noticed even while the inner body is pending.
-                if let Some(Poll::Ready(error)) = lost.as_mut().map(|l| l.as_mut().poll(cx)) {
+                let lost_now = lost.as_mut().map(|l| {
+                    let l = l.get_mut().unwrap_or_else(PoisonError::into_inner);
+                    l.as_mut().poll(cx)
+                });
+                if let Some(Poll::Ready(error)) = lost_now {
                     tracing::debug!(%error, "lock lost while the response body streamed; ending it with an error");
                     // Drops the inner body (it stops working) and the guard.
                     kind.set(Kind::Full { data: None });
@@ -176,5 +183,16 @@ impl<B> fmt::Debug for ResponseBody<B> {
                 .finish(),
             Kind::Full { data } => f.debug_struct("ResponseBody").field("full", data).finish(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_is_send_and_sync_when_the_inner_body_is() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<ResponseBody<http_body_util::Empty<Bytes>>>();
     }
 }

@@ -100,6 +100,9 @@ impl IntoKeySource for String {
 /// it contains none of the separators a template's literal text uses (`:`, `.`, `-`, `/`,
 /// `{`, `}`, …), nor spaces or control bytes.
 ///
+/// Earlier versions left `-._~` as they were: a value containing them names a different lock
+/// now, so do not serve the same keys from old and new instances side by side.
+///
 /// ```
 /// assert_eq!(lock_tower::key::escape("42"), "42");
 /// assert_eq!(lock_tower::key::escape("1:x"), "1%3Ax");

@@ -1,20 +1,41 @@
 //! The response body of a [`LockService`](crate::LockService).
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use lock_runtime::LockGuard;
+use lock_runtime::{LockError, LockGuard};
 use pin_project_lite::pin_project;
+
+/// The error type of [`ResponseBody`]: the inner body's error, or the [`LockError`] that
+/// ended a held body because its lock was lost (downcast to find out which).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The guard's loss signal. In a `Mutex` only so that the body stays `Sync` (it is reached
+/// with `get_mut`, never locked).
+type LostFuture = Mutex<Pin<Box<dyn Future<Output = LockError> + Send>>>;
 
 pin_project! {
     /// The inner service's response body, or a rejection's body.
     ///
     /// With [`LockLayer::hold_until_body_end`](crate::LockLayer::hold_until_body_end) the lock
     /// guard rides in this body and is released when the body has ended (or is dropped, for
-    /// example when the client goes away), so a streamed response is covered by the lock too.
+    /// example when the client goes away), so a streamed response is covered by the lock too:
+    ///
+    /// - the inner body is polled inside the guard's reentrancy scope, so code it drives that
+    ///   takes the same lock with the same client re-enters instead of waiting for its own
+    ///   request;
+    /// - once the lock is lost (lease over, renewal failed, `max_hold`, force-unlocked), the
+    ///   body stops: the inner body is dropped without being polled again and the next frame
+    ///   is an error carrying the [`LockError`], so the response is truncated visibly (hyper
+    ///   resets the stream or closes the connection) instead of looking complete. The loss is
+    ///   noticed even while the inner body is pending.
+    ///
+    /// Errors of the inner body are passed on boxed ([`BoxError`]).
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -28,6 +49,7 @@ pin_project! {
             #[pin]
             body: B,
             guard: Option<LockGuard>,
+            lost: Option<LostFuture>,
         },
         Full {
             data: Option<Bytes>,
@@ -39,7 +61,11 @@ impl<B> ResponseBody<B> {
     /// Wraps an inner body.
     pub fn new(body: B) -> ResponseBody<B> {
         ResponseBody {
-            kind: Kind::Inner { body, guard: None },
+            kind: Kind::Inner {
+                body,
+                guard: None,
+                lost: None,
+            },
         }
     }
 
@@ -65,6 +91,7 @@ impl<B> ResponseBody<B> {
         ResponseBody {
             kind: Kind::Inner {
                 body,
+                lost: Some(Mutex::new(Box::pin(guard.lost_owned()))),
                 guard: Some(guard),
             },
         }
@@ -80,23 +107,44 @@ impl<B> ResponseBody<B> {
 impl<B> Body for ResponseBody<B>
 where
     B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { mut body, guard } => {
-                let frame = std::task::ready!(body.as_mut().poll_frame(cx));
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut kind = self.project().kind;
+        match kind.as_mut().project() {
+            KindProj::Inner {
+                mut body,
+                guard,
+                lost,
+            } => {
+                let Some(held) = guard.as_ref() else {
+                    return body.poll_frame(cx).map_err(Into::into);
+                };
+                // The loss first, so that it is noticed even while the inner body is pending.
+                let lost_now = lost.as_mut().map(|l| {
+                    let l = l.get_mut().unwrap_or_else(PoisonError::into_inner);
+                    l.as_mut().poll(cx)
+                });
+                if let Some(Poll::Ready(error)) = lost_now {
+                    tracing::debug!(%error, "lock lost while the response body streamed; ending it with an error");
+                    // Drops the inner body (it stops working) and the guard.
+                    kind.set(Kind::Full { data: None });
+                    return Poll::Ready(Some(Err(Box::new(error))));
+                }
+                let frame = std::task::ready!(held.sync_scope(|| body.as_mut().poll_frame(cx)));
                 if frame.is_none() || matches!(frame, Some(Err(_))) || body.is_end_stream() {
                     // The body has ended (an error ends it too): release now rather than
                     // whenever the body is dropped.
                     drop(guard.take());
+                    drop(lost.take());
                 }
-                Poll::Ready(frame)
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
@@ -135,5 +183,16 @@ impl<B> fmt::Debug for ResponseBody<B> {
                 .finish(),
             Kind::Full { data } => f.debug_struct("ResponseBody").field("full", data).finish(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_is_send_and_sync_when_the_inner_body_is() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<ResponseBody<http_body_util::Empty<Bytes>>>();
     }
 }

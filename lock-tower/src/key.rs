@@ -16,6 +16,12 @@
 //! default [`DEFAULT_MAX_KEY_VALUE_LEN`]) and [escaped](escape), so that it can neither alias
 //! another key (`"1:x"` cannot pose as two segments), nor pick a Redis Cluster slot (`{…}`),
 //! nor carry control bytes.
+//!
+//! Rendering is injective: two different tuples of values never render to the same lock name.
+//! Escaped values consist of ASCII letters, digits and `%XX` only, and a template must
+//! separate neighbouring placeholders with text holding at least one other character
+//! (`"cart:<user>.<item>"` is fine; `"<a><b>"` and `"<a>x<b>"` are rejected, see
+//! [`KeyTemplate::try_new`]), so where each value ends is never ambiguous.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -88,13 +94,19 @@ impl IntoKeySource for String {
 
 /// Escapes an untrusted value for use inside a lock name.
 ///
-/// Letters, digits and `-._~` stay as they are; every other byte becomes `%XX` (upper-case
-/// hex), `%` included. The result is injective (two different values never escape to the same
-/// string) and contains no `:`, `{`, `}`, `/`, spaces or control bytes.
+/// ASCII letters and digits stay as they are; every other byte becomes `%XX` (upper-case
+/// hex), `%` and the punctuation `-._~` included. The result is injective (two different
+/// values never escape to the same string) and consists of letters, digits and `%` only, so
+/// it contains none of the separators a template's literal text uses (`:`, `.`, `-`, `/`,
+/// `{`, `}`, …), nor spaces or control bytes.
+///
+/// Earlier versions left `-._~` as they were: a value containing them names a different lock
+/// now, so do not serve the same keys from old and new instances side by side.
 ///
 /// ```
 /// assert_eq!(lock_tower::key::escape("42"), "42");
 /// assert_eq!(lock_tower::key::escape("1:x"), "1%3Ax");
+/// assert_eq!(lock_tower::key::escape("a.b"), "a%2Eb");
 /// assert_eq!(lock_tower::key::escape("{slot}"), "%7Bslot%7D");
 /// ```
 pub fn escape(value: &str) -> String {
@@ -106,7 +118,7 @@ pub fn escape(value: &str) -> String {
 fn escape_into(value: &[u8], out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric() {
             out.push(b as char);
         } else {
             out.push('%');
@@ -120,6 +132,8 @@ fn escape_into(value: &[u8], out: &mut String) {
 ///
 /// Rendering fills each placeholder with a value taken from the request, bounded in length and
 /// [escaped](escape); a missing value means "no key" (the request passes through unlocked).
+/// Rendering is injective (see [`try_new`](KeyTemplate::try_new) for the rule that makes it
+/// so).
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
     source: Arc<str>,
@@ -132,18 +146,66 @@ enum Part {
     Value(String),
 }
 
+/// Why a key template was rejected by [`KeyTemplate::try_new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError {
+    template: String,
+    reason: &'static str,
+}
+
+impl TemplateError {
+    /// What is wrong with the template.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    /// The template as written.
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+}
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid lock key template {:?}: {}",
+            self.template, self.reason
+        )
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+/// Whether `c` can appear in an [escaped](escape) value.
+fn in_escaped_value(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '%'
+}
+
 impl KeyTemplate {
     /// Parses a template.
     ///
     /// # Panics
     ///
-    /// On a malformed template (an unclosed `<`, a stray `>`, an empty `<>`, a control
-    /// character), like axum's router panics on a malformed route: it is a programming error.
+    /// On a malformed template (see [`try_new`](KeyTemplate::try_new)), like axum's router
+    /// panics on a malformed route: it is a programming error.
     pub fn new(template: &str) -> KeyTemplate {
-        match KeyTemplate::parse(template) {
+        match KeyTemplate::try_new(template) {
             Ok(t) => t,
-            Err(reason) => panic!("invalid lock key template {template:?}: {reason}"),
+            Err(error) => panic!("{error}"),
         }
+    }
+
+    /// Parses a template, or says why it is malformed: an unclosed `<`, a stray `>`, an empty
+    /// `<>`, a control character, an empty template, or two placeholders not separated by a
+    /// character that escaped values never contain (anything but ASCII letters, digits and
+    /// `%`): `"<a><b>"` and `"<a>x<b>"` are rejected because `a="1x", b="2"` and
+    /// `a="1", b="x2"` would name the same lock; write `"<a>:<b>"` or `"<a>.x.<b>"`.
+    pub fn try_new(template: &str) -> Result<KeyTemplate, TemplateError> {
+        KeyTemplate::parse(template).map_err(|reason| TemplateError {
+            template: template.to_owned(),
+            reason,
+        })
     }
 
     fn parse(template: &str) -> Result<KeyTemplate, &'static str> {
@@ -179,6 +241,24 @@ impl KeyTemplate {
         }
         if parts.is_empty() {
             return Err("the template is empty");
+        }
+        // Injectivity: between two placeholders there must be a character that no escaped
+        // value contains, so that the end of each value is unambiguous.
+        let mut after_value = false;
+        for part in &parts {
+            match part {
+                Part::Value(_) if after_value => {
+                    return Err(
+                        "two placeholders must be separated by a character other than \
+                                ASCII letters, digits and `%` (such as `:` or `.`)",
+                    );
+                }
+                Part::Value(_) => after_value = true,
+                Part::Literal(text) if text.chars().any(|c| !in_escaped_value(c)) => {
+                    after_value = false;
+                }
+                Part::Literal(_) => {}
+            }
         }
         Ok(KeyTemplate {
             source: template.into(),
@@ -553,7 +633,8 @@ mod tests {
 
     #[test]
     fn escaping_is_injective_and_removes_separators() {
-        assert_eq!(escape("abc-1.2_~"), "abc-1.2_~");
+        assert_eq!(escape("abcXYZ019"), "abcXYZ019");
+        assert_eq!(escape("a-1.2_~"), "a%2D1%2E2%5F%7E");
         assert_eq!(escape("a:b"), "a%3Ab");
         assert_eq!(escape("a%3Ab"), "a%253Ab");
         assert_eq!(escape("{x}"), "%7Bx%7D");
@@ -567,6 +648,104 @@ mod tests {
         for bad in ["", "a<", "a>", "<>", "a<b<c>>", "a\nb"] {
             assert!(KeyTemplate::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn placeholders_must_be_separated_by_a_character_values_never_contain() {
+        for bad in [
+            "<a><b>",
+            "x:<a><b>:y",
+            "<a>x<b>",
+            "<a>%<b>",
+            "<a>12%<b>",
+            "p:<a>:<b><c>",
+        ] {
+            let error = KeyTemplate::try_new(bad).unwrap_err();
+            assert!(error.reason().contains("separated"), "{bad:?}: {error}");
+            assert_eq!(error.template(), bad);
+        }
+        for good in [
+            "<a>",
+            "cart.<user>.<item>",
+            "<a>:<b>",
+            "<a>x.y<b>",
+            "<a>é<b>",
+            "<a>-<b>_<c>",
+        ] {
+            assert!(KeyTemplate::try_new(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "separated")]
+    fn adjacent_placeholders_panic_in_new() {
+        KeyTemplate::new("<a><b>");
+    }
+
+    /// Every value of 1..=`max_len` characters over `alphabet`.
+    fn values(alphabet: &[char], max_len: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut out = Vec::new();
+        for _ in 0..max_len {
+            all = all
+                .iter()
+                .flat_map(|v| alphabet.iter().map(move |c| format!("{v}{c}")))
+                .collect();
+            out.extend(all.iter().cloned());
+        }
+        out
+    }
+
+    fn render_all(t: &KeyTemplate, vals: &[&str]) -> String {
+        let mut i = 0;
+        t.render(64, |_| {
+            i += 1;
+            Some(Cow::Borrowed(vals[i - 1].as_bytes()))
+        })
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn distinct_value_tuples_render_to_distinct_names_exhaustively() {
+        use std::collections::HashMap;
+        // The alphabet holds the separators the templates use, `%`, a letter and a digit.
+        let alphabet = ['a', '1', '.', '-', ':', '%', 'x'];
+        let vals = values(&alphabet, 3);
+        for template in [
+            "cart.<user>.<item>",
+            "<a>:<b>",
+            "x<a>.x<b>x",
+            "<a>-x-<b>",
+            "<a>.%<b>",
+        ] {
+            let t = KeyTemplate::new(template);
+            let mut seen: HashMap<String, (String, String)> = HashMap::new();
+            for a in &vals {
+                for b in &vals {
+                    let name = render_all(&t, &[a, b]);
+                    if let Some(prev) = seen.insert(name.clone(), (a.clone(), b.clone())) {
+                        panic!(
+                            "{template:?}: {prev:?} and {:?} both render to {name:?}",
+                            (a, b)
+                        );
+                    }
+                }
+            }
+        }
+        let small = values(&['a', '.', '-', '%'], 2);
+        let t = KeyTemplate::new("<a>.<b>-<c>");
+        let mut seen = std::collections::HashSet::new();
+        for a in &small {
+            for b in &small {
+                for c in &small {
+                    assert!(seen.insert(render_all(&t, &[a, b, c])), "{a:?} {b:?} {c:?}");
+                }
+            }
+        }
+        // The examples of the finding.
+        let t = KeyTemplate::new("cart.<user>.<item>");
+        assert_ne!(render_all(&t, &["a.b", "c"]), render_all(&t, &["a", "b.c"]));
     }
 
     #[test]

@@ -22,9 +22,11 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// | option | default |
 /// |---|---|
 /// | [`wait`](LockLayer::wait) for a busy lock | [`DEFAULT_WAIT`] (10 s), then 423 |
+/// | [`retry_after`](LockLayer::retry_after): longest `Retry-After` of a 423 | 1 s |
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
+/// | [`require_key`](LockLayer::require_key) | off: requests without a key pass unlocked |
 /// | [`max_key_value_len`](LockLayer::max_key_value_len) | [`DEFAULT_MAX_KEY_VALUE_LEN`] (128 bytes) |
 /// | [`with_rejection_response`](LockLayer::with_rejection_response) | [`DefaultRejection`] |
 #[must_use = "a layer does nothing until it wraps a service"]
@@ -47,6 +49,7 @@ impl<K: KeySource> LockLayer<K> {
                 options: LockOptions::new().wait(DEFAULT_WAIT),
                 hold_body: false,
                 max_value_len: DEFAULT_MAX_KEY_VALUE_LEN,
+                require_key: false,
             }),
             rejection: Arc::new(DefaultRejection::new()),
         }
@@ -63,6 +66,17 @@ impl<K: KeySource> LockLayer<K> {
     pub fn lost_status(mut self, status: StatusCode) -> Self {
         let r = Arc::make_mut(&mut self.rejection);
         *r = r.lost_status(status);
+        self
+    }
+
+    /// The longest `Retry-After` a busy (423) response suggests (default
+    /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s). The header says
+    /// the smaller of this and the holder's remaining TTL when known, rounded up to whole
+    /// seconds, never 0. (The TTL alone is no help for a watchdog-renewed lock: it always has
+    /// about the watchdog timeout left.) gRPC rejections carry no retry hint.
+    pub fn retry_after(mut self, hint: Duration) -> Self {
+        let r = Arc::make_mut(&mut self.rejection);
+        *r = r.retry_after(hint);
         self
     }
 }
@@ -102,8 +116,30 @@ impl<K: KeySource + Clone, R> LockLayer<K, R> {
     /// Keeps the lock until the response body has ended (or is dropped), not just until the
     /// response head is ready: for handlers that stream work out in the body. The lock is
     /// released at the body's last frame.
+    ///
+    /// The body is covered like the handler: it is polled inside the guard's reentrancy scope
+    /// (code it drives that takes the same lock with the same client re-enters), and if the
+    /// lock is lost while it streams, the inner body is dropped and the next frame is an error
+    /// with the [`LockError`](crate::LockError) (see [`ResponseBody`](crate::ResponseBody)),
+    /// so the client sees a truncated response fail (hyper resets the stream) rather than end
+    /// normally. The status and headers have been sent by then; they cannot be changed.
     pub fn hold_until_body_end(mut self) -> Self {
         self.shared_mut().hold_body = true;
+        self
+    }
+
+    /// Rejects requests whose lock key cannot be built (a missing header or path parameter, a
+    /// route without the parameter, a [`from_fn`](crate::key::from_fn) returning `None`) with
+    /// 400 / `INVALID_ARGUMENT` ([`RejectionKind::InvalidKey`](crate::RejectionKind)) instead
+    /// of serving them unlocked: fail closed, so that a client cannot bypass the lock by
+    /// leaving the key out.
+    ///
+    /// Every request through the layer then needs a key: in axum use `Router::route_layer`
+    /// on the routes that have the parameter (with `Router::layer`, unknown paths would be
+    /// answered 400 rather than 404). Without this option, a request passing unlocked is
+    /// logged at debug level (`tracing`).
+    pub fn require_key(mut self) -> Self {
+        self.shared_mut().require_key = true;
         self
     }
 
@@ -186,6 +222,7 @@ impl<K: fmt::Debug, R> fmt::Debug for LockLayer<K, R> {
             .field("options", &self.shared.options)
             .field("hold_body", &self.shared.hold_body)
             .field("max_key_value_len", &self.shared.max_value_len)
+            .field("require_key", &self.shared.require_key)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

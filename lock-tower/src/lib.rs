@@ -31,7 +31,8 @@
 //! ```
 //!
 //! `"stock:<id>"` fills `<id>` from the matched route's path parameter `{id}` (feature `axum`,
-//! on by default). A route without that parameter passes through unlocked.
+//! on by default). A route without that parameter passes through unlocked (logged at debug
+//! level), or with [`require_key`](LockLayer::require_key) is rejected with 400.
 //!
 //! # tonic
 //!
@@ -55,7 +56,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Calls without the metadata pass through unlocked. A rejected call gets a proper gRPC status
+//! Calls without the metadata pass through unlocked, or with
+//! [`require_key`](LockLayer::require_key) get `INVALID_ARGUMENT`. A rejected call gets a proper gRPC status
 //! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad key),
 //! never an HTTP error page.
 //!
@@ -72,12 +74,15 @@
 //! ([`max_key_value_len`](LockLayer::max_key_value_len), default 128 bytes) and
 //! [escaped](key::escape), so a value can neither alias another key (`1:x`), nor choose a
 //! Redis Cluster slot (`{…}`), nor smuggle control bytes; an unusable value is answered with
-//! 400 / `INVALID_ARGUMENT`.
+//! 400 / `INVALID_ARGUMENT`. Only ASCII letters and digits stay as they are, and templates must
+//! separate placeholders (`"<a>:<b>"`, not `"<a><b>"`), so different values never name the same
+//! lock.
 //!
 //! # Responses
 //!
 //! The layer never fails on its own: lock failures become responses ([`rejection`]): 423
-//! Locked with `Retry-After` when the lock stays busy for the whole [`wait`](LockLayer::wait)
+//! Locked with `Retry-After` (at most [`retry_after`](LockLayer::retry_after), default 1 s,
+//! less when the holder's lease ends sooner) when the lock stays busy for the whole [`wait`](LockLayer::wait)
 //! (409 or anything else with [`busy_status`](LockLayer::busy_status)), 503 when Redis is
 //! unavailable, 503 when the lock is lost while the handler runs (the handler is dropped first;
 //! [`lost_status`](LockLayer::lost_status)). Replace them with
@@ -94,7 +99,9 @@
 //! - Put the layer where routing has happened: `Router::route_layer` (or `Router::layer`) in
 //!   axum, so path parameters are known; `route_layer` also keeps unknown paths at 404.
 //! - By default the lock covers the handler, not the streaming of the response body; use
-//!   [`hold_until_body_end`](LockLayer::hold_until_body_end) when the body does the work.
+//!   [`hold_until_body_end`](LockLayer::hold_until_body_end) when the body does the work
+//!   (the body then runs in the reentrancy scope and fails with an error frame if the lock is
+//!   lost mid-stream).
 //! - Waiting requests hold a connection and a ready inner service. Keep
 //!   [`wait`](LockLayer::wait) short (default [`DEFAULT_WAIT`], 10 s) and let clients retry
 //!   after `Retry-After`.
@@ -112,7 +119,7 @@ mod layer;
 pub mod rejection;
 mod service;
 
-pub use body::ResponseBody;
+pub use body::{BoxError, ResponseBody};
 pub use layer::{DEFAULT_WAIT, LockLayer};
 pub use lock_runtime::{LockClient, LockError, LockOptions};
 pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};

@@ -5,7 +5,7 @@
 //!
 //! | [`RejectionKind`] | HTTP | gRPC (trailers-only) |
 //! |---|---|---|
-//! | `Busy`: still held by another owner after `wait` | 423 Locked (configurable, e.g. 409) + `Retry-After` | `ABORTED` |
+//! | `Busy`: still held by another owner after `wait` | 423 Locked (configurable, e.g. 409) + `Retry-After` (see [`DefaultRejection::retry_after`]) | `ABORTED` |
 //! | `Unavailable`: Redis unreachable or too slow | 503 Service Unavailable | `UNAVAILABLE` |
 //! | `Lost`: the lock was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
 //! | `InvalidKey`: an empty, over-long or otherwise unusable key value | 400 Bad Request | `INVALID_ARGUMENT` |
@@ -13,7 +13,8 @@
 //!
 //! A request is treated as gRPC when its `content-type` starts with `application/grpc`; it
 //! then gets a trailers-only response (HTTP 200, `grpc-status` and `grpc-message` in the
-//! headers, empty body), never an HTTP error page.
+//! headers, empty body), never an HTTP error page. gRPC rejections carry no retry hint (gRPC
+//! has no `Retry-After`; clients retry by their own policy).
 //!
 //! Replace the default with [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response):
 //! any `Fn(LockRejection) -> Response<B> + Send + Sync + 'static` (where `B` is the inner
@@ -138,13 +139,22 @@ where
 
 /// The default rejection responses (see the [module docs](crate::rejection) for the table).
 ///
-/// HTTP responses carry the error as a `text/plain` body; busy ones a `Retry-After` header
-/// with the holder's remaining lease in whole seconds, at least 1.
+/// HTTP responses carry the error as a `text/plain` body; busy ones a `Retry-After` header:
+/// the smaller of the [`retry_after`](DefaultRejection::retry_after) hint (default
+/// [`DEFAULT_RETRY_AFTER`], 1 s) and the holder's remaining TTL when it is known, rounded up
+/// to whole seconds, at least 1.
+///
+/// The holder's TTL alone would be a poor hint: a lock renewed by the watchdog always has
+/// about the watchdog timeout (30 s) left, however soon it is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DefaultRejection {
     busy_status: StatusCode,
     lost_status: StatusCode,
+    retry_after: Duration,
 }
+
+/// The default `Retry-After` hint of a busy rejection: 1 s.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl DefaultRejection {
     /// 423 for busy, 503 for lost.
@@ -152,7 +162,16 @@ impl DefaultRejection {
         DefaultRejection {
             busy_status: StatusCode::LOCKED,
             lost_status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after: DEFAULT_RETRY_AFTER,
         }
+    }
+
+    /// The longest `Retry-After` a busy response suggests (default [`DEFAULT_RETRY_AFTER`],
+    /// 1 s). The header says the smaller of this and the holder's remaining TTL when known,
+    /// rounded up to whole seconds, never 0.
+    pub const fn retry_after(mut self, hint: Duration) -> DefaultRejection {
+        self.retry_after = hint;
+        self
     }
 
     /// The HTTP status for a busy lock (default 423 Locked; 409 Conflict is common too).
@@ -197,17 +216,19 @@ impl<B> RejectionResponse<B> for DefaultRejection {
         if rejection.kind() == RejectionKind::Busy {
             headers.insert(
                 RETRY_AFTER,
-                retry_after_secs(rejection.retry_after()).into(),
+                retry_after_secs(self.retry_after, rejection.retry_after()).into(),
             );
         }
         response
     }
 }
 
-/// Whole seconds, rounded up, at least 1.
-fn retry_after_secs(ttl: Option<Duration>) -> u64 {
-    let Some(ttl) = ttl else { return 1 };
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+/// `min(hint, ttl)` in whole seconds, rounded up, at least 1.
+fn retry_after_secs(hint: Duration, ttl: Option<Duration>) -> u64 {
+    let wait = ttl.map_or(hint, |ttl| ttl.min(hint));
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -271,11 +292,19 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_rounds_up_to_at_least_one_second() {
-        assert_eq!(retry_after_secs(None), 1);
-        assert_eq!(retry_after_secs(Some(Duration::from_millis(1))), 1);
-        assert_eq!(retry_after_secs(Some(Duration::from_millis(1001))), 2);
-        assert_eq!(retry_after_secs(Some(Duration::from_secs(30))), 30);
+    fn retry_after_is_the_smaller_of_hint_and_ttl_rounded_up_to_at_least_one_second() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(retry_after_secs(s(1), None), 1);
+        assert_eq!(retry_after_secs(s(1), Some(s(30))), 1);
+        assert_eq!(retry_after_secs(s(60), None), 60);
+        assert_eq!(retry_after_secs(s(60), Some(ms(1))), 1);
+        assert_eq!(retry_after_secs(s(60), Some(ms(1001))), 2);
+        assert_eq!(retry_after_secs(s(60), Some(s(30))), 30);
+        assert_eq!(retry_after_secs(ms(2500), Some(s(30))), 3);
+        assert_eq!(retry_after_secs(Duration::ZERO, Some(Duration::ZERO)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO, None), 1);
+        assert_eq!(retry_after_secs(Duration::MAX, None), u64::MAX);
     }
 
     #[test]
@@ -283,6 +312,10 @@ mod tests {
         let r = LockRejection::new(busy(Some(Duration::from_millis(2500))), false);
         let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(r.clone());
         assert_eq!(res.status(), StatusCode::LOCKED);
+        assert_eq!(res.headers()[RETRY_AFTER], "1");
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .retry_after(Duration::from_secs(10))
+            .rejection_response(r.clone());
         assert_eq!(res.headers()[RETRY_AFTER], "3");
         let res: Response<ResponseBody<()>> = DefaultRejection::new()
             .busy_status(StatusCode::CONFLICT)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use lock_runtime::{LockClient, LockOptions};
+use lock_runtime::{LockClient, LockError, LockOptions};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -52,6 +52,7 @@ pub(crate) struct Shared<K> {
     pub(crate) options: LockOptions,
     pub(crate) hold_body: bool,
     pub(crate) max_value_len: usize,
+    pub(crate) require_key: bool,
 }
 
 /// Serves each request while holding the lock its key names; made by
@@ -120,7 +121,26 @@ where
         let request = Request::from_parts(parts, body);
         let rejection = self.rejection.clone();
         match name {
-            Ok(None) => ResponseFuture::unlocked(self.inner.call(request), rejection),
+            Ok(None) if self.shared.require_key => {
+                tracing::debug!(
+                    method = %request.method(),
+                    path = request.uri().path(),
+                    "request rejected by the lock layer: no lock key (require_key)"
+                );
+                let error = LockError::InvalidName {
+                    name: String::new(),
+                    reason: "the request carries no value for the lock key",
+                };
+                ResponseFuture::rejected(error, rejection, grpc)
+            }
+            Ok(None) => {
+                tracing::debug!(
+                    method = %request.method(),
+                    path = request.uri().path(),
+                    "request passes the lock layer unlocked: no lock key"
+                );
+                ResponseFuture::unlocked(self.inner.call(request), rejection)
+            }
             Err(error) => ResponseFuture::rejected(error, rejection, grpc),
             Ok(Some(name)) => {
                 // The instance that went through `poll_ready` goes into the future; a fresh

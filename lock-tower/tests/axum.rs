@@ -249,7 +249,9 @@ async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
         let redis = RedisServer::start();
         let locks = client(&redis).await;
         let probe = Probe::new(Duration::ZERO);
-        let layer = LockLayer::new(locks.clone(), "stock:<id>").wait(Duration::from_millis(100));
+        let layer = LockLayer::new(locks.clone(), "stock:<id>")
+            .wait(Duration::from_millis(100))
+            .retry_after(Duration::from_secs(10));
         let app = app(layer, probe.clone());
 
         let holder = locks
@@ -297,6 +299,35 @@ async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
             send(&app, post_to("/stock/7/reserve")).await.0,
             StatusCode::OK
         );
+    })
+    .await;
+}
+
+/// A watchdog-renewed holder always has about 30 s of TTL left: the 423's `Retry-After` is the
+/// layer's hint (default 1 s) instead, and never more than the hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_of_a_watchdog_renewed_holder_is_the_layers_hint() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::ZERO);
+        let _holder = locks.lock("stock:8").acquire().await.unwrap();
+        for (layer, expected) in [
+            (LockLayer::new(locks.clone(), "stock:<id>"), "1"),
+            (
+                LockLayer::new(locks.clone(), "stock:<id>")
+                    .retry_after(Duration::from_millis(7200)),
+                "8",
+            ),
+        ] {
+            let (status, headers, _) = send(
+                &app_with(layer.wait(Duration::ZERO), &probe),
+                post_to("/stock/8/reserve"),
+            )
+            .await;
+            assert_eq!(status, StatusCode::LOCKED);
+            assert_eq!(headers["retry-after"], expected);
+        }
     })
     .await;
 }
@@ -623,6 +654,321 @@ async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions()
         );
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "come back later");
+    })
+    .await;
+}
+
+/// H3 A: with `hold_until_body_end`, once the lease has run out (and a rival holds the lock),
+/// the body's next frame is an error, not more data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_ends_with_an_error_once_the_lock_is_lost() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let rival = client(&redis).await;
+        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
+        let streaming = {
+            let senders = senders.clone();
+            move || {
+                let senders = senders.clone();
+                async move {
+                    let (tx, rx) = mpsc::channel(4);
+                    senders.lock().unwrap().push(tx);
+                    Body::new(ChannelBody(rx))
+                }
+            }
+        };
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route("/report/{id}", get(streaming))
+            .layer(layer);
+        let response = app
+            .oneshot(Request::get("/report/1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let tx = senders.lock().unwrap().pop().unwrap();
+        let mut body = response.into_body();
+        tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "part 1");
+
+        tokio::time::sleep(Duration::from_millis(400)).await; // the lease is over
+        let _other = rival
+            .lock("report:1")
+            .try_acquire(Duration::ZERO)
+            .await
+            .expect("the rival gets the expired lock");
+        // The inner body may still have data, but it must not be delivered.
+        let _ = tx.send(Bytes::from_static(b"part 2")).await;
+        let next = body.frame().await;
+        assert!(
+            matches!(next, Some(Err(_))),
+            "body still streams under a lost lock: {next:?}"
+        );
+        assert!(
+            body.frame().await.is_none(),
+            "the body goes on after the error"
+        );
+    })
+    .await;
+}
+
+/// H3 A while pending: the loss ends a body that is waiting for its next chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_notices_the_loss_while_the_inner_body_is_pending() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let (tx, rx) = mpsc::channel::<Bytes>(4);
+        let rx = Arc::new(Mutex::new(Some(rx)));
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route(
+                "/report/{id}",
+                get(move || {
+                    let rx = rx.lock().unwrap().take().unwrap();
+                    async move { Body::new(ChannelBody(rx)) }
+                }),
+            )
+            .layer(layer);
+        let response = app
+            .oneshot(Request::get("/report/1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let next = response.into_body().frame().await;
+        assert!(matches!(next, Some(Err(_))), "{next:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(tx);
+    })
+    .await;
+}
+
+/// A body that yields the output of one future as its only chunk.
+struct FutureBody(Option<Pin<Box<dyn Future<Output = Bytes> + Send>>>);
+
+impl http_body::Body for FutureBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let Some(fut) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let chunk = std::task::ready!(fut.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// H3 B: a streamed body that takes the same lock with the same client re-enters instead of
+/// waiting for its own request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_that_takes_the_same_lock_reenters() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let layer = LockLayer::new(locks.clone(), "report:<id>").hold_until_body_end();
+        let app: Router = Router::new()
+            .route(
+                "/report/{id}",
+                get({
+                    let locks = locks.clone();
+                    move |Path(id): Path<String>| {
+                        let locks = locks.clone();
+                        async move {
+                            Body::new(FutureBody(Some(Box::pin(async move {
+                                match locks
+                                    .lock(format!("report:{id}"))
+                                    .try_acquire(Duration::from_secs(2))
+                                    .await
+                                {
+                                    Ok(_guard) => Bytes::from_static(b"reentered"),
+                                    Err(e) => Bytes::from(format!("failed: {e}")),
+                                }
+                            }))))
+                        }
+                    }
+                }),
+            )
+            .layer(layer);
+        let started = Instant::now();
+        let (status, _, body) =
+            send(&app, Request::get("/report/1").body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "reentered");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        let freed = freed_within(&locks, "report:1", Duration::from_secs(1)).await;
+        assert!(freed.is_some(), "the lock outlived the body");
+    })
+    .await;
+}
+
+/// L10: with `require_key`, a request whose key cannot be built is 400, not served unlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_key_rejects_requests_without_a_key_with_400() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Probe::new(Duration::ZERO);
+        let served = Arc::new(AtomicUsize::new(0));
+        let app: Router = Router::new()
+            .route("/stock/{id}/reserve", post(reserve))
+            .route(
+                "/stock",
+                post({
+                    let served = served.clone();
+                    move || async move {
+                        served.fetch_add(1, Ordering::SeqCst);
+                        "unlocked"
+                    }
+                }),
+            )
+            .route_layer(LockLayer::new(locks.clone(), "stock:<id>").require_key())
+            .with_state(probe.clone());
+        let response = app.clone().oneshot(post_to("/stock")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            response.extensions().get::<LockRejection>().unwrap().kind(),
+            RejectionKind::InvalidKey
+        );
+        assert_eq!(served.load(Ordering::SeqCst), 0, "served unlocked");
+        assert_eq!(
+            send(&app, post_to("/stock/1/reserve")).await.0,
+            StatusCode::OK
+        );
+        // Unknown paths stay 404 under `route_layer`.
+        assert_eq!(
+            send(&app, post_to("/nowhere")).await.0,
+            StatusCode::NOT_FOUND
+        );
+    })
+    .await;
+}
+
+/// H3 A over HTTP/1.1: the response truncated by the loss does not look complete to the
+/// client (no terminating zero-length chunk; hyper closes the connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
+        let streaming = {
+            let senders = senders.clone();
+            move || {
+                let senders = senders.clone();
+                async move {
+                    let (tx, rx) = mpsc::channel(4);
+                    tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+                    senders.lock().unwrap().push(tx);
+                    Body::new(ChannelBody(rx))
+                }
+            }
+        };
+        let layer = LockLayer::new(locks.clone(), "report:<id>")
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let app: Router = Router::new()
+            .route("/report/{id}", get(streaming))
+            .layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /report/1 HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut received = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut received)).await;
+        let text = String::from_utf8_lossy(&received);
+        assert!(
+            read.is_ok(),
+            "the connection stayed open after the loss: {text:?}"
+        );
+        assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+        assert!(text.contains("part 1"), "{text:?}");
+        assert!(
+            !text.ends_with("0\r\n\r\n"),
+            "the truncated body ended like a complete one: {text:?}"
+        );
+        drop(senders);
+        server.abort();
+    })
+    .await;
+}
+
+/// Records the messages of the events it sees (a minimal `tracing` subscriber).
+struct Recorder(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), message.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// L10: a request that passes the layer unlocked is logged at debug level.
+#[tokio::test]
+async fn a_request_passing_unlocked_is_logged_at_debug_level() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let events: Arc<Mutex<Vec<(tracing::Level, String)>>> = Arc::default();
+        let _subscriber = tracing::subscriber::set_default(Recorder(events.clone()));
+        let probe = Probe::new(Duration::ZERO);
+        let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe);
+        let (status, _, _) = send(&app, Request::get("/health").body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        let events = events.lock().unwrap().clone();
+        assert!(
+            events
+                .iter()
+                .any(|(level, m)| *level == tracing::Level::DEBUG && m.contains("unlocked")),
+            "{events:?}"
+        );
     })
     .await;
 }

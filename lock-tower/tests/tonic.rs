@@ -270,3 +270,22 @@ async fn redis_down_is_unavailable() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_key_rejects_calls_without_the_metadata_as_invalid_argument() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::ZERO,
+        };
+        let addr = serve(layer(locks.clone()).require_key(), service).await;
+        let status = reserve(addr, None).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 0, "served unlocked");
+        assert_eq!(reserve(addr, Some("3")).await.unwrap().lock, "stock:3");
+    })
+    .await;
+}

@@ -1,0 +1,240 @@
+//! Cancellation of the layer's futures against a real `redis-server`: a `LockService` response
+//! future dropped after k polls (k = 0, 1, 2, … until it completes), while it waits for a busy
+//! lock and while the handler runs, and a held response body dropped after j frames, never
+//! leaves a lock behind: the lock key is gone from Redis within 2 s and the client tracks no
+//! held lock.
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use lock_tests::RedisServer;
+use lock_tower::key::UriPattern;
+use lock_tower::{LockClient, LockLayer, LockOptions};
+use tower::{Layer, Service, ServiceExt};
+
+/// Every test finishes within this, or fails.
+const TEST_LIMIT: Duration = Duration::from_secs(120);
+/// The most polls (or frames) before the future (or body) is dropped.
+const MAX_STEPS: usize = 30;
+/// The pause between two polls, so that Redis round trips make progress.
+const BETWEEN_POLLS: Duration = Duration::from_millis(4);
+const NAME: &str = "stock:1";
+
+async fn bounded<F: Future>(fut: F) -> F::Output {
+    tokio::time::timeout(TEST_LIMIT, fut)
+        .await
+        .expect("test took too long")
+}
+
+async fn client(redis: &RedisServer) -> LockClient {
+    LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// A body of `left` chunks, one every few milliseconds.
+struct TickBody {
+    left: usize,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl TickBody {
+    fn new(chunks: usize) -> TickBody {
+        TickBody {
+            left: chunks,
+            sleep: Box::pin(tokio::time::sleep(Duration::from_millis(3))),
+        }
+    }
+}
+
+impl http_body::Body for TickBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        std::task::ready!(self.sleep.as_mut().poll(cx));
+        self.left -= 1;
+        let next = tokio::time::Instant::now() + Duration::from_millis(3);
+        self.sleep.as_mut().reset(next);
+        Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
+            b"tick",
+        )))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+}
+
+/// The inner service: a handler that takes `handler_time`, then answers with a `TickBody`.
+fn handler(
+    handler_time: Duration,
+    chunks: usize,
+) -> impl Service<
+    Request<()>,
+    Response = Response<TickBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<TickBody>, Infallible>> + Send + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |_: Request<()>| async move {
+        tokio::time::sleep(handler_time).await;
+        Ok::<_, Infallible>(Response::new(TickBody::new(chunks)))
+    })
+}
+
+fn layer(locks: &LockClient) -> LockLayer<UriPattern> {
+    LockLayer::new(locks.clone(), UriPattern::new("/stock/{id}", "stock:<id>"))
+        .wait(Duration::from_secs(10))
+}
+
+fn request() -> Request<()> {
+    Request::get("/stock/1").body(()).unwrap()
+}
+
+/// Lock keys (not the fencing counter, which outlives locks by design) left in Redis.
+fn lock_keys(redis: &RedisServer) -> Vec<String> {
+    redis
+        .keys("*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence") && !k.contains(":fence:"))
+        .collect()
+}
+
+/// Waits up to 2 s for no lock key in Redis and no lock tracked by `locks`.
+async fn assert_clean(redis: &RedisServer, locks: &LockClient, what: &str) {
+    let start = Instant::now();
+    loop {
+        let keys = lock_keys(redis);
+        let held = locks.held_locks();
+        if keys.is_empty() && held == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{what}: 2 s after the drop, keys {keys:?} and {held} held lock(s) remain"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `fut` once with the task's waker.
+async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    poll_fn(|cx| Poll::Ready(Pin::new(&mut *fut).poll(cx))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_future_dropped_after_any_number_of_polls_leaves_no_lock() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let rival = client(&redis).await;
+        let mut service = layer(&locks).layer(handler(Duration::from_millis(40), 1));
+        let mut states = Vec::new();
+        let mut completed = false;
+        for k in 0..=MAX_STEPS {
+            // A rival holds the lock for the first 40 ms: the future first waits, then the
+            // handler runs for 40 ms, then it completes.
+            let held = rival
+                .lock(NAME)
+                .acquire_with(LockOptions::new().lease(Duration::from_secs(5)))
+                .await
+                .unwrap();
+            assert!(!lock_keys(&redis).is_empty(), "lock keys are not seen");
+            let release = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                held.release().await.unwrap();
+            });
+            service.ready().await.unwrap();
+            let mut fut = Box::pin(service.call(request()));
+            let mut done = None;
+            for _ in 0..k {
+                if let Poll::Ready(out) = poll_once(&mut fut).await {
+                    done = Some(out);
+                    break;
+                }
+                tokio::time::sleep(BETWEEN_POLLS).await;
+            }
+            let state = format!("{fut:?}");
+            drop(fut);
+            release.await.unwrap();
+            if let Some(out) = done {
+                let response = out.unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+                drop(response);
+                assert_clean(&redis, &locks, &format!("completed after {k} polls")).await;
+                completed = true;
+                break;
+            }
+            states.push(state.clone());
+            assert_clean(&redis, &locks, &format!("dropped after {k} polls: {state}")).await;
+        }
+        assert!(completed, "never completed within {MAX_STEPS} polls");
+        assert!(
+            states.iter().any(|s| s.contains("\"acquiring\"")),
+            "never dropped while waiting: {states:?}"
+        );
+        assert!(
+            states.iter().any(|s| s.contains("\"calling\"")),
+            "never dropped while the handler ran: {states:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_body_dropped_mid_stream_leaves_no_lock() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let locks = client(&redis).await;
+        let chunks = 8;
+        let mut service = layer(&locks)
+            .hold_until_body_end()
+            .layer(handler(Duration::from_millis(5), chunks));
+        let mut completed = false;
+        for j in 0..=MAX_STEPS {
+            service.ready().await.unwrap();
+            let response = service.call(request()).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let mut body = response.into_body();
+            assert!(body.holds_lock());
+            assert!(!lock_keys(&redis).is_empty(), "lock keys are not seen");
+            let mut ended = false;
+            for _ in 0..j {
+                match body.frame().await {
+                    Some(frame) => {
+                        frame.unwrap();
+                    }
+                    None => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            drop(body);
+            assert_clean(&redis, &locks, &format!("body dropped after {j} frames")).await;
+            if ended {
+                completed = true;
+                break;
+            }
+        }
+        assert!(completed, "the body never ended within {MAX_STEPS} frames");
+    })
+    .await;
+}

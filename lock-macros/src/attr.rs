@@ -265,7 +265,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
 }
 
 impl KeyTemplate {
-    fn parse(lit: LitStr) -> syn::Result<Self> {
+    pub(crate) fn parse(lit: LitStr) -> syn::Result<Self> {
         let parts = parse_template(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))?;
         Ok(KeyTemplate { lit, parts })
     }
@@ -577,10 +577,23 @@ mod tests {
 
     /// Whatever the template, the parser returns (no panic), and every field it lets through
     /// can be turned into tokens (`Ident::new` panics on anything that is not an identifier).
+    /// Accepted templates also round-trip: text re-escaped and placeholders as written give
+    /// back the template, so nothing was dropped or invented.
     fn check_no_panic(template: &str) {
         let Ok(parts) = parse_template(template) else {
             return;
         };
+        let rendered: String = parts
+            .iter()
+            .map(|part| match part {
+                KeyPart::Text(text) => text.replace('<', "<<").replace('>', ">>"),
+                KeyPart::Placeholder(placeholder) => format!("<{}>", placeholder.text),
+            })
+            .collect();
+        assert_eq!(
+            rendered, template,
+            "the parts do not add up to the template"
+        );
         for part in parts {
             if let KeyPart::Placeholder(placeholder) = part {
                 assert!(!placeholder.root.is_empty(), "{template:?}");

@@ -412,3 +412,76 @@ fn bound_names(pat: &Pat, names: &mut BTreeMap<String, Ident>) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signature() -> Signature {
+        syn::parse_str(
+            "async fn f(&self, a: u8, r#type: u8, (café, _a): (u8, u8), r: (u8,)) -> Result<(), E>",
+        )
+        .unwrap()
+    }
+
+    fn expand(template: &str) -> syn::Result<String> {
+        let key = KeyTemplate::parse(LitStr::new(template, Span::call_site()))?;
+        let tokens = key_expr(&key, &signature())?;
+        let expr: syn::Expr = syn::parse2(tokens.clone())
+            .unwrap_or_else(|e| panic!("{template:?} expanded to {tokens} ({e})"));
+        Ok(expr.to_token_stream().to_string())
+    }
+
+    #[test]
+    fn keywords_raw_and_unicode_names_expand_to_field_accesses() {
+        for (template, expected) in [
+            ("<a>", "a"),
+            ("<type>", "r#type"),
+            ("<r#type>", "r#type"),
+            ("<r#a>", "a"),
+            ("<café>", "café"),
+            ("<_a>", "_a"),
+            ("<r.0>", "r . 0"),
+            ("<self.type.match>", "self . r#type . r#match"),
+            ("<self.r#gen.größe.0.1>", "self . r#gen . größe . 0 . 1"),
+            ("<self.union.raw>", "self . union . raw"),
+        ] {
+            let expr = expand(template).unwrap();
+            assert!(
+                expr.ends_with(&format!(", {expected})")),
+                "{template:?} expanded to {expr}"
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_naming_no_parameter_are_errors() {
+        let error = expand("<b>").unwrap_err().to_string();
+        assert!(
+            error.contains("`b` is not a parameter")
+                && error.contains("`self`, `_a`, `a`, `café`, `r`, `r#type`"),
+            "{error}"
+        );
+        assert!(expand("<ａ>").is_err()); // a full-width letter: an identifier, but no parameter
+    }
+
+    #[test]
+    fn every_accepted_template_expands_to_an_expression() {
+        // Every template of up to 5 characters over this alphabet: parse errors and unknown
+        // parameters are `Err`; anything accepted is an expression (no panic in between).
+        let alphabet: Vec<char> = "<>.a_0r#".chars().collect();
+        let mut accepted = 0;
+        for len in 0..=5u32 {
+            for n in 0..alphabet.len().pow(len) {
+                let template: String = (0..len)
+                    .map(|i| alphabet[n / alphabet.len().pow(i) % alphabet.len()])
+                    .collect();
+                if expand(&template).is_ok() {
+                    accepted += 1;
+                }
+            }
+        }
+        // Some templates do name parameters (`<a>`, `<r.0>`, `<_a>`, `<r#a>`, …).
+        assert!(accepted > 100, "only {accepted} templates expanded");
+    }
+}

@@ -85,6 +85,10 @@ use proc_macro::TokenStream;
 /// field of the receiver; each is formatted with `Display`. Names bound by patterns in the
 /// parameter list can be used too. Write `<<` and `>>` for a literal `<` and `>`.
 ///
+/// Names in placeholders are Rust identifiers, Unicode ones included (`<café>`). A keyword
+/// names what Rust writes as a raw identifier, with or without the `r#`: `<item.type>` and
+/// `<item.r#type>` are both the field `r#type`, `<type>` the parameter `r#type`.
+///
 /// ```ignore
 /// #[distributed_lock(key = "order:<order.customer.id>:<order.id>")]
 /// async fn ship(order: &Order) -> Result<(), AppError> { /* … */ }
@@ -97,8 +101,9 @@ use proc_macro::TokenStream;
 /// async fn nightly_report() -> Result<(), AppError> { /* … */ }
 /// ```
 ///
-/// An empty key, an empty (`<>`) or unclosed (`<id`) placeholder, or a placeholder that names
-/// no parameter is a compile error pointing at the key. A key that formats to an invalid lock
+/// An empty key, an empty (`<>`) or unclosed (`<id`) placeholder, a name that is not an
+/// identifier (`<id.a²>`, `<x.>`, `<x.self>`, `<pair.01>`), or a placeholder that names no
+/// parameter is a compile error pointing at the key. A key that formats to an invalid lock
 /// name (empty, too long, control characters) fails at run time with
 /// `LockError::InvalidName`. The formatted key is the lock name as
 /// `LockClient::lock` takes it, so other code can use the same lock:

@@ -606,40 +606,69 @@ async fn polled(locks: &LockClient, n: String) -> Result<String, AppError> {
 }
 
 /// Cancelled at each of its await points (acquire, body, release), a call leaves nothing held:
-/// polled k times (k = 0, 1, …, at most 40) and dropped, with a ~1 ms sleep between polls (each
-/// poll reaches the next await point) until it completes, then with only a yield (replies may
-/// still be in flight).
+/// polled k times (k = 0, 1, …, at most 40) and dropped, three ways: with a ~1 ms sleep
+/// between polls (each poll reaches the next await point) until it completes; with only a
+/// yield (replies may still be in flight); and, through a proxy, with the connection
+/// black-holed after the k polls, polled a few more times (its next request is stuck), dropped,
+/// and every connection cut (the stuck request is lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_dropped_after_any_number_of_polls_frees_the_lock() {
     let server = RedisServer::start();
     let other = connect(&server).await;
-    for pause in [true, false] {
+    for drive in ["sleep", "yield", "stall"] {
         let mut completed = false;
         for k in 0..=40 {
-            let locks = connect(&server).await;
-            let name = format!("{k}-{pause}");
+            let proxy = if drive == "stall" {
+                let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+                Some(TcpProxy::start(upstream).await.unwrap())
+            } else {
+                None
+            };
+            let locks = match &proxy {
+                Some(proxy) => LockClient::connect(&proxy.url()).await.expect("connect"),
+                None => connect(&server).await,
+            };
+            let name = format!("{k}-{drive}");
             let mut call = Box::pin(polled(&locks, name.clone()));
+            let mut poll = async || {
+                std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx).is_ready()))
+                    .await
+            };
             let mut done = false;
             for _ in 0..k {
-                done = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(call.as_mut().poll(cx).is_ready())
-                })
-                .await;
+                done = poll().await;
                 if done {
                     break;
                 }
                 tokio::task::yield_now().await;
-                if pause {
+                if drive != "yield" {
                     sleep(Duration::from_millis(1)).await;
                 }
             }
+            if let Some(proxy) = proxy.as_ref().filter(|_| !done) {
+                proxy.set_black_hole(true);
+                for _ in 0..3 {
+                    done = poll().await;
+                    if done {
+                        break;
+                    }
+                    sleep(Duration::from_millis(3)).await;
+                }
+            }
             drop(call);
-            let at = format!("dropped after {k} polls (sleeping between: {pause})");
+            if let Some(proxy) = &proxy {
+                proxy.cut_all();
+                proxy.set_black_hole(false);
+            }
+            let at = format!("dropped after {k} polls ({drive} between them)");
             let guard = other
                 .lock(format!("polled:{name}"))
                 .try_acquire(Duration::from_secs(2))
                 .await
-                .unwrap_or_else(|e| panic!("{at}: not freed within 2 s: {e}"));
+                .unwrap_or_else(|e| {
+                    let pttl = server.cmd(&["PTTL", &format!("lock:{{polled:{name}}}")]);
+                    panic!("{at}: not freed within 2 s: {e} (PTTL now {pttl:?})")
+                });
             guard.release().await.unwrap();
             let idle = async {
                 while locks.held_locks() != 0 || locks.subscribed_channels() != 0 {
@@ -655,8 +684,8 @@ async fn a_call_dropped_after_any_number_of_polls_frees_the_lock() {
             }
         }
         assert!(
-            completed || !pause,
-            "the call did not complete within 40 polls"
+            completed || drive == "yield",
+            "the call did not complete within 40 polls ({drive} between them)"
         );
     }
 }

@@ -126,19 +126,47 @@ async fn a_cancellation_storm_leaves_no_hold_subscription_or_watchdog_entry() {
     }
 }
 
-/// Polls `fut` at most `k` times, then drops it; returns whether it completed. Between polls
-/// the other tasks run (a yield) and, with `sleep`, the server answers (a ~1 ms sleep), so each
-/// poll moves the future to its next await point; without, replies may still be in flight.
-async fn poll_then_drop<F: Future<Output = ()>>(fut: F, k: usize, sleep: bool) -> bool {
+/// How the future under test is driven before it is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drive {
+    /// A yield and a ~1 ms sleep between polls: the server answers, so each poll moves the
+    /// future to its next await point.
+    Sleep,
+    /// Only a yield between polls: dropped while replies may still be in flight.
+    Yield,
+    /// Like `Sleep`, then the connection is black-holed (through a [`TcpProxy`]) and the
+    /// future polled a few more times, so its next request is stuck; dropped, then every
+    /// connection is cut (the stuck request is lost) and the network restored.
+    Stall,
+}
+
+/// Polls `fut` at most `k` times (`drive` says what happens between polls), then drops it;
+/// returns whether it completed.
+async fn poll_then_drop<F: Future<Output = ()>>(
+    fut: F,
+    k: usize,
+    drive: Drive,
+    proxy: Option<&TcpProxy>,
+) -> bool {
     let mut fut = std::pin::pin!(fut);
+    let mut poll =
+        async || std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await;
     for _ in 0..k {
-        let done = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await;
-        if done {
+        if poll().await {
             return true;
         }
         tokio::task::yield_now().await;
-        if sleep {
+        if drive != Drive::Yield {
             tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    if let Some(proxy) = proxy {
+        proxy.set_black_hole(true);
+        for _ in 0..3 {
+            if poll().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
         }
     }
     false
@@ -161,20 +189,39 @@ struct Case {
 /// k times, drops it, and checks that nothing is left behind: within ~2 s no lock hash in Redis,
 /// no hold or subscription in the client, no channel on the server, and another client gets
 /// every lock at once. Stops once the future completes within its k polls (which it must, with
-/// a sleep between polls). A second pass yields
-/// between polls without sleeping, to drop it while replies are in flight.
+/// a sleep between polls). Three passes, one per [`Drive`]: with the server answering, with
+/// replies in flight, and with the connection stalled at the k-th await point and then cut.
 async fn cancel_at_every_poll<B, F>(redis: &RedisServer, what: &str, mut build: B)
 where
     B: FnMut(LockClient, String) -> F,
     F: Future<Output = Case>,
 {
-    let completed = sweep(redis, what, &mut build, true).await;
+    let completed = sweep(redis, what, &mut build, Drive::Sleep).await;
     assert!(completed.is_some(), "{what} did not complete");
-    sweep(redis, &format!("{what}-yield"), &mut build, false).await;
+    sweep(redis, &format!("{what}-yield"), &mut build, Drive::Yield).await;
+    let completed = sweep(redis, &format!("{what}-stall"), &mut build, Drive::Stall).await;
+    assert!(completed.is_some(), "{what} did not complete (stall pass)");
+}
+
+/// Retries `op` while it fails with an "unavailable" error (a client reconnecting after its
+/// connections were cut), for at most 2 s.
+async fn once_reconnected<T, F>(mut op: impl FnMut() -> F) -> Result<T, LockError>
+where
+    F: Future<Output = Result<T, LockError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match op().await {
+            Err(e) if e.is_unavailable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// One pass of [`cancel_at_every_poll`]; returns after how many polls the future completed.
-async fn sweep<B, F>(redis: &RedisServer, what: &str, build: &mut B, sleep: bool) -> Option<usize>
+async fn sweep<B, F>(redis: &RedisServer, what: &str, build: &mut B, drive: Drive) -> Option<usize>
 where
     B: FnMut(LockClient, String) -> F,
     F: Future<Output = Case>,
@@ -183,26 +230,27 @@ where
     const LIMIT: Duration = Duration::from_secs(2);
     let other = common::client(redis).await;
     for k in 0..=MAX_POLLS {
-        let locks = common::client(redis).await;
+        // The client under test goes through a proxy when its connection is to be stalled;
+        // `other` and the checks talk to the server directly.
+        let proxy = match drive {
+            Drive::Stall => {
+                let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+                Some(TcpProxy::start(upstream).await.unwrap())
+            }
+            Drive::Sleep | Drive::Yield => None,
+        };
+        let locks = match &proxy {
+            Some(proxy) => LockClient::connect(&proxy.url()).await.expect("connect"),
+            None => common::client(redis).await,
+        };
         let case = build(locks.clone(), format!("{what}-{k}")).await;
-        let done = poll_then_drop(case.fut, k, sleep).await;
-        let at = format!("{what} dropped after {k} polls (completed: {done})");
-        if let Some(kept) = case.kept {
-            assert!(!kept.is_lost(), "{at}: the kept guard was lost");
-            assert_eq!(
-                redis.cmd(&["EXISTS", kept.key()]).int(),
-                Some(1),
-                "{at}: the kept guard's lock is gone"
-            );
-            // The scope was left with the future: the same lock is a new owner here, and busy.
-            let outside = locks.lock(kept.name()).try_acquire(Duration::ZERO).await;
-            assert!(
-                outside.as_ref().is_err_and(LockError::is_busy),
-                "{at}: re-entered outside the dropped scope: {outside:?}"
-            );
-            let kept = Arc::into_inner(kept).expect("the dropped future kept a guard clone");
-            kept.release().await.expect("release the kept guard");
+        let done = poll_then_drop(case.fut, k, drive, proxy.as_ref()).await;
+        if let Some(proxy) = &proxy {
+            // The stuck requests are lost with their connections.
+            proxy.cut_all();
+            proxy.set_black_hole(false);
         }
+        let at = format!("{what} dropped after {k} polls (completed: {done})");
         if let Some(rival) = case.rival {
             assert_eq!(
                 redis.cmd(&["EXISTS", rival.key()]).int(),
@@ -214,33 +262,78 @@ where
                 .await
                 .expect("the rival still holds its lock");
         }
+        let kept_key = case.kept.as_ref().map(|kept| kept.key().to_string());
+        if let Some(kept) = &case.kept {
+            assert!(!kept.is_lost(), "{at}: the kept guard was lost");
+            assert_eq!(
+                redis.cmd(&["EXISTS", kept.key()]).int(),
+                Some(1),
+                "{at}: the kept guard's lock is gone"
+            );
+        }
+        // Everything but the kept guard's lock is let go, by the future or the releaser.
         let no_hash = || {
             redis
                 .keys("lock:*")
                 .iter()
-                .all(|key| key.ends_with(":fence"))
+                .all(|key| key.ends_with(":fence") || Some(key) == kept_key.as_ref())
                 && redis.pubsub_channels("lock:*").is_empty()
         };
         assert!(
             common::eventually(LIMIT, no_hash).await,
-            "{at}: left behind in Redis: keys {:?}, channels {:?}",
-            redis.keys("lock:*"),
+            "{at}: left behind in Redis: locks (with their PTTL in ms) {:?}, channels {:?}",
+            redis
+                .keys("lock:*")
+                .into_iter()
+                .filter(|key| !key.ends_with(":fence"))
+                .map(|key| {
+                    let pttl = redis.cmd(&["PTTL", &key]).int();
+                    (key, pttl)
+                })
+                .collect::<Vec<_>>(),
             redis.pubsub_channels("lock:*")
         );
-        let idle = || locks.held_locks() == 0 && locks.subscribed_channels() == 0;
+        let kept_holds = usize::from(case.kept.is_some());
+        let idle = || locks.held_locks() == kept_holds && locks.subscribed_channels() == 0;
         assert!(
             common::eventually(LIMIT, idle).await,
-            "{at}: the client still has {} holds and {} subscriptions",
+            "{at}: the client still has {} holds (expected {kept_holds}) and {} subscriptions",
             locks.held_locks(),
             locks.subscribed_channels()
         );
         for name in &case.names {
+            if case.kept.as_ref().is_some_and(|kept| kept.name() == name) {
+                continue;
+            }
             let guard = other
                 .lock(name)
                 .try_acquire(Duration::ZERO)
                 .await
                 .unwrap_or_else(|e| panic!("{at}: {name} is not free: {e}"));
             guard.release().await.unwrap();
+        }
+        if let Some(kept) = case.kept {
+            // The scope was left with the future: the same lock is a new owner here, and busy.
+            let same = locks.lock(kept.name());
+            let outside = once_reconnected(|| same.try_acquire(Duration::ZERO)).await;
+            assert!(
+                outside.as_ref().is_err_and(LockError::is_busy),
+                "{at}: re-entered outside the dropped scope: {outside:?}"
+            );
+            let kept = Arc::into_inner(kept).expect("the dropped future kept a guard clone");
+            let name = kept.name().to_string();
+            kept.release().await.expect("release the kept guard");
+            let guard = other
+                .lock(&name)
+                .try_acquire(Duration::ZERO)
+                .await
+                .unwrap_or_else(|e| panic!("{at}: {name} is not free after its release: {e}"));
+            guard.release().await.unwrap();
+            assert_eq!(
+                locks.held_locks(),
+                0,
+                "{at}: holds left after the kept release"
+            );
         }
         if done {
             eprintln!("{what}: completed within {k} polls");
@@ -250,7 +343,9 @@ where
     None
 }
 
-/// A body with await points of its own: it re-enters `name`, takes and releases another lock.
+/// A body with await points of its own: it re-enters `name` and takes another lock. It drops
+/// its guards rather than awaiting `release()`, so that the `run`/`scope` sweeps test `run` and
+/// `scope` (the release sweeps test `release()`).
 async fn body(locks: LockClient, name: String) {
     let again = locks.lock(&name).acquire().await.expect("re-enter");
     assert!(again.is_reentrant());
@@ -260,8 +355,10 @@ async fn body(locks: LockClient, name: String) {
         .await
         .expect("inner lock");
     tokio::time::sleep(Duration::from_millis(1)).await;
-    inner.release().await.expect("release the inner lock");
-    again.release().await.expect("release the re-entrant guard");
+    assert!(!again.is_lost() && !inner.is_lost());
+    drop(inner);
+    tokio::task::yield_now().await;
+    drop(again);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

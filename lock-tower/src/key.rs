@@ -100,8 +100,9 @@ impl IntoKeySource for String {
 /// it contains none of the separators a template's literal text uses (`:`, `.`, `-`, `/`,
 /// `{`, `}`, …), nor spaces or control bytes.
 ///
-/// Earlier versions left `-._~` as they were: a value containing them names a different lock
-/// now, so do not serve the same keys from old and new instances side by side.
+/// A [`KeyTemplate`] escapes a little less: it keeps those of `-._~` that its own literal text
+/// does not use (so `"stock:<id>"` renders a UUID as it is, while `"cart.<user>.<item>"`
+/// escapes the `.` in values).
 ///
 /// ```
 /// assert_eq!(lock_tower::key::escape("42"), "42");
@@ -115,10 +116,24 @@ pub fn escape(value: &str) -> String {
     out
 }
 
+/// The unreserved punctuation of URIs, kept in rendered values where the template's own
+/// literal text does not use it.
+const UNRESERVED: [u8; 4] = *b"-._~";
+
 fn escape_into(value: &[u8], out: &mut String) {
+    escape_keeping(value, 0, out);
+}
+
+/// Escapes like [`escape`], but keeps the [`UNRESERVED`] punctuation whose bit is set in
+/// `keep`.
+fn escape_keeping(value: &[u8], keep: u8, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value {
-        if b.is_ascii_alphanumeric() {
+        let kept = UNRESERVED
+            .iter()
+            .position(|&u| u == b)
+            .is_some_and(|i| keep & (1 << i) != 0);
+        if b.is_ascii_alphanumeric() || kept {
             out.push(b as char);
         } else {
             out.push('%');
@@ -131,13 +146,23 @@ fn escape_into(value: &[u8], out: &mut String) {
 /// A lock-name template such as `"stock:<id>"`: literal text and `<name>` placeholders.
 ///
 /// Rendering fills each placeholder with a value taken from the request, bounded in length and
-/// [escaped](escape); a missing value means "no key" (the request passes through unlocked).
+/// [escaped](escape), except that those of `-._~` the template's literal text does not use are
+/// kept (`"stock:<id>"` renders `id = "9f1c-77"` as `stock:9f1c-77`; `"cart.<u>.<i>"`
+/// renders `u = "a.b"` as `a%2Eb`); a missing value means "no key" (the request passes
+/// through unlocked).
+///
+/// Versions before 0.1's injectivity fix kept `-._~` whatever the template: for a template
+/// whose literal text uses one of them, a value containing it now names a different lock, so
+/// do not serve such keys from old and new instances side by side.
 /// Rendering is injective (see [`try_new`](KeyTemplate::try_new) for the rule that makes it
 /// so).
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
     source: Arc<str>,
     parts: Arc<[Part]>,
+    /// Which of [`UNRESERVED`] values keep (bit i for `UNRESERVED[i]`): those the literal
+    /// text does not use.
+    keep: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,9 +285,19 @@ impl KeyTemplate {
                 Part::Literal(_) => {}
             }
         }
+        let mut keep = 0u8;
+        for (i, u) in UNRESERVED.iter().enumerate() {
+            let used = parts
+                .iter()
+                .any(|p| matches!(p, Part::Literal(text) if text.as_bytes().contains(u)));
+            if !used {
+                keep |= 1 << i;
+            }
+        }
         Ok(KeyTemplate {
             source: template.into(),
             parts: parts.into(),
+            keep,
         })
     }
 
@@ -305,7 +340,7 @@ impl KeyTemplate {
                             "a key value is longer than the layer's maximum",
                         ));
                     }
-                    escape_into(&v, &mut out);
+                    escape_keeping(&v, self.keep, &mut out);
                 }
             }
         }
@@ -760,6 +795,26 @@ mod tests {
         ));
         assert!(matches!(r("", 8), Err(LockError::InvalidName { .. })));
         assert_eq!(t.render(8, |_| None).unwrap(), None);
+    }
+
+    #[test]
+    fn unreserved_punctuation_is_kept_unless_the_template_uses_it() {
+        let render = |template: &str, vals: &[&str]| {
+            let t = KeyTemplate::new(template);
+            let mut vals = vals.iter();
+            t.render(64, |_| vals.next().map(|v| Cow::Borrowed(v.as_bytes())))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(
+            render("stock:<id>", &["9f1c-77.a_b~"]),
+            "stock:9f1c-77.a_b~"
+        );
+        assert_eq!(render("cart.<u>.<i>", &["a.b-c", "d"]), "cart.a%2Eb-c.d");
+        assert_eq!(render("cart.<u>.<i>", &["a", "b.c"]), "cart.a.b%2Ec");
+        assert_eq!(render("t-<a>:<b>", &["x-y", "z_w"]), "t-x%2Dy:z_w");
+        // `%` and anything else stay escaped.
+        assert_eq!(render("s:<id>", &["1%2:x"]), "s:1%252%3Ax");
     }
 
     #[test]

@@ -129,7 +129,8 @@ use proc_macro::TokenStream;
 /// ## `lease`
 ///
 /// A fixed lease: the lock expires this long after it was taken, with no renewal. A body still
-/// running when the lease ends has lost the lock (see [`on_lost`](#on_lost)). Without
+/// running when the lease is about to end (a margin of a tenth of it, at least 5 ms, before
+/// Redis lets the lock go) has lost the lock (see [`on_lost`](#on_lost)). Without
 /// `lease`, the client's watchdog renews the lock for as long as the body runs, and a crashed
 /// process's locks expire one watchdog timeout (30 s by default) after its last renewal.
 /// At least `"1ms"`.

@@ -94,7 +94,8 @@ impl<K: KeySource + Clone, R> LockLayer<K, R> {
     }
 
     /// Holds the lock for this fixed lease instead of renewing it with the watchdog. A request
-    /// still running when the lease ends is dropped and answered as lost (503).
+    /// still running when the lease is about to end (a safety margin of a tenth of it, at least
+    /// 5 ms, before Redis lets the lock go) is dropped and answered as lost (503). At least 10 ms.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.shared_mut().options.lease = Some(lease);
         self

@@ -4,6 +4,8 @@
 
 #![cfg(feature = "axum")]
 
+mod common;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -26,23 +28,10 @@ use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions, LockRejection, Re
 use tokio::sync::{Notify, mpsc};
 use tower::ServiceExt;
 
+/// How long a reply may take before it counts as lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
 /// Every test finishes within this, or fails.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
-
-async fn bounded<F: Future>(fut: F) -> F::Output {
-    tokio::time::timeout(TEST_LIMIT, fut)
-        .await
-        .expect("test took too long")
-}
-
-async fn client(redis: &RedisServer) -> LockClient {
-    LockClient::builder(&redis.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect")
-}
 
 /// Measures, in the handler, how many requests run at once: per id and in total.
 #[derive(Default)]
@@ -171,15 +160,15 @@ async fn freed_within(locks: &LockClient, name: &str, limit: Duration) -> Option
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn same_id_requests_never_overlap_across_two_app_instances() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Probe::new(Duration::from_millis(15));
         let a = app(
-            LockLayer::new(client(&redis).await, "stock:<id>"),
+            LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>"),
             probe.clone(),
         );
         let b = app(
-            LockLayer::new(client(&redis).await, "stock:<id>"),
+            LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>"),
             probe.clone(),
         );
         let mut tasks = Vec::new();
@@ -212,11 +201,11 @@ async fn same_id_requests_never_overlap_across_two_app_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn different_ids_run_in_parallel() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Probe::new(Duration::from_millis(300));
         let app = app(
-            LockLayer::new(client(&redis).await, "stock:<id>"),
+            LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>"),
             probe.clone(),
         );
         let start = Instant::now();
@@ -245,9 +234,9 @@ async fn different_ids_run_in_parallel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::ZERO);
         let layer = LockLayer::new(locks.clone(), "stock:<id>")
             .wait(Duration::from_millis(100))
@@ -307,9 +296,9 @@ async fn busy_lock_is_423_with_retry_after_from_the_holders_ttl() {
 /// layer's hint (default 1 s) instead, and never more than the hint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_of_a_watchdog_renewed_holder_is_the_layers_hint() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::ZERO);
         let _holder = locks.lock("stock:8").acquire().await.unwrap();
         for (layer, expected) in [
@@ -338,11 +327,11 @@ fn app_with(layer: LockLayer<key::PathParams>, probe: &Arc<Probe>) -> Router {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_is_503_and_requests_without_the_param_pass_through() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let mut redis = RedisServer::start();
         let probe = Probe::new(Duration::ZERO);
         let app = app(
-            LockLayer::new(client(&redis).await, "stock:<id>"),
+            LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>"),
             probe.clone(),
         );
         assert_eq!(
@@ -379,9 +368,9 @@ async fn redis_down_is_503_and_requests_without_the_param_pass_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_routes_stay_404_with_route_layer() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         // A key for *every* path, so only `route_layer` keeps the lock off unknown routes.
         let layer = LockLayer::new(locks.clone(), UriPattern::new("/{*path}", "any:<path>"))
             .wait(Duration::ZERO);
@@ -407,10 +396,11 @@ async fn unknown_routes_stay_404_with_route_layer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_long_and_non_utf8_ids_are_400_and_injected_ids_are_escaped() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Probe::new(Duration::ZERO);
-        let layer = LockLayer::new(client(&redis).await, "stock:<id>").max_key_value_len(16);
+        let layer = LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>")
+            .max_key_value_len(16);
         let app = app(layer, probe.clone());
 
         let long = "x".repeat(17);
@@ -453,9 +443,9 @@ async fn over_long_and_non_utf8_ids_are_400_and_injected_ids_are_escaped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_request_future_frees_the_lock_at_once() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::from_secs(3600));
         let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe.clone());
 
@@ -484,9 +474,9 @@ async fn dropped_request_future_frees_the_lock_at_once() {
 async fn client_disconnect_over_tcp_frees_the_lock_at_once() {
     use tokio::io::AsyncWriteExt;
 
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::from_secs(3600));
         let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -518,11 +508,11 @@ async fn client_disconnect_over_tcp_frees_the_lock_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_lost_mid_handler_drops_the_handler_and_answers_503() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Probe::new(Duration::from_secs(5));
-        let layer =
-            LockLayer::new(client(&redis).await, "stock:<id>").lease(Duration::from_millis(300));
+        let layer = LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>")
+            .lease(Duration::from_millis(300));
         let app = app(layer, probe.clone());
         let started = Instant::now();
         let response = app
@@ -565,9 +555,9 @@ impl http_body::Body for ChannelBody {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
         let streaming = {
             let senders = senders.clone();
@@ -624,9 +614,9 @@ async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions() {
     use axum::response::{IntoResponse, Response};
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let seen = Arc::new(AtomicBool::new(false));
         let layer = LockLayer::new(locks.clone(), "stock:<id>")
             .wait(Duration::ZERO)
@@ -662,10 +652,10 @@ async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions()
 /// the body's next frame is an error, not more data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_body_ends_with_an_error_once_the_lock_is_lost() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
-        let rival = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let rival = common::client(&redis, RESPONSE_TIMEOUT).await;
         let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
         let streaming = {
             let senders = senders.clone();
@@ -719,9 +709,9 @@ async fn held_body_ends_with_an_error_once_the_lock_is_lost() {
 /// H3 A while pending: the loss ends a body that is waiting for its next chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_body_notices_the_loss_while_the_inner_body_is_pending() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let (tx, rx) = mpsc::channel::<Bytes>(4);
         let rx = Arc::new(Mutex::new(Some(rx)));
         let layer = LockLayer::new(locks.clone(), "report:<id>")
@@ -777,9 +767,9 @@ impl http_body::Body for FutureBody {
 /// waiting for its own request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_body_that_takes_the_same_lock_reenters() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let layer = LockLayer::new(locks.clone(), "report:<id>").hold_until_body_end();
         let app: Router = Router::new()
             .route(
@@ -823,9 +813,9 @@ async fn held_body_that_takes_the_same_lock_reenters() {
 /// L10: with `require_key`, a request whose key cannot be built is 400, not served unlocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_key_rejects_requests_without_a_key_with_400() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::ZERO);
         let served = Arc::new(AtomicUsize::new(0));
         let app: Router = Router::new()
@@ -868,9 +858,9 @@ async fn require_key_rejects_requests_without_a_key_with_400() {
 async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
         let streaming = {
             let senders = senders.clone();
@@ -953,9 +943,9 @@ impl tracing::Subscriber for Recorder {
 /// L10: a request that passes the layer unlocked is logged at debug level.
 #[tokio::test]
 async fn a_request_passing_unlocked_is_logged_at_debug_level() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let events: Arc<Mutex<Vec<(tracing::Level, String)>>> = Arc::default();
         let _subscriber = tracing::subscriber::set_default(Recorder(events.clone()));
         let probe = Probe::new(Duration::ZERO);

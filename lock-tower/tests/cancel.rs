@@ -4,6 +4,8 @@
 //! leaves a lock behind: the lock key is gone from Redis within 2 s and the client tracks no
 //! held lock.
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -18,6 +20,8 @@ use lock_tower::key::UriPattern;
 use lock_tower::{LockClient, LockLayer, LockOptions};
 use tower::{Layer, Service, ServiceExt};
 
+/// How long a reply may take before it counts as lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Every test finishes within this, or fails.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 /// The most polls (or frames) before the future (or body) is dropped.
@@ -25,21 +29,6 @@ const MAX_STEPS: usize = 30;
 /// The pause between two polls, so that Redis round trips make progress.
 const BETWEEN_POLLS: Duration = Duration::from_millis(4);
 const NAME: &str = "stock:1";
-
-async fn bounded<F: Future>(fut: F) -> F::Output {
-    tokio::time::timeout(TEST_LIMIT, fut)
-        .await
-        .expect("test took too long")
-}
-
-async fn client(redis: &RedisServer) -> LockClient {
-    LockClient::builder(&redis.url())
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect")
-}
 
 /// A body of `left` chunks, one every few milliseconds.
 struct TickBody {
@@ -141,10 +130,10 @@ async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_future_dropped_after_any_number_of_polls_leaves_no_lock() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
-        let rival = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let rival = common::client(&redis, RESPONSE_TIMEOUT).await;
         let mut service = layer(&locks).layer(handler(Duration::from_millis(40), 1));
         let mut states = Vec::new();
         let mut completed = false;
@@ -200,9 +189,9 @@ async fn response_future_dropped_after_any_number_of_polls_leaves_no_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_body_dropped_mid_stream_leaves_no_lock() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let chunks = 8;
         let mut service = layer(&locks)
             .hold_until_body_end()

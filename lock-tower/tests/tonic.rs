@@ -2,6 +2,8 @@
 //! calls keyed on `x-product-id` metadata serialise, and rejections are gRPC statuses
 //! (`ABORTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`). The service is written by hand (no protoc).
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,14 +22,11 @@ use tonic::transport::{Channel, Server};
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 
+/// How long a reply may take before it counts as lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Every test finishes within this, or fails.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
 const RESERVE: &str = "/inventory.Inventory/Reserve";
-
-async fn bounded<F: Future>(fut: F) -> F::Output {
-    tokio::time::timeout(TEST_LIMIT, fut)
-        .await
-        .expect("test took too long")
-}
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct ReserveRequest {
@@ -145,29 +144,29 @@ async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply
     .map(tonic::Response::into_inner)
 }
 
-async fn client(redis: &RedisServer) -> LockClient {
-    LockClient::builder(&redis.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap()
-}
-
 fn layer(locks: LockClient) -> LockLayer<Headers> {
     LockLayer::new(locks, Headers::new("stock:<x-product-id>"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_with_the_same_metadata_key_serialise_across_two_servers() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Arc::new(Probe::default());
         let service = Inventory {
             probe: probe.clone(),
             hold: Duration::from_millis(15),
         };
-        let a = serve(layer(client(&redis).await), service.clone()).await;
-        let b = serve(layer(client(&redis).await), service).await;
+        let a = serve(
+            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
+            service.clone(),
+        )
+        .await;
+        let b = serve(
+            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
+            service,
+        )
+        .await;
         let calls: Vec<_> = (0..16)
             .map(|i| tokio::spawn(reserve(if i % 2 == 0 { a } else { b }, Some("42"))))
             .collect();
@@ -188,14 +187,18 @@ async fn calls_with_the_same_metadata_key_serialise_across_two_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn different_keys_overlap_and_calls_without_the_key_pass_through() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let probe = Arc::new(Probe::default());
         let service = Inventory {
             probe: probe.clone(),
             hold: Duration::from_millis(300),
         };
-        let addr = serve(layer(client(&redis).await), service).await;
+        let addr = serve(
+            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
+            service,
+        )
+        .await;
         let calls: Vec<_> = (0..4)
             .map(|i| tokio::spawn(async move { reserve(addr, Some(&i.to_string())).await }))
             .collect();
@@ -217,9 +220,9 @@ async fn different_keys_overlap_and_calls_without_the_key_pass_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_is_aborted_and_a_bad_key_is_invalid_argument() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Arc::new(Probe::default());
         let service = Inventory {
             probe: probe.clone(),
@@ -252,14 +255,18 @@ async fn busy_is_aborted_and_a_bad_key_is_invalid_argument() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_is_unavailable() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let mut redis = RedisServer::start();
         let probe = Arc::new(Probe::default());
         let service = Inventory {
             probe: probe.clone(),
             hold: Duration::ZERO,
         };
-        let addr = serve(layer(client(&redis).await), service).await;
+        let addr = serve(
+            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
+            service,
+        )
+        .await;
         reserve(addr, Some("1")).await.unwrap();
         redis.stop();
         let started = Instant::now();
@@ -273,9 +280,9 @@ async fn redis_down_is_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_key_rejects_calls_without_the_metadata_as_invalid_argument() {
-    bounded(async {
+    common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
-        let locks = client(&redis).await;
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Arc::new(Probe::default());
         let service = Inventory {
             probe: probe.clone(),

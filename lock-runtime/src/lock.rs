@@ -155,8 +155,6 @@ impl Lock {
         let (acquisition, owner) = inner.next_owner();
         let owner: Arc<str> = owner.into();
         let lease = opts.lease.unwrap_or(inner.config.watchdog_timeout);
-        // Rounded up: Redis never gets a shorter lease than the client believes it holds.
-        let lease_ms = crate::options::ceil_millis(lease);
         let timeout = |pttl: i64| LockError::WaitTimeout {
             name: names.name.clone(),
             waited: start.elapsed(),
@@ -173,7 +171,7 @@ impl Lock {
         let mut pttl = -1;
         if !queue_first {
             // Uncontended: one round trip, no subscription.
-            pttl = match Box::pin(self.attempt(names, &owner, lease, lease_ms, deadline)).await? {
+            pttl = match Box::pin(self.attempt(names, &owner, lease, deadline)).await? {
                 Attempt::Taken { token, sent } => return Ok(taken(token, sent)),
                 Attempt::Busy(pttl) => pttl,
             };
@@ -220,8 +218,7 @@ impl Lock {
                 } else {
                     // Boxed: the round trip's future is large and only alive during the attempt;
                     // inline it would make every waiting task carry its size while it sleeps.
-                    let attempt =
-                        Box::pin(self.attempt(names, &owner, lease, lease_ms, deadline)).await;
+                    let attempt = Box::pin(self.attempt(names, &owner, lease, deadline)).await;
                     if attempt.is_ok() {
                         // Decided: either ours, or taken by someone whose release will publish
                         // again.
@@ -267,10 +264,11 @@ impl Lock {
         names: &Arc<LockNames>,
         owner: &Arc<str>,
         lease: Duration,
-        lease_ms: u64,
         deadline: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.client.inner;
+        // Rounded up: Redis never gets a shorter lease than the client believes it holds.
+        let lease_ms = crate::options::ceil_millis(lease);
         // Armed whenever a request that may have taken the lock is in flight or ended with an
         // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
         let mut cleanup = Cleanup {

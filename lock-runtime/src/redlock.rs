@@ -412,7 +412,8 @@ impl RedLock {
             || self.retry_delay > crate::options::MAX_LEASE
         {
             return Err(LockError::InvalidConfig(format!(
-                "a RedLock retry delay must be at least 1 ms and at most 10 years, got {:?}",
+                "a RedLock retry delay must be at least 1 ms and at most {:?}, got {:?}",
+                crate::options::MAX_LEASE,
                 self.retry_delay
             )));
         }

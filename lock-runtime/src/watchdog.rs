@@ -126,7 +126,11 @@ impl Watchdog {
         // it only needs a nudge for a deadline that comes sooner (a short explicit lease or max
         // hold). Not waking it for every acquisition keeps the hot path free of a task switch.
         let soon = Instant::now() + self.shared.period.max(self.shared.round);
-        let urgent = (!entry.renew && entry.confirmed_until < soon)
+        // An explicit lease is due at its loss deadline (a margin before it ends).
+        let urgent = (!entry.renew
+            && entry
+                .loss_deadline(self.shared.margin)
+                .is_none_or(|d| d < soon))
             || entry.max_hold_until.is_some_and(|t| t < soon);
         self.shared.lock().insert(id, entry);
         if urgent {

@@ -112,17 +112,13 @@ impl IntoKeySource for String {
 /// ```
 pub fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
-    escape_into(value.as_bytes(), &mut out);
+    escape_keeping(value.as_bytes(), 0, &mut out);
     out
 }
 
 /// The unreserved punctuation of URIs, kept in rendered values where the template's own
 /// literal text does not use it.
 const UNRESERVED: [u8; 4] = *b"-._~";
-
-fn escape_into(value: &[u8], out: &mut String) {
-    escape_keeping(value, 0, out);
-}
 
 /// Escapes like [`escape`], but keeps the [`UNRESERVED`] punctuation whose bit is set in
 /// `keep`.

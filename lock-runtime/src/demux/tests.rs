@@ -2,14 +2,17 @@
 //! time: one waiter per unlock message, everyone on a lost connection, stale confirmations,
 //! retries with backoff, unsubscribing after the last waiter.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::AsyncPushSender;
 use redis::{PushInfo, PushKind, Value};
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
+use super::Subscription;
 use crate::LockClient;
 use crate::fake::{FakeRedis, reply};
 
@@ -37,8 +40,15 @@ fn message(channel: &str) -> PushInfo {
     )
 }
 
+/// A wake-up of `sub`'s channel, already listening (as the wait loop does before it looks).
+fn listening(sub: &Subscription) -> Pin<Box<Notified<'_>>> {
+    let mut notified = Box::pin(sub.notify().notified());
+    notified.as_mut().enable();
+    notified
+}
+
 /// Whether a pinned `Notified` has fired, without waiting.
-async fn fired(n: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>) -> bool {
+async fn fired(n: Pin<&mut Notified<'_>>) -> bool {
     tokio::time::timeout(Duration::ZERO, n).await.is_ok()
 }
 
@@ -48,11 +58,7 @@ async fn an_unlock_message_wakes_exactly_one_waiter() {
     let demux = &locks.inner.demux;
     let (a, b) = (demux.subscribe("ch"), demux.subscribe("ch"));
     assert!(a.ready(Instant::now() + Duration::from_secs(1)).await);
-    let na = a.notify().notified();
-    let nb = b.notify().notified();
-    tokio::pin!(na, nb);
-    na.as_mut().enable();
-    nb.as_mut().enable();
+    let (mut na, mut nb) = (listening(&a), listening(&b));
     demux.router().send(message("ch")).unwrap();
     demux.router().send(message("other")).unwrap();
     let woken = [fired(na.as_mut()).await, fired(nb.as_mut()).await];
@@ -72,11 +78,7 @@ async fn a_lost_connection_wakes_every_waiter_and_resubscribes() {
     let demux = &locks.inner.demux;
     let (a, b) = (demux.subscribe("ch"), demux.subscribe("ch"));
     assert!(a.ready(Instant::now() + Duration::from_secs(1)).await);
-    let na = a.notify().notified();
-    let nb = b.notify().notified();
-    tokio::pin!(na, nb);
-    na.as_mut().enable();
-    nb.as_mut().enable();
+    let (mut na, mut nb) = (listening(&a), listening(&b));
     demux
         .router()
         .send(push(PushKind::Disconnection, vec![]))

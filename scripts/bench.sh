@@ -4,7 +4,7 @@
 # per figure. Writes BENCHMARKS.md and bench/chart.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-redis.sh
+bash scripts/ensure-deps.sh
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is missing (Debian: apt-get install -y redis-tools)" >&2; exit 1; }
 cargo build --release -q -p lock-bench
 exec target/release/lock-bench "$@"

@@ -4,5 +4,5 @@
 # `bash scripts/demo.sh --no-lock` runs the same load unprotected and shows the oversell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-redis.sh
+bash scripts/ensure-deps.sh
 exec cargo run --release -q -p example-inventory -- "$@"

@@ -3,7 +3,7 @@
 # processes that the tests start on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-redis.sh
+bash scripts/ensure-deps.sh openssl
 redis-server --version
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -12,7 +12,7 @@ cargo clippy -p lock-runtime --lib --no-default-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-# rediss:// against a TLS redis-server with a private CA (certificates made with openssl).
-command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl >/dev/null; }
+# rediss:// against a TLS redis-server with a private CA (certificates made with openssl, which
+# ensure-deps.sh installed above).
 cargo clippy -p lock-runtime --features tls --all-targets -- -D warnings
 cargo test -p lock-runtime --features tls --test tls

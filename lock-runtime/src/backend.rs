@@ -1,414 +1,133 @@
-//! Where lock commands go: one Redis server, a Redis Cluster, or the master Sentinel names.
+//! The seam between the lock logic and where locks live.
 //!
-//! [`Conn`] is a cheap-to-clone handle that implements redis' `ConnectionLike`, so the scripts
-//! run unchanged on every topology. What does differ is kept here and in the topology modules:
+//! The acquire loop, guards, the watchdog, the releaser and the demultiplexer know nothing of
+//! Redis topologies: they call the lock operations of a [`Backend`] and the pub/sub operations
+//! of [`Channels`]. The Redis backend (`topology/`) implements both for one server, a cluster
+//! and a master behind Sentinel, with or without replica acknowledgement; per-topology
+//! batching (renewals per node and per slot, releases per lock on a cluster) happens behind
+//! these traits. A second backend (an in-memory one for tests, another on-Redis layout) plugs
+//! in here.
 //!
-//! - **pub/sub**: `SUBSCRIBE`/`PUBLISH` on one server; sharded `SSUBSCRIBE`/`SPUBLISH` on a
-//!   cluster, where the unlock channel lives in the lock's own slot, so a release reaches only
-//!   that shard instead of being broadcast to every node;
-//! - **batching**: a pipeline may span many locks on one server; on a cluster one script call
-//!   must stay in one slot and one pipeline on one node (`cluster.rs` groups renewals per node);
-//! - **failover**: the cluster connection follows `MOVED`/`ASK` and topology changes itself;
-//!   the Sentinel connection asks the sentinels for the new master when the old one fails
-//!   (`sentinel.rs`).
+//! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
+//! failover symptom), and a backend that is not Redis reports its faults in the same terms.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::RedisResult;
 
-use crate::LockError;
-use crate::demux::Demux;
-use crate::script::Publishing;
+use crate::names::LockNames;
 
-/// Which deployment a client talks to.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) enum Topology {
-    /// One server (or a proxy in front of one): the URL.
-    Single(String),
-    /// A Redis Cluster: seed node URLs.
-    #[cfg(feature = "cluster")]
-    Cluster(Vec<String>),
-    /// A master found through Sentinel.
-    #[cfg(feature = "sentinel")]
-    Sentinel {
-        /// Sentinel URLs.
-        sentinels: Vec<String>,
-        /// The monitored master's name.
-        master: String,
-        /// Credentials for the data nodes (the sentinels' own are in their URLs).
-        auth: Option<(Option<String>, String)>,
-    },
+/// A boxed future, so the traits stay object-safe.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Called as each group of channels of an (un)subscribe is settled: which channels, and how.
+pub(crate) type GroupDone<'a> = &'a mut (dyn FnMut(&[String], RedisResult<()>) + Send);
+
+/// The answer of a single-lock operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Done: taken with this fencing token, released, deleted, or locked with this PTTL in ms.
+    Done(i64),
+    /// Not done: held by another with this PTTL in ms (-1: no TTL, -2: vanished meanwhile),
+    /// not ours, or free.
+    NotDone(i64),
+    /// The key holds data of this Redis type that is not a lock.
+    Foreign(String),
 }
 
-impl std::fmt::Debug for Topology {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Topology::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
-            #[cfg(feature = "cluster")]
-            Topology::Cluster(nodes) => f
-                .debug_tuple("Cluster")
-                .field(&nodes.iter().map(|n| redact(n)).collect::<Vec<_>>())
-                .finish(),
-            #[cfg(feature = "sentinel")]
-            Topology::Sentinel {
-                sentinels, master, ..
-            } => f
-                .debug_struct("Sentinel")
-                .field(
-                    "sentinels",
-                    &sentinels.iter().map(|n| redact(n)).collect::<Vec<_>>(),
-                )
-                .field("master", master)
-                .finish_non_exhaustive(),
-        }
-    }
+/// A write's reply, and whether enough replicas acknowledged it (when the client asks for
+/// replica acknowledgement).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Acked<T> {
+    pub(crate) reply: T,
+    /// `Some` when fewer replicas than required acknowledged the write in time.
+    pub(crate) shortfall: Option<Shortfall>,
 }
 
-/// A URL without its credentials, for logs and `Debug`.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
+/// How a replica acknowledgement fell short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shortfall {
+    pub(crate) required: u32,
+    pub(crate) acknowledged: u32,
+    pub(crate) timeout: Duration,
 }
 
-impl Topology {
-    /// A name of the deployment that every process reaching it by the same addresses derives
-    /// alike: `host:port/db` for one server, `cluster:` and the sorted seed nodes, `sentinel:`,
-    /// the master name, `@` and the sorted sentinels. Credentials, the scheme, a default port or
-    /// database and the order of the nodes make no difference.
-    pub(crate) fn deployment_id(&self) -> String {
-        match self {
-            Topology::Single(url) => node_id(url, true),
-            #[cfg(feature = "cluster")]
-            Topology::Cluster(nodes) => format!("cluster:{}", sorted_node_ids(nodes)),
-            #[cfg(feature = "sentinel")]
-            Topology::Sentinel {
-                sentinels, master, ..
-            } => format!("sentinel:{master}@{}", sorted_node_ids(sentinels)),
-        }
-    }
+/// One release for [`Backend::release_many`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release<'a> {
+    pub(crate) names: &'a LockNames,
+    pub(crate) owner: &'a str,
+}
+
+/// The lock operations. Every method is one logical round trip; none retries on its own
+/// except to reload what the server lost (a flushed script).
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease
+    /// of `lease_ms`; a new fencing token comes back in `Reply::Done`. The fencing counter is
+    /// kept `retention_ms` after its last use.
+    fn acquire<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        lease_ms: u64,
+        retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
+
+    /// Releases `owner`'s hold and wakes a waiter: `Done` when released, `NotDone` when the
+    /// lock was not ours.
+    fn release<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
+
+    /// Releases many holds in the background, within about `limit`. Returns the indices of
+    /// those that failed (to retry); "not ours any more" counts as done.
+    fn release_many<'a>(
+        &'a self,
+        jobs: &'a [Release<'a>],
+        limit: Duration,
+    ) -> BoxFuture<'a, RedisResult<Vec<usize>>>;
+
+    /// Renews the leases of `(key, owner)` pairs to `lease_ms`, within about `limit`. Per lock:
+    /// `Some(true)` renewed (and acknowledged), `Some(false)` no longer ours, `None` not
+    /// confirmed (retry soon).
+    fn renew<'a>(
+        &'a self,
+        locks: &'a [(&'a str, &'a str)],
+        lease_ms: u64,
+        limit: Duration,
+    ) -> BoxFuture<'a, RedisResult<Vec<Option<bool>>>>;
+
+    /// Deletes the lock whoever holds it and wakes a waiter: `Done` when a lock was deleted.
+    fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
+
+    /// The lock's state: `Done(pttl)` when held, `NotDone` when free.
+    fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
 
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.
-    pub(crate) fn fails_over(&self) -> bool {
-        !matches!(self, Topology::Single(_))
-    }
-
-    /// The scripts to publish unlock messages with.
-    pub(crate) fn publishing(&self) -> Publishing {
-        match self {
-            #[cfg(feature = "cluster")]
-            Topology::Cluster(_) => Publishing::SHARDED,
-            _ => Publishing::CLASSIC,
-        }
-    }
+    fn fails_over(&self) -> bool;
 }
 
-/// `host:port` of a node URL (IPv6 hosts in brackets, DNS names in lower case, the socket path
-/// for a Unix socket), with `/db` when `with_db`. A URL that does not parse (the connection
-/// fails on it anyway) is kept as given, without its credentials.
-fn node_id(url: &str, with_db: bool) -> String {
-    let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) else {
-        return redact(url);
-    };
-    let addr = match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port)
-        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-            let host = host.to_lowercase();
-            if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            }
-        }
-        other => other.to_string(),
-    };
-    if with_db {
-        format!("{addr}/{}", info.redis_settings().db())
-    } else {
-        addr
-    }
-}
-
-/// The node ids of `urls` (without database), sorted, duplicates removed, joined by commas.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-fn sorted_node_ids(urls: &[String]) -> String {
-    let mut ids: Vec<String> = urls.iter().map(|url| node_id(url, false)).collect();
-    ids.sort();
-    ids.dedup();
-    ids.join(",")
-}
-
-/// A connection to wherever the lock keys live.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(ConnectionManager),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-    #[cfg(feature = "sentinel")]
-    Sentinel(crate::sentinel::FailoverConn),
-    /// A scripted stand-in for unit tests.
-    #[cfg(test)]
-    Fake(crate::fake::FakeRedis),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-            #[cfg(test)]
-            Conn::Fake(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
+/// The subscription side, driven by the demultiplexer. Messages and connection losses reach
+/// the demultiplexer through its push router, which the backend's connection was given.
+pub(crate) trait Channels: Send + 'static {
+    /// Subscribes to unlock channels, reporting each group to `done` as it is confirmed or
+    /// fails (all at once on one server; per slot on a cluster, so one hanging shard holds up
+    /// none of the others).
+    fn subscribe<'a>(
         &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(test)]
-            Conn::Fake(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
+        channels: &'a [String],
+        done: GroupDone<'a>,
+    ) -> BoxFuture<'a, ()>;
 
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.get_db(),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.get_db(),
-            #[cfg(test)]
-            Conn::Fake(c) => c.get_db(),
-        }
-    }
-}
-
-/// Called as each group of channels of an (un)subscribe is settled: which channels, and how.
-pub(crate) type GroupDone<'a> = &'a mut (dyn FnMut(&[String], redis::RedisResult<()>) + Send);
-
-impl Conn {
-    /// Subscribes to unlock channels, reporting each group as it is confirmed or fails: all of
-    /// them at once on one server; per slot on a cluster (sharded, one command per slot), so
-    /// one hanging shard holds up none of the others.
-    pub(crate) async fn subscribe(&mut self, channels: &[String], done: GroupDone<'_>) {
-        match self {
-            Conn::Single(c) => done(channels, c.subscribe(channels).await),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, true, done).await,
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => done(channels, c.subscribe(channels, true).await),
-            #[cfg(test)]
-            Conn::Fake(c) => done(channels, c.subscribe(channels, true).await),
-        }
-    }
-
-    /// Unsubscribes from unlock channels, reporting like [`Conn::subscribe`].
-    pub(crate) async fn unsubscribe(&mut self, channels: &[String], done: GroupDone<'_>) {
-        match self {
-            Conn::Single(c) => done(channels, c.unsubscribe(channels).await),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::ssubscribe(c, channels, false, done).await,
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => done(channels, c.subscribe(channels, false).await),
-            #[cfg(test)]
-            Conn::Fake(c) => done(channels, c.subscribe(channels, false).await),
-        }
-    }
-}
-
-/// Connection settings shared by every topology.
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    #[cfg(feature = "tls")]
-    pub(crate) tls_root_certificate: Option<Vec<u8>>,
-}
-
-impl Settings {
-    /// Opens a redis client for one node.
-    pub(crate) fn open(&self, info: redis::ConnectionInfo) -> Result<redis::Client, LockError> {
-        #[cfg(feature = "tls")]
-        if let Some(pem) = &self.tls_root_certificate {
-            let certs = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            };
-            return redis::Client::build_with_tls(info, certs)
-                .map_err(|e| LockError::InvalidConfig(format!("bad TLS settings: {e}")));
-        }
-        redis::Client::open(info)
-            .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))
-    }
-
-    pub(crate) fn manager_config(&self) -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500))
-    }
-
-    /// Two connection managers to one server: commands (RESP2) and pub/sub (RESP3, pushes
-    /// routed by the demux). Deliberately *without* redis' automatic resubscription: redis 1.8
-    /// mixes up replies after a reconnect when it resubscribes itself
-    /// (research/redis-rs-pubsub.md §3). The demux owns resubscription.
-    pub(crate) async fn managers(
-        &self,
-        info: redis::ConnectionInfo,
-        demux: &Demux,
-    ) -> Result<(ConnectionManager, ConnectionManager), LockError> {
-        let client = self.open(info.clone())?;
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
-        let pubsub_client = self.open(info.set_redis_settings(resp3))?;
-        let base = self.manager_config();
-        let pubsub_config = base.clone().set_push_sender(demux.router());
-        let connect = async {
-            tokio::try_join!(
-                ConnectionManager::new_with_config(client, base),
-                ConnectionManager::new_with_config(pubsub_client, pubsub_config),
-            )
-        };
-        self.within_connect_timeout(connect).await
-    }
-
-    pub(crate) async fn within_connect_timeout<T>(
-        &self,
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.connect_timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(LockError::backend("connect", e)),
-            Err(_) => Err(LockError::Timeout {
-                op: "connect",
-                timeout: self.connect_timeout,
-            }),
-        }
-    }
-}
-
-/// Connects the command and the pub/sub connection of a client.
-/// `renew_now` is notified when the connections switch to a new master, so the watchdog checks
-/// at once which grants survived.
-pub(crate) async fn connect(
-    topology: &Topology,
-    settings: &Settings,
-    demux: &Demux,
-    #[cfg_attr(not(feature = "sentinel"), allow(unused_variables))] renew_now: &std::sync::Arc<
-        tokio::sync::Notify,
-    >,
-) -> Result<(Conn, Conn), LockError> {
-    match topology {
-        Topology::Single(url) => {
-            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                .map_err(|e| LockError::InvalidConfig(format!("bad redis URL: {e}")))?;
-            let (conn, pubsub) = settings.managers(info, demux).await?;
-            Ok((Conn::Single(conn), Conn::Single(pubsub)))
-        }
-        #[cfg(feature = "cluster")]
-        Topology::Cluster(nodes) => crate::cluster::connect(nodes, settings, demux).await,
-        #[cfg(feature = "sentinel")]
-        Topology::Sentinel {
-            sentinels,
-            master,
-            auth,
-        } => {
-            crate::sentinel::connect(
-                sentinels,
-                master,
-                auth.as_ref(),
-                settings,
-                demux,
-                renew_now.clone(),
-            )
-            .await
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn single(url: &str) -> String {
-        Topology::Single(url.to_owned()).deployment_id()
-    }
-
-    #[test]
-    fn one_server_is_named_by_host_port_and_database() {
-        let id = single("redis://127.0.0.1:6379/0");
-        assert_eq!(id, "127.0.0.1:6379/0");
-        for same in [
-            "redis://127.0.0.1",
-            "redis://127.0.0.1:6379",
-            "redis://127.0.0.1:6379/",
-            "redis://user:secret@127.0.0.1:6379/0",
-            "redis://:secret@127.0.0.1/0",
-        ] {
-            assert_eq!(single(same), id, "{same}");
-        }
-        assert_eq!(single("redis://Redis.Example:6379"), "redis.example:6379/0");
-        assert_eq!(single("redis://[::1]:7000/2"), "[::1]:7000/2");
-        assert_ne!(single("redis://127.0.0.1:6379/1"), id, "another database");
-        assert_ne!(single("redis://127.0.0.1:6380"), id, "another port");
-        assert!(!single("not a url, user:secret@host").is_empty());
-    }
-
-    #[cfg(feature = "cluster")]
-    #[test]
-    fn a_cluster_is_named_by_its_sorted_seed_set() {
-        let id = |nodes: &[&str]| {
-            Topology::Cluster(nodes.iter().map(|n| n.to_string()).collect()).deployment_id()
-        };
-        let a = id(&["redis://10.0.0.2:7000", "redis://10.0.0.1:7000"]);
-        assert_eq!(a, "cluster:10.0.0.1:7000,10.0.0.2:7000");
-        assert_eq!(
-            id(&[
-                "redis://u:p@10.0.0.1:7000",
-                "redis://10.0.0.2:7000",
-                "redis://10.0.0.1:7000"
-            ]),
-            a
-        );
-        assert_ne!(id(&["redis://10.0.0.1:7000"]), a);
-    }
-
-    #[cfg(feature = "sentinel")]
-    #[test]
-    fn a_sentinel_master_is_named_by_name_and_sorted_sentinels() {
-        let id = |sentinels: &[&str], master: &str| {
-            Topology::Sentinel {
-                sentinels: sentinels.iter().map(|n| n.to_string()).collect(),
-                master: master.to_owned(),
-                auth: Some((None, "secret".into())),
-            }
-            .deployment_id()
-        };
-        let a = id(&["redis://s2:26379", "redis://s1:26379"], "mymaster");
-        assert_eq!(a, "sentinel:mymaster@s1:26379,s2:26379");
-        assert_eq!(
-            id(&["redis://:pw@s1:26379", "redis://s2:26379"], "mymaster"),
-            a
-        );
-        assert_ne!(id(&["redis://s1:26379", "redis://s2:26379"], "other"), a);
-    }
+    /// Unsubscribes, reporting like [`Channels::subscribe`].
+    fn unsubscribe<'a>(
+        &'a mut self,
+        channels: &'a [String],
+        done: GroupDone<'a>,
+    ) -> BoxFuture<'a, ()>;
 }

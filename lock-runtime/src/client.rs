@@ -1,4 +1,5 @@
-//! `LockClient`: connections, configuration and the three background tasks.
+//! `LockClient`: configuration, the backend, and the background tasks (demux, watchdog,
+//! releaser; Sentinel adds its own).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,13 +8,14 @@ use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
-use crate::ack::ReplicaAck;
-use crate::backend::{self, Conn, Settings, Topology};
+use crate::backend::{Backend, Channels};
 use crate::demux::Demux;
 use crate::names::validate_prefix;
 use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
+use crate::topology::replica_ack::ReplicaAck;
+use crate::topology::{self, Conn, RedisBackend, Settings, Topology};
 use crate::watchdog::Watchdog;
 use crate::{Lock, LockError};
 
@@ -30,9 +32,10 @@ static DEFAULT_CLIENT: RwLock<Option<LockClient>> = RwLock::new(None);
 /// Sentinel-managed master (feature `sentinel`).
 ///
 /// Cheap to clone (an `Arc`); clones share two connections (one for lock commands, one
-/// dedicated to pub/sub so that a flood of messages cannot delay a lock command) and three
-/// background tasks: the pub/sub demultiplexer, the watchdog and the background releaser. The
-/// tasks never keep the client alive; they stop once the last clone and the last guard are gone.
+/// dedicated to pub/sub so that a flood of messages cannot delay a lock command) and the
+/// background tasks: the pub/sub demultiplexer, the watchdog and the background releaser, plus,
+/// behind Sentinel, one that watches for a new master. The tasks never keep the client alive;
+/// they stop once the last clone and the last guard are gone.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -58,7 +61,9 @@ pub(crate) struct Inner {
     /// The random id that prefixes every owner id of this client.
     pub(crate) id: Arc<str>,
     pub(crate) config: Config,
-    /// The connection for lock commands.
+    /// Where the lock operations go.
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The connection for lock commands (the acquire path still sends some scripts itself).
     pub(crate) conn: Conn,
     pub(crate) demux: Demux,
     pub(crate) watchdog: Watchdog,
@@ -407,11 +412,11 @@ impl LockClientBuilder {
 
     /// Credentials of the Redis data nodes behind Sentinel (the sentinels' own go in their
     /// URLs).
-    #[cfg(feature = "sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     ///
     /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
     /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
         match &mut self.topology {
             Topology::Sentinel { auth, .. } => {
@@ -430,8 +435,14 @@ impl LockClientBuilder {
         let demux = Demux::new();
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let (conn, pubsub) =
-            backend::connect(&config.topology, &settings, &demux, &renew_now).await?;
-        Ok(LockClient::start(config, conn, pubsub, demux, renew_now))
+            topology::connect(&config.topology, &settings, &demux, &renew_now).await?;
+        Ok(LockClient::start(
+            config,
+            conn,
+            Box::new(pubsub),
+            demux,
+            renew_now,
+        ))
     }
 
     /// A client whose connections are a scripted stand-in for Redis (unit tests under paused
@@ -445,7 +456,7 @@ impl LockClientBuilder {
         Ok(LockClient::start(
             config,
             conn,
-            pubsub,
+            Box::new(pubsub),
             demux,
             Arc::new(tokio::sync::Notify::new()),
         ))
@@ -531,23 +542,25 @@ impl LockClient {
     fn start(
         config: Config,
         conn: Conn,
-        pubsub: Conn,
+        pubsub: Box<dyn Channels>,
         demux: Demux,
         renew_now: Arc<tokio::sync::Notify>,
     ) -> LockClient {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
-        let releaser = Releaser::start(
+        let backend: Arc<dyn Backend> = Arc::new(RedisBackend::new(
             conn.clone(),
             config.publishing(),
-            config.response_timeout,
-            counters.clone(),
-        );
+            config.replica_ack,
+            config.topology.fails_over(),
+        ));
+        let releaser = Releaser::start(backend.clone(), config.response_timeout, counters.clone());
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
             watchdog: Watchdog::new(&config, renew_now),
             config,
+            backend,
             conn,
             demux,
             releaser,

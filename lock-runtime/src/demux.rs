@@ -1,12 +1,12 @@
 //! The pub/sub demultiplexer: one subscription connection shared by every waiting task.
 //!
 //! Waiters register interest in a lock's unlock channel with [`Demux::subscribe`], which
-//! returns a reference-counted [`Subscription`]. Two tasks serve all of them:
+//! returns a reference-counted [`Subscription`]. One task and one callback serve all of them:
 //!
-//! - the **subscriber** turns changes of the registry into `SUBSCRIBE` / `UNSUBSCRIBE`
+//! - the **subscriber** task turns changes of the registry into `SUBSCRIBE` / `UNSUBSCRIBE`
 //!   commands, batched (one command with many channels, never a zero-argument unsubscribe) and
 //!   ordered, and marks channels ready once Redis has confirmed them;
-//! - the **router** ([`PushRouter`], called by the connection itself as each push arrives, so a
+//! - the **router** callback ([`PushRouter`], called by the connection itself as each push arrives, so a
 //!   wake-up costs no extra task hop) routes pushes: an unlock message wakes **one** local
 //!   waiter of that channel (no thundering herd inside a process); a lost connection marks every
 //!   channel unconfirmed, wakes **every** waiter (messages sent during the gap are lost, so they
@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::Conn;
+use crate::backend::Channels;
 
 /// Channels per `SUBSCRIBE` command.
 const BATCH: usize = 5_000;
@@ -93,7 +93,7 @@ impl Demux {
     }
 
     /// Starts the subscriber on the connection that delivers pushes to [`Demux::router`].
-    pub(crate) fn start(&self, conn: Conn) -> AbortHandle {
+    pub(crate) fn start(&self, conn: Box<dyn Channels>) -> AbortHandle {
         tokio::spawn(subscribe_loop(self.shared.clone(), conn)).abort_handle()
     }
 
@@ -278,7 +278,7 @@ impl AsyncPushSender for PushRouter {
 }
 
 /// Brings the server's subscriptions in line with the registry.
-async fn subscribe_loop(shared: Arc<Shared>, mut conn: Conn) {
+async fn subscribe_loop(shared: Arc<Shared>, mut conn: Box<dyn Channels>) {
     let mut backoff = Duration::from_millis(10);
     loop {
         shared.work.notified().await;
@@ -317,7 +317,7 @@ async fn subscribe_loop(shared: Arc<Shared>, mut conn: Conn) {
 
 async fn sync(
     shared: &Shared,
-    conn: &mut Conn,
+    conn: &mut Box<dyn Channels>,
     epoch: u64,
     subscribe: Vec<String>,
     unsubscribe: Vec<String>,

@@ -1,23 +1,23 @@
 //! The background releaser: releases handed over by `Drop` (guards, cancelled acquires).
 //!
 //! `Drop` cannot await, so it queues a job on an unbounded channel (never blocks) and this task
-//! runs it within milliseconds: every queued job goes out in one pipeline (on a cluster, where a
-//! pipeline may not span slots, one call per lock, all at once). Failed releases are
-//! retried with backoff until the lease they protect would have run out anyway.
+//! runs it within milliseconds: every queued job goes to the backend in one batch (one pipeline
+//! on one server; one call per lock on a cluster, where a pipeline may not span slots). Failed
+//! releases are retried with backoff until the lease they protect would have run out anyway.
 //!
-//! The task holds a clone of the command connection, not the client: it drains what was
-//! queued and exits once the client (the only sender) is gone.
+//! The task holds the backend, not the client: it drains what was queued and exits once the
+//! client (the only sender) is gone.
 
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::backend::Conn;
-use crate::names::LockNames;
-use crate::script::{self, Publishing};
-use crate::stats::Counters;
 use std::sync::Arc;
+
+use crate::backend::{Backend, Release};
+use crate::names::LockNames;
+use crate::stats::Counters;
 
 /// Releases per pipeline.
 const BATCH: usize = 256;
@@ -48,13 +48,12 @@ pub(crate) struct Releaser {
 
 impl Releaser {
     pub(crate) fn start(
-        conn: Conn,
-        publishing: Publishing,
+        backend: Arc<dyn Backend>,
         response_timeout: Duration,
         counters: Arc<Counters>,
     ) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, publishing, response_timeout, rx, counters));
+        tokio::spawn(run(backend, response_timeout, rx, counters));
         Releaser { tx }
     }
 
@@ -66,8 +65,7 @@ impl Releaser {
 }
 
 async fn run(
-    mut conn: Conn,
-    publishing: Publishing,
+    backend: Arc<dyn Backend>,
     response_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<ReleaseJob>,
     counters: Arc<Counters>,
@@ -92,7 +90,7 @@ async fn run(
         if jobs.is_empty() {
             continue;
         }
-        match release_all(&mut conn, publishing.release, &mut jobs, response_timeout).await {
+        match release_all(&*backend, &mut jobs, response_timeout).await {
             Ok(released) => {
                 tracing::debug!(released, "background release done");
                 Counters::add(&counters.background_releases, released as u64);
@@ -107,56 +105,26 @@ async fn run(
     }
 }
 
-/// Releases `jobs`, removing those that are done; returns how many were.
+/// Releases `jobs`, removing those that are done; returns how many were. An error when every
+/// one failed.
 async fn release_all(
-    conn: &mut Conn,
-    release: &redis::Script,
+    backend: &dyn Backend,
     jobs: &mut Vec<ReleaseJob>,
-    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))] limit: Duration,
+    limit: Duration,
 ) -> redis::RedisResult<usize> {
-    #[cfg(feature = "cluster")]
-    if let Conn::Cluster(cluster) = conn {
-        // A pipeline may not span slots: one call per lock, all at once.
-        let args: Vec<(&str, &str, &str)> = jobs
-            .iter()
-            .map(|j| (j.names.key.as_str(), j.names.channel.as_str(), &*j.owner))
-            .collect();
-        let failed = crate::cluster::release_each(cluster, release, &args, limit).await;
-        let total = jobs.len();
-        let mut i = 0;
-        jobs.retain(|_| {
-            i += 1;
-            failed.contains(&(i - 1))
-        });
-        return if failed.is_empty() {
-            Ok(total)
-        } else if failed.len() == total {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "every background release failed",
-            )))
-        } else {
-            Ok(total - failed.len())
-        };
-    }
-    let mut pipe = redis::pipe();
-    for job in jobs.iter() {
-        pipe.cmd("EVALSHA")
-            .arg(release.get_hash())
-            .arg(2)
-            .arg(&job.names.key)
-            .arg(&job.names.channel)
-            .arg(&*job.owner)
-            .ignore();
-    }
-    match pipe.exec_async(&mut *conn).await {
-        Err(e) if script::is_no_script(&e) => {
-            release.prepare_invoke().load_async(conn).await?;
-            pipe.exec_async(conn).await
-        }
-        other => other,
-    }?;
-    let n = jobs.len();
-    jobs.clear();
-    Ok(n)
+    let batch: Vec<Release<'_>> = jobs
+        .iter()
+        .map(|j| Release {
+            names: &j.names,
+            owner: &j.owner,
+        })
+        .collect();
+    let failed = backend.release_many(&batch, limit).await?;
+    let total = jobs.len();
+    let mut i = 0;
+    jobs.retain(|_| {
+        i += 1;
+        failed.contains(&(i - 1))
+    });
+    Ok(total - jobs.len())
 }

@@ -1,9 +1,9 @@
 //! The watchdog: one task per client that renews every held lock in one pipelined batch.
 //!
 //! - Locks taken without an explicit lease get the watchdog timeout as lease and are renewed
-//!   every third of it, all of them in one round trip (a pipeline of `EVALSHA renew`, each
-//!   covering up to [`RENEW_CHUNK`] keys). On a cluster: one pipeline per node, one script call
-//!   per slot, all nodes at once (`cluster.rs`); a node that hangs costs only its own locks.
+//!   every third of it, all of them in one batch handed to the backend (on Redis: one pipelined
+//!   round trip; on a cluster one pipeline per node, all nodes at once, so a node that hangs
+//!   costs only its own locks: see `topology/`).
 //! - With replica acknowledgement, a renewal counts only once `WAIT` confirms it.
 //! - A renewal that fails is retried quickly. If a lease cannot be confirmed before it would run
 //!   out minus a safety margin, the lock is declared lost *before* Redis can expire it and hand
@@ -18,7 +18,6 @@
 //! The task holds only a `Weak` reference to the client and stops when it is gone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -27,18 +26,12 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::LossReason;
-use crate::ack::ReplicaAck;
-use crate::backend::Conn;
 use crate::client::{Config, Inner};
 use crate::guard::LossSignal;
 use crate::names::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
-use crate::script;
 use crate::stats::Counters;
-
-/// Keys per renewal script call; a batch of any size is still one pipelined round trip.
-pub(crate) const RENEW_CHUNK: usize = 500;
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -57,11 +50,6 @@ struct Shared {
     /// The longest a renewal round can take; a deadline sooner than this (or the period) needs
     /// the task's attention at once.
     round: Duration,
-    /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
-    per_slot: AtomicBool,
-    /// Where the slots of the cluster live, for batching renewals per node.
-    #[cfg(feature = "cluster")]
-    slots: crate::cluster::SlotCache,
 }
 
 /// One held lock, by acquisition id.
@@ -109,9 +97,6 @@ impl Watchdog {
                 retry: (period / 4).min(Duration::from_millis(200)),
                 // With the cluster's safety net (`renew`) on top of the response timeout.
                 round: config.response_timeout + config.response_timeout / 16,
-                per_slot: AtomicBool::new(false),
-                #[cfg(feature = "cluster")]
-                slots: Default::default(),
             }),
         }
     }
@@ -263,10 +248,45 @@ fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<Option<Instant>> {
     Some(earliest)
 }
 
-/// Renews every watchdog entry in one pipelined round trip. Returns when the request was sent.
+/// One renewal round's locks, by acquisition id.
+type Batch = Vec<(u64, Arc<LockNames>, Arc<str>)>;
+
+/// Renews every watchdog entry in one batch. Returns when the request was sent; an error when
+/// the round must be retried soon.
 async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
+    let (batch, deadline) = renewal_batch(shared);
+    let sent = Instant::now();
+    if batch.is_empty() {
+        return Ok(sent);
+    }
+    let limit = round_limit(deadline, sent, inner.config.response_timeout);
+    let pairs: Vec<(&str, &str)> = batch
+        .iter()
+        .map(|(_, n, o)| (n.key.as_str(), &**o))
+        .collect();
+    let lease_ms = shared.lease.as_millis() as u64;
+    let span = tracing::debug_span!("lock.renew", locks = batch.len());
+    let query = inner.backend.renew(&pairs, lease_ms, limit);
+    let results = match tracing::Instrument::instrument(query, span).await {
+        Ok(results) => results,
+        Err(e) => {
+            tracing::warn!(error = %e, timeout = ?limit, locks = batch.len(), "lock renewal failed; retrying");
+            return Err(());
+        }
+    };
+    Counters::add(&inner.counters.renewal_round_trips, 1);
+    if apply(inner, shared, &batch, results, sent + shared.lease) > 0 {
+        tracing::warn!("some renewals were not confirmed; retrying");
+        return Err(());
+    }
+    Ok(sent)
+}
+
+/// The locks the watchdog renews (not those past their maximum hold time), and the earliest
+/// loss deadline among them.
+fn renewal_batch(shared: &Shared) -> (Batch, Option<Instant>) {
     let mut deadline: Option<Instant> = None;
-    let batch: Vec<(u64, Arc<LockNames>, Arc<str>)> = shared
+    let batch = shared
         .lock()
         .iter()
         .filter(|(_, e)| e.renew && e.max_hold_until.is_none_or(|t| t > Instant::now()))
@@ -279,78 +299,33 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
             (*id, e.names.clone(), e.owner.clone())
         })
         .collect();
-    let sent = Instant::now();
-    if batch.is_empty() {
-        return Ok(sent);
-    }
-    let lease_ms = shared.lease.as_millis() as u64;
-    // Never wait past the earliest loss deadline of a lock being renewed: its loss must be
-    // declared on time even when Redis hangs.
-    // Ends a little before that deadline, so what was confirmed is recorded before the loop's
-    // timer declares the overdue locks lost (on a cluster, a hanging node must not cost the
-    // locks confirmed on the other nodes).
-    let limit = deadline
+    (batch, deadline)
+}
+
+/// How long a round may take: never past the earliest loss deadline of a lock being renewed
+/// (its loss must be declared on time even when Redis hangs), and ending a little before it,
+/// so what was confirmed is recorded before the loop's timer declares the overdue locks lost
+/// (on a cluster, a hanging node must not cost the locks confirmed on the other nodes).
+fn round_limit(deadline: Option<Instant>, sent: Instant, response_timeout: Duration) -> Duration {
+    deadline
         .map(|d| {
             let left = d.saturating_duration_since(sent);
             left - left / 8
         })
-        .unwrap_or(inner.config.response_timeout)
-        .clamp(Duration::from_millis(1), inner.config.response_timeout);
-    let pairs: Vec<(&str, &str)> = batch
-        .iter()
-        .map(|(_, n, o)| (n.key.as_str(), &**o))
-        .collect();
-    let ack = inner.config.replica_ack;
-    let query = async {
-        let outcome = match &inner.conn {
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(cluster) => Ok(crate::cluster::renew(
-                cluster,
-                &shared.slots,
-                &pairs,
-                lease_ms,
-                ack,
-                RENEW_CHUNK,
-                limit,
-            )
-            .await),
-            conn => {
-                renew_pipelined(&mut conn.clone(), &pairs, lease_ms, ack, &shared.per_slot).await
-            }
-        };
-        (outcome, pairs.len())
-    };
-    let span = tracing::debug_span!("lock.renew", locks = batch.len());
-    // The cluster path bounds its own steps by `limit` and reports partial success; this is a
-    // safety net.
-    #[cfg(feature = "cluster")]
-    let outer = match inner.conn {
-        Conn::Cluster(_) => limit + limit / 16,
-        _ => limit,
-    };
-    #[cfg(not(feature = "cluster"))]
-    let outer = limit;
-    let (reply, _) = match tokio::time::timeout(outer, tracing::Instrument::instrument(query, span))
-        .await
-    {
-        Ok(outcome) => outcome,
-        Err(_) => {
-            tracing::warn!(timeout = ?limit, locks = batch.len(), "lock renewal timed out; retrying");
-            #[cfg(feature = "cluster")]
-            shared.slots.invalidate();
-            return Err(());
-        }
-    };
-    let results = match reply {
-        Ok(results) => results,
-        Err(e) => {
-            tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying");
-            return Err(());
-        }
-    };
-    Counters::add(&inner.counters.renewal_round_trips, 1);
+        .unwrap_or(response_timeout)
+        .clamp(Duration::from_millis(1), response_timeout)
+}
+
+/// Records a round's results: renewed locks are confirmed until `confirmed`, locks found gone
+/// are declared lost. Returns how many were not confirmed.
+fn apply(
+    inner: &Inner,
+    shared: &Shared,
+    batch: &Batch,
+    results: Vec<Option<bool>>,
+    confirmed: Instant,
+) -> usize {
     let mut entries = shared.lock();
-    let confirmed = sent + shared.lease;
     let (mut renewed, mut lost, mut unconfirmed) = (0usize, 0usize, 0usize);
     for ((id, names, _), result) in batch.iter().zip(results) {
         let Some(entry) = entries.get_mut(id) else {
@@ -373,127 +348,7 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
     tracing::debug!(renewed, lost, unconfirmed, "renewal batch done");
     Counters::add(&inner.counters.renewals, renewed as u64);
     Counters::add(&inner.counters.losses, lost as u64);
-    if unconfirmed > 0 {
-        tracing::warn!(unconfirmed, "some renewals were not confirmed; retrying");
-        return Err(());
-    }
-    Ok(sent)
-}
-
-/// Renews on one server (or the master behind Sentinel): one pipeline, `WAIT` at its end when
-/// replicas must acknowledge. Per lock: renewed, gone, or (not acknowledged) unconfirmed.
-///
-/// Many keys go into one script call, unless the endpoint turned out to be a proxy in front of
-/// a cluster that rejects calls spanning slots (CROSSSLOT): then, from that round on, one call
-/// per slot (`per_slot`), still in one pipeline.
-async fn renew_pipelined(
-    conn: &mut Conn,
-    pairs: &[(&str, &str)],
-    lease_ms: u64,
-    ack: Option<ReplicaAck>,
-    per_slot: &AtomicBool,
-) -> redis::RedisResult<Vec<Option<bool>>> {
-    loop {
-        let grouped = per_slot.load(Ordering::Relaxed);
-        match renew_grouped(conn, pairs, lease_ms, ack, grouped).await {
-            Err(e) if !grouped && script::is_cross_slot(&e) => {
-                tracing::warn!(
-                    error = %e,
-                    "renewal rejected as cross-slot: a proxy in front of a cluster; renewing one slot per call from now on"
-                );
-                per_slot.store(true, Ordering::Relaxed);
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Splits keys into renew script calls (indexes into `keys`): at most `chunk` per call, and
-/// each call within one slot if `per_slot`.
-fn renew_groups<'a>(
-    keys: impl Iterator<Item = &'a str>,
-    per_slot: bool,
-    chunk: usize,
-) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    if per_slot {
-        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-        for (i, key) in keys.enumerate() {
-            by_slot.entry(crate::slot::slot(key)).or_default().push(i);
-        }
-        for group in by_slot.into_values() {
-            groups.extend(group.chunks(chunk.max(1)).map(<[usize]>::to_vec));
-        }
-    } else {
-        let all: Vec<usize> = keys.enumerate().map(|(i, _)| i).collect();
-        groups.extend(all.chunks(chunk.max(1)).map(<[usize]>::to_vec));
-    }
-    groups
-}
-
-/// One renewal pipeline: `pairs` in calls of up to [`RENEW_CHUNK`] keys, each call within one
-/// slot if `per_slot`. Results come back in the order of `pairs`.
-async fn renew_grouped(
-    conn: &mut Conn,
-    pairs: &[(&str, &str)],
-    lease_ms: u64,
-    ack: Option<ReplicaAck>,
-    per_slot: bool,
-) -> redis::RedisResult<Vec<Option<bool>>> {
-    let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, RENEW_CHUNK);
-    let mut pipe = redis::pipe();
-    for group in &groups {
-        let part: Vec<(&str, &str)> = group.iter().map(|&i| pairs[i]).collect();
-        script::add_renew_call(&mut pipe, &part, lease_ms);
-    }
-    if let Some(ack) = ack {
-        ack.append_wait(&mut pipe);
-    }
-    let mut values: Vec<redis::Value> = match pipe.query_async(&mut *conn).await {
-        Err(e) if script::is_no_script(&e) => {
-            // Scripts were flushed (or Redis restarted): load and retry once at once.
-            tracing::debug!("renew script missing on the server; reloading");
-            script::RENEW
-                .prepare_invoke()
-                .load_async(&mut *conn)
-                .await?;
-            pipe.query_async(conn).await?
-        }
-        other => other?,
-    };
-    let acknowledged = match ack {
-        Some(ack) => {
-            let acked = values.pop().map_or(0, |v| ReplicaAck::acknowledged(&v));
-            if acked < ack.replicas {
-                tracing::warn!(
-                    acked,
-                    required = ack.replicas,
-                    "renewal not acknowledged by enough replicas"
-                );
-            }
-            acked >= ack.replicas
-        }
-        None => true,
-    };
-    let mut results = vec![None; pairs.len()];
-    for (group, value) in groups.iter().zip(values) {
-        let renewed: Vec<i64> = redis::FromRedisValue::from_redis_value(value)?;
-        if renewed.len() != group.len() {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "renew script returned the wrong number of results",
-            )));
-        }
-        // "Gone" needs no acknowledgement; "renewed" counts only once replicas have it.
-        for (&i, r) in group.iter().zip(renewed) {
-            results[i] = if r == 1 {
-                acknowledged.then_some(true)
-            } else {
-                Some(false)
-            };
-        }
-    }
-    Ok(results)
+    unconfirmed
 }
 
 #[cfg(test)]

@@ -1,12 +1,17 @@
-//! The Lua scripts that implement the lock protocol, and their replies.
+//! The Lua scripts that implement the lock protocol on Redis, and the calls that run them.
 //!
-//! Each script is a `.lua` file next to this one, hashed once and sent with `EVALSHA`;
-//! [`redis::ScriptInvocation::invoke_async`] reloads it transparently after `SCRIPT FLUSH`
-//! (and [`add_renew_call`] builds the watchdog's pipelined batches).
+//! Each script is a `.lua` file next to this one, hashed once and sent with `EVALSHA`. A
+//! [`Call`] is one invocation with its keys and arguments, built here and nowhere else; the
+//! Redis backend (`topology/operations.rs`) sends calls, followed by `WAIT` when replicas must
+//! acknowledge, and reloads a script the server lost (`SCRIPT FLUSH`, a restart, a failover to
+//! a replica that never saw it).
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::{Cmd, Script, Value};
+
+pub(crate) use crate::backend::Reply;
+use crate::names::LockNames;
 
 /// Takes (or idempotently re-takes) the lock and bumps the fencing counter.
 pub(crate) static ACQUIRE: LazyLock<Script> =
@@ -20,6 +25,9 @@ pub(crate) static RENEW: LazyLock<Script> =
 /// Deletes the lock whoever holds it and publishes the unlock message.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+/// Reads the lock's state.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("inspect.lua")));
 /// [`RELEASE`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
 pub(crate) static RELEASE_SHARDED: LazyLock<Script> =
@@ -57,22 +65,100 @@ fn sharded(code: &str) -> String {
     debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
     out
 }
-/// Reads the lock's state.
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("inspect.lua")));
 
-/// The `{code, detail}` pair every single-key script returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Reply {
-    /// `{1, n}`: done (taken with token `n`, released, deleted, or locked with PTTL `n`).
-    Done(i64),
-    /// `{0, n}`: not done (held by another with PTTL `n`, not ours, or free).
-    NotDone(i64),
-    /// `{-1, type}`: the key holds data of this Redis type that is not a lock.
-    Foreign(String),
+/// One script invocation: the script (to reload it) and its `EVALSHA` command.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    script: &'static Script,
+    cmd: Cmd,
+}
+
+/// A script argument.
+enum Arg<'a> {
+    Str(&'a str),
+    Int(u64),
+}
+
+impl Call {
+    fn new<'a>(
+        script: &'static Script,
+        keys: &[&str],
+        args: impl IntoIterator<Item = Arg<'a>>,
+    ) -> Call {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        for arg in args {
+            match arg {
+                Arg::Str(s) => cmd.arg(s),
+                Arg::Int(n) => cmd.arg(n),
+            };
+        }
+        Call { script, cmd }
+    }
+
+    /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept
+    /// `retention_ms` after its last use).
+    pub(crate) fn acquire(
+        names: &LockNames,
+        owner: &str,
+        lease_ms: u64,
+        retention_ms: u64,
+    ) -> Call {
+        Call::new(
+            &ACQUIRE,
+            &[&names.key, &names.fence],
+            [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)],
+        )
+    }
+
+    /// `release.lua`: release `owner`'s hold and publish the unlock message.
+    pub(crate) fn release(publishing: Publishing, names: &LockNames, owner: &str) -> Call {
+        Call::new(
+            publishing.release,
+            &[&names.key, &names.channel],
+            [Arg::Str(owner)],
+        )
+    }
+
+    /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
+    pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+        Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
+    }
+
+    /// `inspect.lua`: the lock's state.
+    pub(crate) fn inspect(names: &LockNames) -> Call {
+        Call::new(&INSPECT, &[&names.key], [])
+    }
+
+    /// `renew.lua`: renew the leases of many `(key, owner)` pairs at once; replies with one
+    /// `1` (renewed) or `0` (not ours any more) per pair.
+    pub(crate) fn renew<'a>(
+        locks: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+        lease_ms: u64,
+    ) -> Call {
+        let keys: Vec<&str> = locks.clone().map(|(key, _)| key).collect();
+        let owners = locks.map(|(_, owner)| Arg::Str(owner));
+        Call::new(
+            &RENEW,
+            &keys,
+            std::iter::once(Arg::Int(lease_ms)).chain(owners),
+        )
+    }
+
+    /// The script, to load it after the server lost it.
+    pub(crate) fn script(&self) -> &'static Script {
+        self.script
+    }
+
+    /// The `EVALSHA` command.
+    pub(crate) fn cmd(&self) -> &Cmd {
+        &self.cmd
+    }
 }
 
 impl redis::FromRedisValue for Reply {
+    /// The `{code, detail}` pair every single-key script returns: `{1, n}` done, `{0, n}` not
+    /// done, `{-1, type}` foreign data.
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let (code, detail): (i64, Value) = redis::FromRedisValue::from_redis_value(v)?;
         let int = |v: Value| -> Result<i64, redis::ParsingError> {
@@ -86,18 +172,6 @@ impl redis::FromRedisValue for Reply {
             )?)),
             other => Err(format!("unexpected lock script status {other}").into()),
         }
-    }
-}
-
-/// Appends one renew script call covering `part` (`(key, owner)` pairs) to `pipe`.
-pub(crate) fn add_renew_call(pipe: &mut redis::Pipeline, part: &[(&str, &str)], lease_ms: u64) {
-    let cmd = pipe.cmd("EVALSHA").arg(RENEW.get_hash()).arg(part.len());
-    for (key, _) in part {
-        cmd.arg(*key);
-    }
-    cmd.arg(lease_ms);
-    for (_, owner) in part {
-        cmd.arg(*owner);
     }
 }
 
@@ -134,6 +208,54 @@ mod tests {
             Reply::Foreign("string".into())
         );
         assert!(Reply::from_redis_value(v(7, Value::Int(0))).is_err());
+    }
+
+    #[test]
+    fn calls_carry_their_keys_then_their_arguments() {
+        let names = LockNames::new("lock", "a").unwrap();
+        let args = |call: &Call| -> Vec<String> {
+            call.cmd()
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "<not a simple argument>".into(),
+                })
+                .collect()
+        };
+        let acquire = Call::acquire(&names, "me:1", 30_000, 60_000);
+        assert_eq!(
+            args(&acquire)[..],
+            [
+                "EVALSHA".to_owned(),
+                ACQUIRE.get_hash().to_owned(),
+                "2".into(),
+                names.key.clone(),
+                names.fence.clone(),
+                "me:1".into(),
+                "30000".into(),
+                "60000".into()
+            ]
+        );
+        let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);
+        assert_eq!(
+            args(&renew)[2..],
+            ["2", "k1", "k2", "900", "o1", "o2"].map(String::from)
+        );
+        let release = Call::release(Publishing::CLASSIC, &names, "me:1");
+        assert_eq!(args(&release)[1], RELEASE.get_hash());
+        assert_eq!(
+            args(&release)[2..],
+            [
+                "2".to_owned(),
+                names.key.clone(),
+                names.channel.clone(),
+                "me:1".into()
+            ]
+        );
+        assert_eq!(
+            args(&Call::inspect(&names))[2..],
+            ["1".to_owned(), names.key.clone()]
+        );
     }
 
     #[test]

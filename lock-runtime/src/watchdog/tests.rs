@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
-use super::renew_groups;
 use crate::fake::{Call, FakeRedis, reply, resp};
+use crate::topology::renew_groups;
 use crate::{LockClient, LockError, LockOptions, LossReason};
 
 /// Grants every acquire and release; renewals are answered by `renew`.
@@ -187,7 +187,7 @@ async fn max_hold_stops_renewal_and_releases() {
 #[tokio::test(start_paused = true)]
 async fn renewals_fall_back_to_one_slot_per_call_after_crossslot() {
     let fake = granting(|c| async move {
-        let mut slots: Vec<u16> = c.keys().iter().map(|k| crate::slot::slot(k)).collect();
+        let mut slots: Vec<u16> = c.keys().iter().map(|k| crate::topology::slot(k)).collect();
         slots.dedup();
         Ok(if slots.len() > 1 {
             resp("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
@@ -235,8 +235,12 @@ fn renew_groups_chunk_and_keep_each_call_in_one_slot() {
         "every key exactly once"
     );
     for group in &per_slot {
-        let slot = crate::slot::slot(&keys[group[0]]);
-        assert!(group.iter().all(|&i| crate::slot::slot(&keys[i]) == slot));
+        let slot = crate::topology::slot(&keys[group[0]]);
+        assert!(
+            group
+                .iter()
+                .all(|&i| crate::topology::slot(&keys[i]) == slot)
+        );
         assert!(group.len() <= 500);
     }
 }

@@ -19,10 +19,9 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, Script, Value};
+use redis::{ErrorKind, Pipeline, RedisError, Value};
 
-use crate::backend::Conn;
-use crate::script;
+use crate::backend::Shortfall;
 
 /// Require `replicas` acknowledgements within `timeout` after each lock write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +46,16 @@ impl ReplicaAck {
         }
     }
 
+    /// How the `acknowledged` count falls short, if it does.
+    pub(crate) fn shortfall(&self, acknowledged: u32) -> Option<Shortfall> {
+        (acknowledged < self.replicas).then_some(Shortfall {
+            required: self.replicas,
+            acknowledged,
+            timeout: self.timeout,
+        })
+    }
+
     /// An error unless the `WAIT` reply counts enough replicas.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn check(&self, reply: Value) -> redis::RedisResult<u32> {
         let acked = ReplicaAck::acknowledged(&reply);
         if acked >= self.replicas {
@@ -63,26 +70,30 @@ impl ReplicaAck {
     }
 }
 
-/// Runs `evalsha` (an `EVALSHA` of `script`) followed by `WAIT` in one pipeline on one
-/// connection (so `WAIT` counts exactly this write); loads the script and retries once if the
-/// server lost it. Returns the script's reply and how many replicas acknowledged.
-pub(crate) async fn eval_acked<T: FromRedisValue>(
-    conn: &mut Conn,
-    script: &Script,
-    evalsha: Cmd,
+/// Runs `evalsha` followed by `WAIT` (see `operations::send`, which supersedes this once the
+/// acquire path calls the backend).
+pub(crate) async fn eval_acked<T: redis::FromRedisValue>(
+    conn: &mut super::Conn,
+    script: &'static redis::Script,
+    evalsha: redis::Cmd,
     ack: ReplicaAck,
 ) -> redis::RedisResult<(T, u32)> {
     let mut pipe = redis::pipe();
     pipe.add_command(evalsha);
     ack.append_wait(&mut pipe);
-    let (reply, acked): (T, Value) = match pipe.query_async(&mut *conn).await {
-        Err(e) if script::is_no_script(&e) => {
-            script.prepare_invoke().load_async(&mut *conn).await?;
-            pipe.query_async(conn).await?
-        }
-        other => other?,
-    };
+    let values = super::operations::query_reloading(conn, &pipe, &[script]).await?;
+    let (reply, acked): (T, Value) = redis::FromRedisValue::from_redis_value(Value::Array(values))?;
     Ok((reply, ReplicaAck::acknowledged(&acked)))
+}
+
+/// One lock's renewal outcome: "gone" needs no acknowledgement; "renewed" counts only once
+/// replicas have it (`None`: not confirmed, retry).
+pub(crate) fn renewal(renewed: bool, acknowledged: bool) -> Option<bool> {
+    if renewed {
+        acknowledged.then_some(true)
+    } else {
+        Some(false)
+    }
 }
 
 #[cfg(test)]

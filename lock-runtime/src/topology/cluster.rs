@@ -16,20 +16,22 @@
 //! retry, not a lost lock.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{FromRedisValue, Value};
 
+use super::replica_ack::{self, ReplicaAck};
+use super::slots::{SlotCache, slot};
+use super::{Conn, Settings};
 use crate::LockError;
-use crate::backend::{Conn, GroupDone, Settings};
+use crate::backend::GroupDone;
 use crate::demux::Demux;
-use crate::script;
+use crate::script::{self, Call, Reply};
 
 /// Connects the command connection (RESP2) and the pub/sub connection (RESP3, pushes to the
 /// demux) to a cluster through its seed nodes.
@@ -82,8 +84,6 @@ pub(crate) async fn connect(
     Ok((Conn::Cluster(commands), Conn::Cluster(pubsub)))
 }
 
-pub(crate) use crate::slot::slot;
-
 /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, one command per slot (a command may not span slots), all
 /// slots at once; each slot's channels are reported to `done` as soon as that slot is settled.
 pub(crate) async fn ssubscribe(
@@ -118,103 +118,8 @@ pub(crate) async fn ssubscribe(
     }
 }
 
-/// The masters' slot ranges, from `CLUSTER SLOTS`.
-#[derive(Debug, Default)]
-struct SlotMap {
-    /// `(first slot, last slot, host, port)`, sorted by first slot.
-    ranges: Vec<(u16, u16, String, u16)>,
-}
-
-impl SlotMap {
-    fn node(&self, slot: u16) -> Option<(&str, u16)> {
-        let i = self.ranges.partition_point(|r| r.1 < slot);
-        self.ranges
-            .get(i)
-            .filter(|r| r.0 <= slot)
-            .map(|r| (r.2.as_str(), r.3))
-    }
-
-    fn parse(reply: Value) -> Result<SlotMap, redis::ParsingError> {
-        let entries: Vec<Vec<Value>> = FromRedisValue::from_redis_value(reply)?;
-        let mut ranges = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let mut fields = entry.into_iter();
-            let (Some(start), Some(end), Some(master)) =
-                (fields.next(), fields.next(), fields.next())
-            else {
-                return Err("short CLUSTER SLOTS entry".into());
-            };
-            let start: u16 = FromRedisValue::from_redis_value(start)?;
-            let end: u16 = FromRedisValue::from_redis_value(end)?;
-            let master: Vec<Value> = FromRedisValue::from_redis_value(master)?;
-            let mut master = master.into_iter();
-            let (Some(host), Some(port)) = (master.next(), master.next()) else {
-                return Err("short CLUSTER SLOTS node".into());
-            };
-            // Empty or NULL on some deployments: the key only groups slots by node here; the
-            // request is routed by slot, so redis resolves the address itself.
-            let host: String = match host {
-                Value::Nil => String::new(),
-                host => FromRedisValue::from_redis_value(host)?,
-            };
-            let port: u16 = FromRedisValue::from_redis_value(port)?;
-            ranges.push((start, end, host, port));
-        }
-        ranges.sort_by_key(|r| r.0);
-        Ok(SlotMap { ranges })
-    }
-}
-
-/// The watchdog's cached slot map. Marked stale whenever a node's batch fails, then refreshed;
-/// the last good map is kept if the refresh fails (a frozen node may be the one asked).
-#[derive(Debug, Default)]
-pub(crate) struct SlotCache {
-    map: Mutex<(Option<Arc<SlotMap>>, bool)>,
-}
-
-impl SlotCache {
-    async fn get(&self, conn: &ClusterConnection) -> Option<Arc<SlotMap>> {
-        let (cached, stale) = self.lock().clone();
-        if let Some(map) = &cached
-            && !stale
-        {
-            return Some(map.clone());
-        }
-        let reply = conn
-            .clone()
-            .route_command(
-                redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
-            .await;
-        match reply.map(SlotMap::parse) {
-            Ok(Ok(map)) => {
-                let map = Arc::new(map);
-                *self.lock() = (Some(map.clone()), false);
-                Some(map)
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "unexpected CLUSTER SLOTS reply");
-                cached
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "CLUSTER SLOTS failed");
-                cached
-            }
-        }
-    }
-
-    pub(crate) fn invalidate(&self) {
-        self.lock().1 = true;
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Arc<SlotMap>>, bool)> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// One renew script call: the batch indices it covers.
-type Call = Vec<usize>;
+type Batch = Vec<usize>;
 
 /// Renews `batch` (`(key, owner)` pairs): one pipeline per node, then slot by slot for what
 /// failed. Returns per entry `Some(true)` (renewed), `Some(false)` (no longer ours) or `None`
@@ -227,7 +132,7 @@ pub(crate) async fn renew(
     cache: &SlotCache,
     batch: &[(&str, &str)],
     lease_ms: u64,
-    ack: Option<crate::ack::ReplicaAck>,
+    ack: Option<ReplicaAck>,
     chunk: usize,
     limit: std::time::Duration,
 ) -> Vec<Option<bool>> {
@@ -245,7 +150,7 @@ pub(crate) async fn renew(
     let mut leftover: Vec<u16> = Vec::new();
     let map = match tokio::time::timeout(limit / 4, cache.get(conn)).await {
         Ok(map) => map,
-        Err(_) => cache.lock().0.clone(),
+        Err(_) => cache.cached(),
     };
     match map {
         Some(map) => {
@@ -262,7 +167,7 @@ pub(crate) async fn renew(
     }
 
     let node_batches = by_node.into_values().map(|slots| {
-        let mut calls: Vec<Call> = Vec::new();
+        let mut calls: Vec<Batch> = Vec::new();
         for s in &slots {
             calls.extend(by_slot[s].chunks(chunk.max(1)).map(<[usize]>::to_vec));
         }
@@ -349,23 +254,14 @@ async fn send(
     mut conn: ClusterConnection,
     route: SingleNodeRoutingInfo,
     batch: &[(&str, &str)],
-    calls: &[Call],
+    calls: &[Batch],
     lease_ms: u64,
-    ack: Option<crate::ack::ReplicaAck>,
+    ack: Option<ReplicaAck>,
 ) -> redis::RedisResult<Replies> {
     let mut pipe = redis::pipe();
     for call in calls {
-        let cmd = pipe
-            .cmd("EVALSHA")
-            .arg(script::RENEW.get_hash())
-            .arg(call.len());
-        for &i in call {
-            cmd.arg(batch[i].0);
-        }
-        cmd.arg(lease_ms);
-        for &i in call {
-            cmd.arg(batch[i].1);
-        }
+        let call = Call::renew(call.iter().map(|&i| batch[i]), lease_ms);
+        pipe.add_command(call.cmd().clone());
     }
     if let Some(ack) = ack {
         ack.append_wait(&mut pipe);
@@ -391,15 +287,11 @@ async fn send(
     Ok((replies, acknowledged))
 }
 
-/// Records replies: "gone" needs no acknowledgement; "renewed" counts only once replicas have it.
-fn apply(results: &mut [Option<bool>], calls: &[Call], (replies, acknowledged): Replies) {
+/// Records replies (see [`replica_ack::renewal`]).
+fn apply(results: &mut [Option<bool>], calls: &[Batch], (replies, acknowledged): Replies) {
     for (call, reply) in calls.iter().zip(replies) {
         for (&i, renewed) in call.iter().zip(reply) {
-            results[i] = if renewed == 1 {
-                acknowledged.then_some(true)
-            } else {
-                Some(false)
-            };
+            results[i] = replica_ack::renewal(renewed == 1, acknowledged);
         }
     }
 }
@@ -416,22 +308,19 @@ async fn load_everywhere(conn: &ClusterConnection) -> redis::RedisResult<()> {
         .map(|_| ())
 }
 
-/// Releases each job by itself (a pipeline may not span slots), all at once, each bounded by
-/// `limit` so a hanging node delays the round by no more than that. Returns the indices of the
-/// jobs that failed.
+/// Runs each release call by itself (a pipeline may not span slots), all at once, each bounded
+/// by `limit` so a hanging node delays the round by no more than that. Returns the indices of
+/// the calls that failed.
 pub(crate) async fn release_each(
     conn: &ClusterConnection,
-    release: &redis::Script,
-    jobs: &[(&str, &str, &str)],
+    calls: &[Call],
     limit: std::time::Duration,
 ) -> Vec<usize> {
-    let calls = jobs.iter().enumerate().map(|(i, (key, channel, owner))| {
+    let calls = calls.iter().enumerate().map(|(i, call)| {
         let mut conn = conn.clone();
         async move {
-            let mut invocation = release.key(*key);
-            invocation.key(*channel).arg(*owner);
-            let call = invocation.invoke_async::<script::Reply>(&mut conn);
-            let result = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            let send = super::operations::send::<Reply>(&mut conn, call, None);
+            let result = tokio::time::timeout(limit, send).await.unwrap_or_else(|_| {
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "background release timed out",
@@ -449,28 +338,4 @@ pub(crate) async fn release_each(
                 .map(|_| i)
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_map_finds_the_range() {
-        let map = SlotMap {
-            ranges: vec![
-                (0, 5460, "a".into(), 1),
-                (5461, 10922, "b".into(), 2),
-                (10923, 16383, "c".into(), 3),
-            ],
-        };
-        assert_eq!(map.node(0), Some(("a", 1)));
-        assert_eq!(map.node(5461), Some(("b", 2)));
-        assert_eq!(map.node(16383), Some(("c", 3)));
-        let gap = SlotMap {
-            ranges: vec![(10, 20, "a".into(), 1)],
-        };
-        assert_eq!(gap.node(5), None);
-        assert_eq!(gap.node(21), None);
-    }
 }

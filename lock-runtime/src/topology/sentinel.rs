@@ -5,10 +5,10 @@
 //! timeout, `READONLY` from a demoted master), it asks the sentinels again, at most every
 //! [`RECHECK`] (one question at a time), and asks them anyway every [`SCAN`] (over one kept
 //! sentinel connection; the full lookup only when the address changed). A reply that arrives
-//! from the old master after a switch counts as an unknown outcome. Once they name another master, both connections are replaced and the demux is
-//! told the pub/sub connection was lost, which wakes every waiter (an unlock published during
-//! the switch may be gone) and resubscribes every channel on the new master. Requests that
-//! failed meanwhile are retried by their callers: acquisitions ride out the failover within
+//! from the old master after a switch counts as an unknown outcome. Once they name another
+//! master, both connections are replaced and the demux is told the pub/sub connection was
+//! lost, which wakes every waiter (an unlock published during the switch may be gone) and
+//! resubscribes every channel on the new master. Requests that failed meanwhile are retried by their callers: acquisitions ride out the failover within
 //! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), the
 //! watchdog retries renewals until the lease would run out, the releaser retries releases.
 
@@ -21,8 +21,8 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::time::Instant;
 
+use super::{Conn, Settings};
 use crate::LockError;
-use crate::backend::{Conn, Settings};
 use crate::demux::Demux;
 use crate::error::failover_symptom;
 

@@ -1,0 +1,335 @@
+//! The Redis backend: the lock operations as script calls on any topology.
+//!
+//! Every operation is a [`Call`] from `script/`, sent by [`send`] (followed by `WAIT` in the same
+//! pipeline when replicas must acknowledge) or, for batches, by [`query_reloading`]; both load
+//! a script the server lost and retry once. Batches are shaped per topology here:
+//!
+//! - **renewals**: one pipeline of renew calls (up to [`RENEW_CHUNK`] keys each) on one server
+//!   or the Sentinel master; one call per slot once the endpoint turned out to be a proxy in
+//!   front of a cluster (CROSSSLOT); one pipeline per node on a cluster (`cluster.rs`);
+//! - **background releases**: one pipeline on one server; one call per lock on a cluster.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, Pipeline, RedisResult, Value};
+
+use super::Conn;
+use super::replica_ack::{self, ReplicaAck};
+use crate::backend::{Acked, Backend, BoxFuture, Release, Reply};
+use crate::names::LockNames;
+use crate::script::{self, Call, Publishing};
+
+/// Keys per renewal script call; a batch of any size is still one pipelined round trip.
+pub(crate) const RENEW_CHUNK: usize = 500;
+
+/// The lock operations on a Redis deployment.
+pub(crate) struct RedisBackend {
+    conn: Conn,
+    publishing: Publishing,
+    ack: Option<ReplicaAck>,
+    fails_over: bool,
+    /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
+    per_slot: AtomicBool,
+    /// Where the slots of the cluster live, for batching renewals per node.
+    #[cfg(feature = "cluster")]
+    slots: super::slots::SlotCache,
+}
+
+impl RedisBackend {
+    pub(crate) fn new(
+        conn: Conn,
+        publishing: Publishing,
+        ack: Option<ReplicaAck>,
+        fails_over: bool,
+    ) -> RedisBackend {
+        RedisBackend {
+            conn,
+            publishing,
+            ack,
+            fails_over,
+            per_slot: AtomicBool::new(false),
+            #[cfg(feature = "cluster")]
+            slots: Default::default(),
+        }
+    }
+
+    /// A single-lock write, acknowledged by replicas when the client asks for it.
+    async fn write(&self, call: Call) -> RedisResult<Acked<Reply>> {
+        let (reply, acked) = send::<Reply>(&mut self.conn.clone(), &call, self.ack).await?;
+        let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
+        Ok(Acked { reply, shortfall })
+    }
+
+    /// A single-lock read (or an unacknowledged write).
+    async fn read(&self, call: Call) -> RedisResult<Reply> {
+        send::<Reply>(&mut self.conn.clone(), &call, None)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    async fn renew_all(
+        &self,
+        locks: &[(&str, &str)],
+        lease_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<Vec<Option<bool>>> {
+        #[cfg(feature = "cluster")]
+        if let Conn::Cluster(cluster) = &self.conn {
+            // The cluster path bounds its own steps by `limit` and reports partial success;
+            // the outer bound is a safety net.
+            let renew = super::cluster::renew(
+                cluster,
+                &self.slots,
+                locks,
+                lease_ms,
+                self.ack,
+                RENEW_CHUNK,
+                limit,
+            );
+            return match tokio::time::timeout(limit + limit / 16, renew).await {
+                Ok(results) => Ok(results),
+                Err(_) => {
+                    self.slots.invalidate();
+                    Err(timed_out("lock renewal timed out"))
+                }
+            };
+        }
+        let mut conn = self.conn.clone();
+        let renew = renew_pipelined(&mut conn, locks, lease_ms, self.ack, &self.per_slot);
+        tokio::time::timeout(limit, renew)
+            .await
+            .unwrap_or_else(|_| Err(timed_out("lock renewal timed out")))
+    }
+
+    async fn release_all(&self, jobs: &[Release<'_>], limit: Duration) -> RedisResult<Vec<usize>> {
+        let calls: Vec<Call> = jobs
+            .iter()
+            .map(|job| Call::release(self.publishing, job.names, job.owner))
+            .collect();
+        #[cfg(feature = "cluster")]
+        if let Conn::Cluster(cluster) = &self.conn {
+            // A pipeline may not span slots: one call per lock, all at once.
+            let failed = super::cluster::release_each(cluster, &calls, limit).await;
+            return if !failed.is_empty() && failed.len() == jobs.len() {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "every background release failed",
+                )))
+            } else {
+                Ok(failed)
+            };
+        }
+        let _ = limit; // One pipeline on one connection, bounded by its response timeout.
+        let mut pipe = redis::pipe();
+        for call in &calls {
+            pipe.add_command(call.cmd().clone());
+        }
+        query_reloading(&mut self.conn.clone(), &pipe, &[self.publishing.release]).await?;
+        Ok(Vec::new())
+    }
+}
+
+impl Backend for RedisBackend {
+    fn acquire<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        lease_ms: u64,
+        retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        Box::pin(self.write(Call::acquire(names, owner, lease_ms, retention_ms)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        Box::pin(self.write(Call::release(self.publishing, names, owner)))
+    }
+
+    fn release_many<'a>(
+        &'a self,
+        jobs: &'a [Release<'a>],
+        limit: Duration,
+    ) -> BoxFuture<'a, RedisResult<Vec<usize>>> {
+        Box::pin(self.release_all(jobs, limit))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        locks: &'a [(&'a str, &'a str)],
+        lease_ms: u64,
+        limit: Duration,
+    ) -> BoxFuture<'a, RedisResult<Vec<Option<bool>>>> {
+        Box::pin(self.renew_all(locks, lease_ms, limit))
+    }
+
+    fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
+        Box::pin(self.read(Call::force_unlock(self.publishing, names)))
+    }
+
+    fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
+        Box::pin(self.read(Call::inspect(names)))
+    }
+
+    fn fails_over(&self) -> bool {
+        self.fails_over
+    }
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, what))
+}
+
+/// Runs one script call, followed by `WAIT` in the same pipeline on the same connection when
+/// `ack` is given (so `WAIT` counts exactly this write); loads the script and retries once if
+/// the server lost it. Returns the reply and, with `ack`, how many replicas acknowledged.
+pub(crate) async fn send<T: FromRedisValue>(
+    conn: &mut (impl ConnectionLike + Send),
+    call: &Call,
+    ack: Option<ReplicaAck>,
+) -> RedisResult<(T, Option<u32>)> {
+    let Some(ack) = ack else {
+        let reply = match conn.req_packed_command(call.cmd()).await {
+            Err(e) if script::is_no_script(&e) => {
+                call.script()
+                    .prepare_invoke()
+                    .load_async(&mut *conn)
+                    .await?;
+                conn.req_packed_command(call.cmd()).await?
+            }
+            other => other?,
+        };
+        return Ok((T::from_redis_value(reply)?, None));
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(call.cmd().clone());
+    ack.append_wait(&mut pipe);
+    let (reply, acked): (T, Value) = FromRedisValue::from_redis_value(Value::Array(
+        query_reloading(conn, &pipe, &[call.script()]).await?,
+    ))?;
+    Ok((reply, Some(ReplicaAck::acknowledged(&acked))))
+}
+
+/// Runs a pipeline of script calls; if the server lost a script, loads `scripts` and runs the
+/// pipeline once more.
+pub(crate) async fn query_reloading(
+    conn: &mut (impl ConnectionLike + Send),
+    pipe: &Pipeline,
+    scripts: &[&redis::Script],
+) -> RedisResult<Vec<Value>> {
+    match pipe.query_async::<Vec<Value>>(&mut *conn).await {
+        Err(e) if script::is_no_script(&e) => {
+            tracing::debug!("lock script missing on the server; reloading");
+            for script in scripts {
+                script.prepare_invoke().load_async(&mut *conn).await?;
+            }
+            pipe.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// Renews on one server (or the master behind Sentinel): one pipeline, `WAIT` at its end when
+/// replicas must acknowledge. Per lock: renewed, gone, or (not acknowledged) unconfirmed.
+///
+/// Many keys go into one script call, unless the endpoint turned out to be a proxy in front of
+/// a cluster that rejects calls spanning slots (CROSSSLOT): then, from that round on, one call
+/// per slot (`per_slot`), still in one pipeline.
+async fn renew_pipelined(
+    conn: &mut Conn,
+    pairs: &[(&str, &str)],
+    lease_ms: u64,
+    ack: Option<ReplicaAck>,
+    per_slot: &AtomicBool,
+) -> RedisResult<Vec<Option<bool>>> {
+    loop {
+        let grouped = per_slot.load(Ordering::Relaxed);
+        match renew_grouped(conn, pairs, lease_ms, ack, grouped).await {
+            Err(e) if !grouped && script::is_cross_slot(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "renewal rejected as cross-slot: a proxy in front of a cluster; renewing one slot per call from now on"
+                );
+                per_slot.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Splits keys into renew script calls (indexes into `keys`): at most `chunk` per call, and
+/// each call within one slot if `per_slot`.
+pub(crate) fn renew_groups<'a>(
+    keys: impl Iterator<Item = &'a str>,
+    per_slot: bool,
+    chunk: usize,
+) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    if per_slot {
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, key) in keys.enumerate() {
+            by_slot.entry(super::slots::slot(key)).or_default().push(i);
+        }
+        for group in by_slot.into_values() {
+            groups.extend(group.chunks(chunk.max(1)).map(<[usize]>::to_vec));
+        }
+    } else {
+        let all: Vec<usize> = keys.enumerate().map(|(i, _)| i).collect();
+        groups.extend(all.chunks(chunk.max(1)).map(<[usize]>::to_vec));
+    }
+    groups
+}
+
+/// One renewal pipeline: `pairs` in calls of up to [`RENEW_CHUNK`] keys, each call within one
+/// slot if `per_slot`. Results come back in the order of `pairs`.
+async fn renew_grouped(
+    conn: &mut Conn,
+    pairs: &[(&str, &str)],
+    lease_ms: u64,
+    ack: Option<ReplicaAck>,
+    per_slot: bool,
+) -> RedisResult<Vec<Option<bool>>> {
+    let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, RENEW_CHUNK);
+    let mut pipe = redis::pipe();
+    for group in &groups {
+        let call = Call::renew(group.iter().map(|&i| pairs[i]), lease_ms);
+        pipe.add_command(call.cmd().clone());
+    }
+    if let Some(ack) = ack {
+        ack.append_wait(&mut pipe);
+    }
+    let mut values = query_reloading(conn, &pipe, &[&script::RENEW]).await?;
+    let acknowledged = match ack {
+        Some(ack) => {
+            let acked = values.pop().map_or(0, |v| ReplicaAck::acknowledged(&v));
+            if acked < ack.replicas {
+                tracing::warn!(
+                    acked,
+                    required = ack.replicas,
+                    "renewal not acknowledged by enough replicas"
+                );
+            }
+            acked >= ack.replicas
+        }
+        None => true,
+    };
+    let mut results = vec![None; pairs.len()];
+    for (group, value) in groups.iter().zip(values) {
+        let renewed: Vec<i64> = FromRedisValue::from_redis_value(value)?;
+        if renewed.len() != group.len() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "renew script returned the wrong number of results",
+            )));
+        }
+        for (&i, r) in group.iter().zip(renewed) {
+            results[i] = replica_ack::renewal(r == 1, acknowledged);
+        }
+    }
+    Ok(results)
+}

@@ -19,6 +19,9 @@ use redis::RedisResult;
 
 use crate::names::LockNames;
 
+#[cfg(test)]
+pub(crate) mod memory;
+
 /// A boxed future, so the traits stay object-safe.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

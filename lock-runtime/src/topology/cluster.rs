@@ -26,7 +26,7 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{FromRedisValue, Value};
 
 use super::replica_ack::{self, ReplicaAck};
-use super::slots::{SlotCache, slot};
+use super::slots::{SlotCache, SlotMap, slot};
 use super::{Conn, Settings};
 use crate::LockError;
 use crate::backend::GroupDone;
@@ -121,11 +121,20 @@ pub(crate) async fn ssubscribe(
 /// One renew script call: the batch indices it covers.
 type Batch = Vec<usize>;
 
-/// Renews `batch` (`(key, owner)` pairs): one pipeline per node, then slot by slot for what
+/// What one renewal round sends: the locks, the lease and the acknowledgement it needs.
+#[derive(Clone, Copy)]
+struct Round<'a> {
+    conn: &'a ClusterConnection,
+    batch: &'a [(&'a str, &'a str)],
+    lease_ms: u64,
+    ack: Option<ReplicaAck>,
+}
+
+/// Renews `batch` (`(key, owner)` pairs): one pipeline per node, then lock by lock for what
 /// failed. Returns per entry `Some(true)` (renewed), `Some(false)` (no longer ours) or `None`
 /// (not confirmed: retry soon). With `ack`, a node's renewals count only if `WAIT` confirms
 /// enough replicas. Returns within about `limit`: a node batch that takes longer than half of it
-/// counts as failed, and its slots are retried one by one (after the slot map is refreshed) in
+/// counts as failed, and its locks are retried one by one (after the slot map is refreshed) in
 /// the time left.
 pub(crate) async fn renew(
     conn: &ClusterConnection,
@@ -139,72 +148,24 @@ pub(crate) async fn renew(
     // Every step is bounded, so what did succeed is always reported in time: a node that hangs
     // must not cost the locks on the other nodes their renewal.
     let start = tokio::time::Instant::now();
-    let node_timeout = limit / 2;
+    let round = Round {
+        conn,
+        batch,
+        lease_ms,
+        ack,
+    };
     let mut results = vec![None; batch.len()];
     let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
     for (i, (key, _)) in batch.iter().enumerate() {
         by_slot.entry(slot(key)).or_default().push(i);
     }
-
-    let mut by_node: HashMap<(String, u16), Vec<u16>> = HashMap::new();
-    let mut leftover: Vec<u16> = Vec::new();
     let map = match tokio::time::timeout(limit / 4, cache.get(conn)).await {
         Ok(map) => map,
         Err(_) => cache.cached(),
     };
-    match map {
-        Some(map) => {
-            for &s in by_slot.keys() {
-                match map.node(s) {
-                    Some((host, port)) => {
-                        by_node.entry((host.to_owned(), port)).or_default().push(s)
-                    }
-                    None => leftover.push(s),
-                }
-            }
-        }
-        None => leftover.extend(by_slot.keys().copied()),
-    }
-
-    let node_batches = by_node.into_values().map(|slots| {
-        let mut calls: Vec<Batch> = Vec::new();
-        for s in &slots {
-            calls.extend(by_slot[s].chunks(chunk.max(1)).map(<[usize]>::to_vec));
-        }
-        // Routed by one of its slots, not by our copy of the address: redis resolves it.
-        let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::new(
-            slots[0],
-            redis::cluster_routing::SlotAddr::Master,
-        ));
-        let conn = conn.clone();
-        async move {
-            // A node that hangs (black-holed, frozen) must leave time for the fallback.
-            let outcome = tokio::time::timeout(
-                node_timeout,
-                send(conn, route, batch, &calls, lease_ms, ack),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "node renewal batch timed out",
-                )))
-            });
-            (slots, calls, outcome)
-        }
-    });
-    let mut failed_slots = Vec::new();
-    let mut no_script = false;
-    for (slots, calls, outcome) in join_all(node_batches).await {
-        match outcome {
-            Ok(replies) => apply(&mut results, &calls, replies),
-            Err(e) => {
-                no_script |= script::is_no_script(&e);
-                tracing::debug!(error = %e, slots = slots.len(), "node renewal batch failed; retrying slot by slot");
-                failed_slots.extend(slots);
-            }
-        }
-    }
+    let (by_node, mut leftover) = group_by_node(map.as_deref(), by_slot.keys().copied());
+    let (failed_slots, no_script) =
+        renew_per_node(round, &by_slot, by_node, chunk, limit / 2, &mut results).await;
     if !failed_slots.is_empty() {
         cache.invalidate();
     }
@@ -218,46 +179,120 @@ pub(crate) async fn renew(
             Err(_) => tracing::debug!("loading the renew script timed out"),
         }
     }
-
-    // Lock by lock through the key-routed path, which follows MOVED/ASK (one key per call: a
-    // multi-key call gets TRYAGAIN while its slot migrates, and ASKING covers one command).
-    // Each bounded on its own, so a hanging node costs only its own locks.
     leftover.extend(failed_slots);
     let remaining = (start + limit).saturating_duration_since(tokio::time::Instant::now());
-    let per_lock = leftover.iter().flat_map(|s| by_slot[s].iter()).map(|&i| {
-        let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::with_key(
-            batch[i].0,
+    let locks = leftover.iter().flat_map(|s| by_slot[s].iter().copied());
+    renew_per_lock(round, locks, remaining, &mut results).await;
+    results
+}
+
+/// Groups slots by the node that serves them (by `map`); slots with no known node are left over.
+fn group_by_node(
+    map: Option<&SlotMap>,
+    slots: impl Iterator<Item = u16>,
+) -> (Vec<Vec<u16>>, Vec<u16>) {
+    let mut by_node: HashMap<(&str, u16), Vec<u16>> = HashMap::new();
+    let mut leftover = Vec::new();
+    for s in slots {
+        match map.and_then(|map| map.node(s)) {
+            Some(node) => by_node.entry(node).or_default().push(s),
+            None => leftover.push(s),
+        }
+    }
+    (by_node.into_values().collect(), leftover)
+}
+
+/// One pipeline per node (one script call per slot, up to `chunk` keys), all nodes at once,
+/// each bounded by `node_timeout`. Records what was confirmed; returns the slots of the nodes
+/// that failed, and whether one had lost the script.
+async fn renew_per_node(
+    round: Round<'_>,
+    by_slot: &HashMap<u16, Vec<usize>>,
+    by_node: Vec<Vec<u16>>,
+    chunk: usize,
+    node_timeout: std::time::Duration,
+    results: &mut [Option<bool>],
+) -> (Vec<u16>, bool) {
+    let node_batches = by_node.into_iter().map(|slots| {
+        let mut calls: Vec<Batch> = Vec::new();
+        for s in &slots {
+            calls.extend(by_slot[s].chunks(chunk.max(1)).map(<[usize]>::to_vec));
+        }
+        // Routed by one of its slots, not by our copy of the address: redis resolves it.
+        let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::new(
+            slots[0],
             redis::cluster_routing::SlotAddr::Master,
         ));
-        let conn = conn.clone();
+        async move {
+            // A node that hangs (black-holed, frozen) must leave time for the fallback.
+            let outcome = tokio::time::timeout(node_timeout, send(round, route, &calls))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "node renewal batch timed out",
+                    )))
+                });
+            (slots, calls, outcome)
+        }
+    });
+    let mut failed_slots = Vec::new();
+    let mut no_script = false;
+    for (slots, calls, outcome) in join_all(node_batches).await {
+        match outcome {
+            Ok(replies) => apply(results, &calls, replies),
+            Err(e) => {
+                no_script |= script::is_no_script(&e);
+                tracing::debug!(error = %e, slots = slots.len(), "node renewal batch failed; retrying lock by lock");
+                failed_slots.extend(slots);
+            }
+        }
+    }
+    (failed_slots, no_script)
+}
+
+/// Lock by lock through the key-routed path, which follows MOVED/ASK (one key per call: a
+/// multi-key call gets TRYAGAIN while its slot migrates, and ASKING covers one command). Each
+/// bounded by `remaining` on its own, so a hanging node costs only its own locks.
+async fn renew_per_lock(
+    round: Round<'_>,
+    locks: impl Iterator<Item = usize>,
+    remaining: std::time::Duration,
+    results: &mut [Option<bool>],
+) {
+    let per_lock = locks.map(|i| {
+        let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::with_key(
+            round.batch[i].0,
+            redis::cluster_routing::SlotAddr::Master,
+        ));
         async move {
             let calls = vec![vec![i]];
-            let outcome =
-                tokio::time::timeout(remaining, send(conn, route, batch, &calls, lease_ms, ack))
-                    .await;
+            let outcome = tokio::time::timeout(remaining, send(round, route, &calls)).await;
             (calls, outcome)
         }
     });
     for (calls, outcome) in join_all(per_lock).await {
         match outcome {
-            Ok(Ok(replies)) => apply(&mut results, &calls, replies),
+            Ok(Ok(replies)) => apply(results, &calls, replies),
             Ok(Err(e)) => tracing::debug!(error = %e, "lock renewal failed"),
             Err(_) => tracing::debug!("lock renewal timed out"),
         }
     }
-    results
 }
 
 /// Sends the renew calls (plus `WAIT`) as one pipeline along `route`; returns one reply per
 /// call and whether replicas acknowledged them, or an error when anything in it failed.
 async fn send(
-    mut conn: ClusterConnection,
+    round: Round<'_>,
     route: SingleNodeRoutingInfo,
-    batch: &[(&str, &str)],
     calls: &[Batch],
-    lease_ms: u64,
-    ack: Option<ReplicaAck>,
 ) -> redis::RedisResult<Replies> {
+    let Round {
+        conn,
+        batch,
+        lease_ms,
+        ack,
+    } = round;
     let mut pipe = redis::pipe();
     for call in calls {
         let call = Call::renew(call.iter().map(|&i| batch[i]), lease_ms);
@@ -267,7 +302,7 @@ async fn send(
         ack.append_wait(&mut pipe);
     }
     let count = pipe.cmd_iter().count();
-    let mut values = conn.route_pipeline(pipe, 0, count, route).await?;
+    let mut values = conn.clone().route_pipeline(pipe, 0, count, route).await?;
     let acknowledged = match ack {
         Some(ack) => {
             let acked = values.pop().unwrap_or(Value::Nil);

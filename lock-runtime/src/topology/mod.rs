@@ -32,8 +32,6 @@ mod slots;
 
 pub(crate) use self::operations::RedisBackend;
 #[cfg(test)]
-pub(crate) use self::operations::renew_groups;
-#[cfg(test)]
 pub(crate) use self::slots::slot;
 
 use std::time::Duration;

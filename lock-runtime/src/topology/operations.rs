@@ -333,3 +333,37 @@ async fn renew_grouped(
     }
     Ok(results)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::renew_groups;
+
+    #[test]
+    fn renew_groups_chunk_and_keep_each_call_in_one_slot() {
+        let keys: Vec<String> = (0..1200)
+            .map(|i| format!("lock:{{k{}}}", i % 700))
+            .collect();
+        let flat = renew_groups(keys.iter().map(String::as_str), false, 500);
+        assert_eq!(
+            flat.iter().map(Vec::len).collect::<Vec<_>>(),
+            [500, 500, 200]
+        );
+        let per_slot = renew_groups(keys.iter().map(String::as_str), true, 500);
+        let mut seen: Vec<usize> = per_slot.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..1200).collect::<Vec<_>>(),
+            "every key exactly once"
+        );
+        for group in &per_slot {
+            let slot = super::super::slots::slot(&keys[group[0]]);
+            assert!(
+                group
+                    .iter()
+                    .all(|&i| super::super::slots::slot(&keys[i]) == slot)
+            );
+            assert!(group.len() <= 500);
+        }
+    }
+}

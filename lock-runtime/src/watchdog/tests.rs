@@ -10,7 +10,6 @@ use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
 use crate::fake::{Call, FakeRedis, reply, resp};
-use crate::topology::renew_groups;
 use crate::{LockClient, LockError, LockOptions, LossReason};
 
 /// Grants every acquire and release; renewals are answered by `renew`.
@@ -214,33 +213,4 @@ async fn renewals_fall_back_to_one_slot_per_call_after_crossslot() {
     assert_eq!(renewals[0].keys().len(), names.len());
     assert!(renewals[1..].iter().all(|c| c.keys().len() == 1));
     assert!(renewals.len() > 1 + 2 * names.len(), "{}", renewals.len());
-}
-
-#[test]
-fn renew_groups_chunk_and_keep_each_call_in_one_slot() {
-    let keys: Vec<String> = (0..1200)
-        .map(|i| format!("lock:{{k{}}}", i % 700))
-        .collect();
-    let flat = renew_groups(keys.iter().map(String::as_str), false, 500);
-    assert_eq!(
-        flat.iter().map(Vec::len).collect::<Vec<_>>(),
-        [500, 500, 200]
-    );
-    let per_slot = renew_groups(keys.iter().map(String::as_str), true, 500);
-    let mut seen: Vec<usize> = per_slot.iter().flatten().copied().collect();
-    seen.sort_unstable();
-    assert_eq!(
-        seen,
-        (0..1200).collect::<Vec<_>>(),
-        "every key exactly once"
-    );
-    for group in &per_slot {
-        let slot = crate::topology::slot(&keys[group[0]]);
-        assert!(
-            group
-                .iter()
-                .all(|&i| crate::topology::slot(&keys[i]) == slot)
-        );
-        assert!(group.len() <= 500);
-    }
 }

@@ -14,6 +14,7 @@ use crate::names::validate_prefix;
 use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
+use crate::sync;
 use crate::topology::replica_ack::ReplicaAck;
 use crate::topology::{self, Conn, RedisBackend, Settings, Topology};
 use crate::watchdog::Watchdog;
@@ -259,25 +260,20 @@ impl LockClient {
     /// Makes this client the process-wide default, used by `#[distributed_lock]` without a
     /// `client = …` argument. Replaces a previously installed default.
     pub fn install_default(&self) {
-        let mut slot = DEFAULT_CLIENT.write().unwrap_or_else(|e| e.into_inner());
+        let mut slot = sync::write(&DEFAULT_CLIENT);
         *slot = Some(self.clone());
     }
 
     /// The process-wide default client, or [`LockError::NoDefaultClient`].
     pub fn default_client() -> Result<LockClient, LockError> {
-        DEFAULT_CLIENT
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        sync::read(&DEFAULT_CLIENT)
             .clone()
             .ok_or(LockError::NoDefaultClient)
     }
 
     /// Removes the process-wide default client, returning it.
     pub fn uninstall_default() -> Option<LockClient> {
-        DEFAULT_CLIENT
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        sync::write(&DEFAULT_CLIENT).take()
     }
 }
 
@@ -569,7 +565,7 @@ impl LockClient {
             tasks: Mutex::new(Vec::new()),
         });
         tasks.push(Watchdog::spawn(&inner));
-        *inner.tasks.lock().unwrap_or_else(|e| e.into_inner()) = tasks;
+        *sync::lock(&inner.tasks) = tasks;
         tracing::debug!(client = %inner.id, "lock client connected");
         LockClient { inner }
     }

@@ -27,6 +27,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backend::Channels;
+use crate::sync;
 
 /// Channels per `SUBSCRIBE` command.
 const BATCH: usize = 5_000;
@@ -156,7 +157,7 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state stays consistent at every unlock point, so a panic elsewhere cannot
         // poison it into something unusable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.state)
     }
 
     /// Every subscription is gone: mark all channels unconfirmed, wake every waiter (messages

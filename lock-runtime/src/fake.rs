@@ -14,6 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::script;
+use crate::sync;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Handler = Arc<dyn Fn(Call) -> BoxFuture<RedisResult<Value>> + Send + Sync>;
@@ -119,7 +120,7 @@ impl FakeRedis {
 
     /// Every command received so far (pipelines command by command).
     pub(crate) fn calls(&self) -> Vec<Call> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        sync::lock(&self.log).clone()
     }
 
     fn call(&self, cmd: &Cmd) -> BoxFuture<RedisResult<Value>> {
@@ -131,10 +132,7 @@ impl FakeRedis {
             })
             .collect();
         let call = Call { args };
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(call.clone());
+        sync::lock(&self.log).push(call.clone());
         (self.handler)(call)
     }
 

@@ -151,6 +151,7 @@ mod releaser;
 mod scope;
 mod script;
 mod stats;
+mod sync;
 mod topology;
 mod watchdog;
 

@@ -32,6 +32,7 @@ use crate::names::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
 use crate::stats::Counters;
+use crate::sync;
 
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -141,7 +142,7 @@ impl Watchdog {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.entries)
     }
 
     /// Declares lost every entry past its deadline; returns the earliest remaining deadline

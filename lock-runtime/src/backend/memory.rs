@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::{Acked, Backend, BoxFuture, Channels, GroupDone, Release, Reply};
 use crate::demux::PushRouter;
 use crate::names::LockNames;
+use crate::sync;
 
 /// One held lock.
 struct Hold {
@@ -55,7 +56,7 @@ impl MemoryBackend {
 
     /// Where unlock messages go: the demultiplexer's router.
     pub(crate) fn connect_router(&self, router: PushRouter) {
-        *self.router.lock().unwrap_or_else(|e| e.into_inner()) = Some(router);
+        *sync::lock(&self.router) = Some(router);
     }
 
     /// Renewal requests from now on never answer (a frozen server).
@@ -80,11 +81,11 @@ impl MemoryBackend {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.state)
     }
 
     fn publish(&self, channel: &str) {
-        let router = self.router.lock().unwrap_or_else(|e| e.into_inner());
+        let router = sync::lock(&self.router);
         if let Some(router) = router.as_ref() {
             let _ = router.send(PushInfo {
                 kind: PushKind::Message,

@@ -25,6 +25,7 @@ use super::{Conn, Settings};
 use crate::LockError;
 use crate::demux::Demux;
 use crate::error::failover_symptom;
+use crate::sync;
 
 /// The shortest interval between two questions to the sentinels.
 const RECHECK: Duration = Duration::from_millis(200);
@@ -222,7 +223,7 @@ impl ConnectionLike for FailoverConn {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.current)
     }
 
     /// Asks the sentinels for the master; switches both connections when it moved. `seen`:

@@ -6,6 +6,8 @@
 use std::sync::{Arc, Mutex};
 
 #[cfg(feature = "cluster")]
+use crate::sync;
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
 #[cfg(feature = "cluster")]
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -143,7 +145,7 @@ impl SlotCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Arc<SlotMap>>, bool)> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.map)
     }
 }
 

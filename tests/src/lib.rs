@@ -9,15 +9,15 @@
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod chaos;
+mod process;
 mod proxy;
 pub mod topology;
 
+pub use process::ChildProcess;
 pub use proxy::TcpProxy;
 
 /// Nanoseconds on the system-wide monotonic clock (`CLOCK_MONOTONIC`), comparable across
@@ -72,15 +72,26 @@ impl Resp {
 /// A `redis-server` child process on a free loopback port, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
-    port: u16,
-    dir: PathBuf,
+    process: ChildProcess,
     args: Vec<String>,
     /// From `--requirepass`: [`cmd`](RedisServer::cmd) authenticates with it.
     password: Option<String>,
-    child: Option<Child>,
 }
 
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+impl std::ops::Deref for RedisServer {
+    type Target = ChildProcess;
+
+    /// `url()`, `port()`, `pid()`, `is_running()`, `kill()` and `dir()` of the process.
+    fn deref(&self) -> &ChildProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut ChildProcess {
+        &mut self.process
+    }
+}
 
 impl RedisServer {
     /// Starts a server with persistence off on a free port and waits until it answers `PING`.
@@ -94,26 +105,19 @@ impl RedisServer {
     /// Like [`start`](RedisServer::start), with extra `redis-server` arguments
     /// (e.g. `["--maxmemory", "10mb"]`).
     pub fn start_with(args: &[&str]) -> RedisServer {
-        let dir = std::env::temp_dir().join(format!(
-            "lock-tests-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temp dir for redis-server");
+        let dir = ChildProcess::temp_dir("redis-server");
         let mut last_err = String::new();
         // A free port can be taken by someone else between our probe and the server's bind:
         // retry with a new one.
         for _ in 0..5 {
             let port = free_port();
             let mut server = RedisServer {
-                port,
-                dir: dir.clone(),
+                process: ChildProcess::new(port, dir.clone()),
                 args: args.iter().map(|s| s.to_string()).collect(),
                 password: args
                     .windows(2)
                     .find(|w| w[0] == "--requirepass")
                     .map(|w| w[1].to_string()),
-                child: None,
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -128,48 +132,28 @@ impl RedisServer {
     fn spawn(&mut self) -> io::Result<()> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(bin)
-            .args(["--port", &self.port.to_string()])
+            .args(["--port", &self.process.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--protected-mode", "no"])
             .args(["--loglevel", "warning"])
             .arg("--dir")
-            .arg(&self.dir)
+            .arg(&self.process.dir)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        self.child = Some(await_pong(child, "redis-server", || {
+        self.process.child = Some(await_pong(child, "redis-server", || {
             self.try_cmd(&["PING"])
         })?);
         Ok(())
     }
 
-    /// `redis://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The process id, while running.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Whether the process runs (started and not stopped or killed).
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
     /// Stops the server with `SHUTDOWN NOSAVE` (clients see closed connections) and waits for it.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(mut child) = self.process.child.take() {
             let _ = self.try_cmd(&["SHUTDOWN", "NOSAVE"]);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
@@ -178,14 +162,6 @@ impl RedisServer {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Kills the server with `SIGKILL`: no goodbye to its clients.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -203,7 +179,10 @@ impl RedisServer {
                     let _ = e;
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => panic!("could not restart redis-server on port {}: {e}", self.port),
+                Err(e) => panic!(
+                    "could not restart redis-server on port {}: {e}",
+                    self.process.port
+                ),
             }
         }
     }
@@ -212,7 +191,7 @@ impl RedisServer {
     /// "restart without persistence" fault even for a server started with AOF.
     pub fn restart_empty(&mut self) {
         self.stop();
-        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+        if let Ok(entries) = std::fs::read_dir(&self.process.dir) {
             for entry in entries.flatten() {
                 let path = entry.path();
                 let _ = if path.is_dir() {
@@ -261,7 +240,7 @@ impl RedisServer {
 
     /// Like [`cmd`](RedisServer::cmd), but returns I/O errors.
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
-        send(self.port, self.password.as_deref(), args)
+        send(self.process.port, self.password.as_deref(), args)
     }
 
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
@@ -312,20 +291,6 @@ impl RedisServer {
         self.cmd(&["CLIENT", "KILL", "TYPE", kind])
             .int()
             .unwrap_or(0)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            // A frozen server ignores SIGTERM but not SIGKILL; thaw it anyway for tidiness.
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(pid.to_string())
-                .status();
-        }
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

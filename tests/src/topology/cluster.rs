@@ -394,7 +394,7 @@ impl RedisCluster {
 
     /// `redis://127.0.0.1:<port>` of every node, by index.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
+        self.nodes.iter().map(|n| n.url()).collect()
     }
 
     /// The URL of the first running node, for clients that discover the rest.

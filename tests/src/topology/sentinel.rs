@@ -3,11 +3,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::process::{Command, Stdio};
 
 use super::*;
-use crate::{NEXT_DIR, RedisServer, Resp, await_pong, free_port, send};
+use crate::{ChildProcess, RedisServer, Resp, await_pong, free_port, send};
 
 /// The name under which a [`SentinelGroup`]'s sentinels monitor the master.
 pub const SENTINEL_MASTER_NAME: &str = "mymaster";
@@ -22,9 +21,22 @@ pub const SENTINEL_FAILOVER_TIMEOUT_MS: u64 = 5000;
 /// file; killed on drop. It answers sentinel commands (and `PING`), not data commands.
 #[derive(Debug)]
 pub struct Sentinel {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
+    process: ChildProcess,
+}
+
+impl std::ops::Deref for Sentinel {
+    type Target = ChildProcess;
+
+    /// `url()`, `port()`, `pid()`, `is_running()`, `kill()` and `dir()` of the process.
+    fn deref(&self) -> &ChildProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Sentinel {
+    fn deref_mut(&mut self) -> &mut ChildProcess {
+        &mut self.process
+    }
 }
 
 impl Sentinel {
@@ -34,19 +46,12 @@ impl Sentinel {
     /// # Panics
     /// If it cannot be started.
     pub fn start(master_name: &str, master_port: u16, quorum: usize) -> Sentinel {
-        let dir = std::env::temp_dir().join(format!(
-            "lock-tests-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temp dir for a sentinel");
+        let dir = ChildProcess::temp_dir("a sentinel");
         let mut last_err = String::new();
         // As for RedisServer: the free port may be taken before the sentinel binds it.
         for _ in 0..5 {
             let mut sentinel = Sentinel {
-                port: free_port(),
-                dir: dir.clone(),
-                child: None,
+                process: ChildProcess::new(free_port(), dir.clone()),
             };
             let conf = format!(
                 "port {port}\n\
@@ -59,7 +64,7 @@ impl Sentinel {
                  sentinel down-after-milliseconds {master_name} {SENTINEL_DOWN_AFTER_MS}\n\
                  sentinel failover-timeout {master_name} {SENTINEL_FAILOVER_TIMEOUT_MS}\n\
                  sentinel parallel-syncs {master_name} 1\n",
-                port = sentinel.port,
+                port = sentinel.port(),
                 dir = dir.display(),
             );
             std::fs::write(sentinel.conf_path(), conf).expect("write sentinel.conf");
@@ -72,7 +77,7 @@ impl Sentinel {
     }
 
     fn conf_path(&self) -> PathBuf {
-        self.dir.join("sentinel.conf")
+        self.process.dir.join("sentinel.conf")
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -84,36 +89,8 @@ impl Sentinel {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        self.child = Some(await_pong(child, "sentinel", || self.try_cmd(&["PING"]))?);
+        self.process.child = Some(await_pong(child, "sentinel", || self.try_cmd(&["PING"]))?);
         Ok(())
-    }
-
-    /// `redis://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The process id, while running.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Whether the process runs (started and not killed).
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// Kills the sentinel with `SIGKILL`.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 
     /// Sends one command on a fresh connection and returns the reply.
@@ -127,7 +104,7 @@ impl Sentinel {
 
     /// Like [`cmd`](Sentinel::cmd), but returns I/O errors.
     pub fn try_cmd(&self, args: &[&str]) -> io::Result<Resp> {
-        send(self.port, None, args)
+        send(self.process.port, None, args)
     }
 
     /// `SENTINEL MASTER <name>` as a map (`num-slaves`, `num-other-sentinels`, `flags`, …).
@@ -154,13 +131,6 @@ impl Sentinel {
             .and_then(Resp::text)
             .and_then(|p| p.parse().ok())
             .ok_or_else(|| io::Error::other(format!("GET-MASTER-ADDR-BY-NAME {name}: {reply:?}")))
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -227,7 +197,7 @@ impl SentinelGroup {
 
     /// `redis://127.0.0.1:<port>` of every sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels.iter().map(Sentinel::url).collect()
+        self.sentinels.iter().map(|s| s.url()).collect()
     }
 
     /// The sentinels.

@@ -23,16 +23,12 @@ impl From<LockError> for AppError {
 }
 
 async fn connect(server: &RedisServer) -> LockClient {
-    LockClient::connect(&server.url()).await.expect("connect")
+    lock_tests::client(server).await
 }
 
 /// A client whose watchdog lease is 1 s (renewed every ~333 ms).
 async fn connect_fast_watchdog(server: &RedisServer) -> LockClient {
-    LockClient::builder(&server.url())
-        .watchdog_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("connect")
+    lock_tests::client_with(server, |b| b.watchdog_timeout(Duration::from_secs(1))).await
 }
 
 /// Measures how many bodies run at the same time.

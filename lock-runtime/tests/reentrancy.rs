@@ -14,7 +14,7 @@ async fn nested_acquire_inside_the_scope_reenters_without_a_round_trip() {
     let redis = RedisServer::start();
     let locks = common::client(&redis).await;
     let outer = locks.lock("nest").acquire().await.unwrap();
-    let before = common::command_calls(&redis, "evalsha");
+    let before = redis.command_calls("evalsha");
     let (token, reentrant) = outer
         .scope(async {
             let inner = locks
@@ -35,7 +35,7 @@ async fn nested_acquire_inside_the_scope_reenters_without_a_round_trip() {
     assert!(reentrant);
     assert_eq!(token, outer.fencing_token());
     assert_eq!(
-        common::command_calls(&redis, "evalsha"),
+        redis.command_calls("evalsha"),
         before,
         "re-entry must not touch Redis"
     );

@@ -32,12 +32,7 @@ async fn try_acquire_gives_up_after_its_wait() {
         other => panic!("{other:?}"),
     }
     // Nothing left subscribed once the waiter gave up.
-    assert!(
-        common::eventually(Duration::from_secs(2), || redis
-            .pubsub_channels("lock:*")
-            .is_empty())
-        .await
-    );
+    common::assert_unsubscribed(&redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,16 +41,16 @@ async fn try_acquire_zero_makes_exactly_one_attempt() {
     let a = common::client(&redis).await;
     let b = common::client(&redis).await;
     let _held = a.lock("once").acquire().await.unwrap();
-    let before = common::command_calls(&redis, "evalsha");
+    let before = redis.command_calls("evalsha");
     let err = b
         .lock("once")
         .try_acquire(Duration::ZERO)
         .await
         .unwrap_err();
     assert!(err.is_busy());
-    assert_eq!(common::command_calls(&redis, "evalsha") - before, 1);
+    assert_eq!(redis.command_calls("evalsha") - before, 1);
     assert_eq!(
-        common::command_calls(&redis, "subscribe"),
+        redis.command_calls("subscribe"),
         0,
         "one attempt needs no subscription"
     );
@@ -166,12 +161,7 @@ async fn many_waiters_of_one_client_share_one_subscription() {
             .unwrap()
             .unwrap();
     }
-    assert!(
-        common::eventually(Duration::from_secs(2), || redis
-            .pubsub_channels("lock:*")
-            .is_empty())
-        .await
-    );
+    common::assert_unsubscribed(&redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,10 +183,10 @@ async fn an_unlock_wakes_one_local_waiter_not_the_whole_herd() {
     }
     // Let every waiter make its subscribed attempt and go to sleep.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = common::command_calls(&redis, "evalsha");
+    let before = redis.command_calls("evalsha");
     holder.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let calls = common::command_calls(&redis, "evalsha") - before;
+    let calls = redis.command_calls("evalsha") - before;
     assert_eq!(got.load(std::sync::atomic::Ordering::SeqCst), 1);
     // The release, plus one woken waiter's acquire (a herd would be 21).
     assert!(calls <= 3, "{calls} scripts ran after one release");

@@ -13,10 +13,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod chaos;
+mod client;
 mod process;
 mod proxy;
 pub mod topology;
 
+pub use client::{client, client_with, eventually, local_redis};
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;
 

@@ -219,14 +219,7 @@ struct Tally {
 /// number of units oversold.
 async fn drive(config: Config) -> Result<u64, BoxError> {
     let started = Instant::now();
-    let (_redis, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = lock_tests::RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_redis, url) = lock_tests::local_redis();
     let mut redis = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
     let products: Vec<String> = (1..=config.products).map(|i| format!("p{i}")).collect();
     for id in &products {

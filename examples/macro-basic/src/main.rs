@@ -101,15 +101,10 @@ impl Inventory {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = lock_tests::RedisServer::start();
-            let url = server.url();
-            println!("started redis-server on {url}");
-            (Some(server), url)
-        }
-    };
+    let (server, url) = lock_tests::local_redis();
+    if server.is_some() {
+        println!("started redis-server on {url}");
+    }
     let locks = LockClient::connect(&url).await?;
     locks.install_default();
 

@@ -196,14 +196,7 @@ async fn purchase(channel: Channel, product: &str) -> Result<PurchaseReply, Stat
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = lock_tests::RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = lock_tests::local_redis();
     let mut redis = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
     for id in PRODUCTS {
         let () = redis.set(stock_key(id), STOCK).await?;

@@ -29,15 +29,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return worker(url, id).await;
     }
 
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = lock_tests::RedisServer::start();
-            let url = server.url();
-            println!("started redis-server on {url}");
-            (Some(server), url)
-        }
-    };
+    let (server, url) = lock_tests::local_redis();
+    if server.is_some() {
+        println!("started redis-server on {url}");
+    }
     let marker = redis::Client::open(url.as_str())?;
     let _: () = marker
         .get_multiplexed_async_connection()

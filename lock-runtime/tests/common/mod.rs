@@ -1,23 +1,16 @@
 //! Shared helpers for the lock-runtime integration tests.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::time::Duration;
 
 use lock_runtime::LockClient;
 use lock_tests::RedisServer;
 
-/// A client with default settings.
-pub async fn client(redis: &RedisServer) -> LockClient {
-    LockClient::connect(&redis.url()).await.expect("connect")
-}
+pub use lock_tests::{client, eventually};
 
 /// A client whose watchdog timeout is `watchdog` (renewal every third of it).
 pub async fn client_with_watchdog(redis: &RedisServer, watchdog: Duration) -> LockClient {
-    LockClient::builder(&redis.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .expect("connect")
+    lock_tests::client_with(redis, |b| b.watchdog_timeout(watchdog)).await
 }
 
 /// A plain redis connection for test bookkeeping (counters, inspection).
@@ -29,21 +22,16 @@ pub async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// How many times a command ran on the server so far (`INFO commandstats`).
-pub fn command_calls(redis: &RedisServer, command: &str) -> u64 {
-    redis.command_calls(command)
-}
-
-/// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
-pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Asserts that within 2 s no `lock:*` pub/sub channel is left on `redis` (every waiter that
+/// gave up, finished or was cancelled unsubscribed).
+pub async fn assert_unsubscribed(redis: &RedisServer) {
+    let clean = eventually(Duration::from_secs(2), || {
+        redis.pubsub_channels("lock:*").is_empty()
+    })
+    .await;
+    assert!(
+        clean,
+        "channels left: {:?}",
+        redis.pubsub_channels("lock:*")
+    );
 }

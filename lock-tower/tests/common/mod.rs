@@ -16,10 +16,9 @@ pub async fn bounded<F: Future>(limit: Duration, fut: F) -> F::Output {
 
 /// A client of `redis` whose replies time out after `response_timeout`.
 pub async fn client(redis: &RedisServer, response_timeout: Duration) -> LockClient {
-    LockClient::builder(&redis.url())
-        .response_timeout(response_timeout)
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect")
+    lock_tests::client_with(redis, |b| {
+        b.response_timeout(response_timeout)
+            .connect_timeout(Duration::from_secs(2))
+    })
+    .await
 }

@@ -1,0 +1,62 @@
+//! Clients for tests and examples: one place that connects a [`LockClient`] to a test server,
+//! and one that finds a Redis for an example.
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockClientBuilder};
+
+use crate::RedisServer;
+
+/// A client of `redis` with default settings.
+///
+/// # Panics
+/// If it cannot connect.
+pub async fn client(redis: &RedisServer) -> LockClient {
+    client_with(redis, |builder| builder).await
+}
+
+/// A client of `redis` with the settings `configure` makes, e.g.
+/// `client_with(&redis, |b| b.watchdog_timeout(Duration::from_secs(1)))`.
+///
+/// # Panics
+/// If it cannot connect.
+pub async fn client_with(
+    redis: &RedisServer,
+    configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
+    configure(LockClient::builder(&redis.url()))
+        .build()
+        .await
+        .expect("connect a lock client to the test server")
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The Redis an example runs against: `REDIS_URL` when set, or else a `redis-server` started
+/// on a free loopback port (stopped when the returned server is dropped, so keep it alive).
+///
+/// # Panics
+/// When `REDIS_URL` is not set and `redis-server` cannot be started (`bash scripts/demo.sh`
+/// installs it).
+pub fn local_redis() -> (Option<RedisServer>, String) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    }
+}

@@ -15,24 +15,24 @@
 //! | `LockLayer::key_source` | [`LockLayer::name_source`](crate::LockLayer::name_source) |
 //! | `RejectionKind::InvalidKey` | [`RejectionKind::InvalidName`](crate::RejectionKind::InvalidName) |
 //!
-//! Every other item ([`PathParams`](crate::name::PathParams), [`Headers`], [`UriPattern`],
+//! Every other item (`PathParams`, [`Headers`], [`UriPattern`],
 //! [`from_fn`], [`escape`], …) is the same item under its new path.
 #![allow(deprecated)]
 
 pub use crate::name::*;
 
-/// Renamed to [`NameTemplate`](crate::name::NameTemplate).
+/// Renamed to [`NameTemplate`].
 #[deprecated(since = "0.2.0", note = "renamed to `lock_tower::name::NameTemplate`")]
 pub type KeyTemplate = crate::name::NameTemplate;
 
-/// Renamed to [`DEFAULT_MAX_NAME_VALUE_LEN`](crate::name::DEFAULT_MAX_NAME_VALUE_LEN).
+/// Renamed to [`DEFAULT_MAX_NAME_VALUE_LEN`].
 #[deprecated(
     since = "0.2.0",
     note = "renamed to `lock_tower::name::DEFAULT_MAX_NAME_VALUE_LEN`"
 )]
 pub const DEFAULT_MAX_KEY_VALUE_LEN: usize = crate::name::DEFAULT_MAX_NAME_VALUE_LEN;
 
-/// Renamed to [`NameSource`](crate::name::NameSource).
+/// Renamed to [`NameSource`].
 ///
 /// Implemented for every `NameSource`, so bounds such as `K: KeySource` keep working.
 /// Implementors must now implement `NameSource` instead (the method, `lock_name`, is
@@ -43,7 +43,7 @@ pub trait KeySource: crate::name::NameSource {}
 
 impl<N: crate::name::NameSource + ?Sized> KeySource for N {}
 
-/// Renamed to [`IntoNameSource`](crate::name::IntoNameSource).
+/// Renamed to [`IntoNameSource`].
 ///
 /// Implemented for every `IntoNameSource`, so bounds such as `T: IntoKeySource<Source = K>`
 /// and calls of `into_key_source` keep working. Implementors must now implement
@@ -53,7 +53,7 @@ impl<N: crate::name::NameSource + ?Sized> KeySource for N {}
     note = "renamed to `lock_tower::name::IntoNameSource`"
 )]
 pub trait IntoKeySource: crate::name::IntoNameSource {
-    /// Renamed to [`IntoNameSource::into_name_source`](crate::name::IntoNameSource::into_name_source).
+    /// Renamed to [`IntoNameSource::into_name_source`].
     #[deprecated(since = "0.2.0", note = "renamed to `into_name_source`")]
     fn into_key_source(self) -> Self::Source
     where

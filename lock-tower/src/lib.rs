@@ -69,7 +69,7 @@
 //!
 //! | source | for |
 //! |---|---|
-//! | `"stock:<id>"` / [`name::PathParams`] | axum path parameters |
+//! | `"stock:<id>"` / `name::PathParams` | axum path parameters |
 //! | [`name::Headers`]`::new("stock:<x-product-id>")` | headers, gRPC metadata |
 //! | [`name::UriPattern`]`::new("/stock/{id}/reserve", "stock:<id>")` | any tower stack |
 //! | [`name::from_fn`] | anything else |

@@ -6,7 +6,7 @@
 //!
 //! | source | name from | example |
 //! |---|---|---|
-//! | [`PathParams`] (feature `axum`) | the matched route's path parameters | `PathParams::new("stock:<id>")` |
+//! | `PathParams` (feature `axum`) | the matched route's path parameters | `PathParams::new("stock:<id>")` |
 //! | [`Headers`] | request headers / gRPC metadata | `Headers::new("stock:<x-product-id>")` |
 //! | [`UriPattern`] | a URI path pattern, for any tower stack | `UriPattern::new("/stock/{id}/reserve", "stock:<id>")` |
 //! | [`FromFn`] | a closure | `name::from_fn(\|parts\| …)` |
@@ -52,7 +52,7 @@ pub const DEFAULT_MAX_NAME_VALUE_LEN: usize = 128;
 
 /// Computes the lock name of a request.
 ///
-/// Implemented by [`PathParams`], [`Headers`], [`UriPattern`] and [`FromFn`]; implement it
+/// Implemented by `PathParams`, [`Headers`], [`UriPattern`] and [`FromFn`]; implement it
 /// yourself for anything else.
 pub trait NameSource: Send + Sync + 'static {
     /// The lock name for `request`: `Ok(None)` lets the request through unlocked, an error
@@ -70,7 +70,7 @@ pub trait NameSource: Send + Sync + 'static {
 /// Conversion into a [`NameSource`], used by [`LockLayer::new`](crate::LockLayer::new).
 ///
 /// Every name source converts into itself; with the `axum` feature a template string
-/// (`"stock:<id>"`) becomes [`PathParams`].
+/// (`"stock:<id>"`) becomes `PathParams`.
 pub trait IntoNameSource {
     /// The name source.
     type Source: NameSource;

@@ -13,8 +13,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::ResponseBody;
+use crate::extension::HeldLock;
 use crate::rejection::{LockRejection, RejectionResponse};
-use crate::service::HeldLock;
 
 type AcquireFuture = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
 
@@ -45,7 +45,7 @@ pin_project! {
     where
         S: Service<Request<ReqBody>>,
     {
-        // No key: the request passes through unlocked.
+        // No lock name: the request passes through unlocked.
         Unlocked {
             #[pin]
             fut: S::Future,
@@ -60,7 +60,7 @@ pin_project! {
         Calling {
             fut: LockedFuture<Result<S::Response, S::Error>>,
         },
-        // Rejected before acquiring (an invalid key).
+        // Rejected before acquiring (an invalid lock name).
         Rejected {
             error: Option<LockError>,
         },

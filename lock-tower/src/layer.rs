@@ -8,7 +8,7 @@ use http::StatusCode;
 use lock_runtime::{LockClient, LockOptions};
 use tower_layer::Layer;
 
-use crate::key::{DEFAULT_MAX_KEY_VALUE_LEN, IntoKeySource, KeySource};
+use crate::name::{DEFAULT_MAX_NAME_VALUE_LEN, IntoNameSource, NameSource};
 use crate::rejection::DefaultRejection;
 use crate::service::{LockService, Shared};
 
@@ -26,30 +26,30 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
-/// | [`require_key`](LockLayer::require_key) | off: requests without a key pass unlocked |
-/// | [`max_key_value_len`](LockLayer::max_key_value_len) | [`DEFAULT_MAX_KEY_VALUE_LEN`] (128 bytes) |
+/// | [`require_name`](LockLayer::require_name) | off: requests without a lock name pass unlocked |
+/// | [`max_name_value_len`](LockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`] (128 bytes) |
 /// | [`with_rejection_response`](LockLayer::with_rejection_response) | [`DefaultRejection`] |
 #[must_use = "a layer does nothing until it wraps a service"]
-pub struct LockLayer<K, R = DefaultRejection> {
-    shared: Arc<Shared<K>>,
+pub struct LockLayer<N, R = DefaultRejection> {
+    shared: Arc<Shared<N>>,
     rejection: Arc<R>,
 }
 
-impl<K: KeySource> LockLayer<K> {
-    /// A layer taking locks on `client`, named by `key`: a [`KeySource`], or with the `axum`
-    /// feature a template over the matched route's path parameters (`"stock:<id>"`).
-    pub fn new<T>(client: LockClient, key: T) -> LockLayer<K>
+impl<N: NameSource> LockLayer<N> {
+    /// A layer taking locks on `client`, named by `names`: a [`NameSource`], or with the
+    /// `axum` feature a template over the matched route's path parameters (`"stock:<id>"`).
+    pub fn new<T>(client: LockClient, names: T) -> LockLayer<N>
     where
-        T: IntoKeySource<Source = K>,
+        T: IntoNameSource<Source = N>,
     {
         LockLayer {
             shared: Arc::new(Shared {
                 client,
-                key: key.into_key_source(),
+                names: names.into_name_source(),
                 options: LockOptions::new().wait(DEFAULT_WAIT),
                 hold_body: false,
-                max_value_len: DEFAULT_MAX_KEY_VALUE_LEN,
-                require_key: false,
+                max_value_len: DEFAULT_MAX_NAME_VALUE_LEN,
+                require_name: false,
             }),
             rejection: Arc::new(DefaultRejection::new()),
         }
@@ -81,8 +81,8 @@ impl<K: KeySource> LockLayer<K> {
     }
 }
 
-impl<K: KeySource + Clone, R> LockLayer<K, R> {
-    fn shared_mut(&mut self) -> &mut Shared<K> {
+impl<N: NameSource + Clone, R> LockLayer<N, R> {
+    fn shared_mut(&mut self) -> &mut Shared<N> {
         Arc::make_mut(&mut self.shared)
     }
 
@@ -129,30 +129,42 @@ impl<K: KeySource + Clone, R> LockLayer<K, R> {
         self
     }
 
-    /// Rejects requests whose lock key cannot be built (a missing header or path parameter, a
-    /// route without the parameter, a [`from_fn`](crate::key::from_fn) returning `None`) with
-    /// 400 / `INVALID_ARGUMENT` ([`RejectionKind::InvalidKey`](crate::RejectionKind)) instead
+    /// Rejects requests whose lock name cannot be built (a missing header or path parameter, a
+    /// route without the parameter, a [`from_fn`](crate::name::from_fn) returning `None`) with
+    /// 400 / `INVALID_ARGUMENT` ([`RejectionKind::InvalidName`](crate::RejectionKind)) instead
     /// of serving them unlocked: fail closed, so that a client cannot bypass the lock by
-    /// leaving the key out.
+    /// leaving the value out.
     ///
-    /// Every request through the layer then needs a key: in axum use `Router::route_layer`
-    /// on the routes that have the parameter (with `Router::layer`, unknown paths would be
-    /// answered 400 rather than 404). Without this option, a request passing unlocked is
-    /// logged at debug level (`tracing`).
-    pub fn require_key(mut self) -> Self {
-        self.shared_mut().require_key = true;
+    /// Every request through the layer then needs a lock name: in axum use
+    /// `Router::route_layer` on the routes that have the parameter (with `Router::layer`,
+    /// unknown paths would be answered 400 rather than 404). Without this option, a request
+    /// passing unlocked is logged at debug level (`tracing`).
+    pub fn require_name(mut self) -> Self {
+        self.shared_mut().require_name = true;
         self
     }
 
-    /// The longest value taken from a request for a key (a path parameter, a header), in
+    /// Renamed to [`require_name`](LockLayer::require_name).
+    #[deprecated(since = "0.2.0", note = "renamed to `require_name`")]
+    pub fn require_key(self) -> Self {
+        self.require_name()
+    }
+
+    /// The longest value taken from a request for a lock name (a path parameter, a header), in
     /// bytes before escaping; longer ones are rejected with 400 / `INVALID_ARGUMENT`.
-    pub fn max_key_value_len(mut self, max: usize) -> Self {
+    pub fn max_name_value_len(mut self, max: usize) -> Self {
         self.shared_mut().max_value_len = max;
         self
     }
+
+    /// Renamed to [`max_name_value_len`](LockLayer::max_name_value_len).
+    #[deprecated(since = "0.2.0", note = "renamed to `max_name_value_len`")]
+    pub fn max_key_value_len(self, max: usize) -> Self {
+        self.max_name_value_len(max)
+    }
 }
 
-impl<K, R> LockLayer<K, R> {
+impl<N, R> LockLayer<N, R> {
     /// Replaces the rejection response: a
     /// [`RejectionResponse`](crate::RejectionResponse), such as a closure
     /// `Fn(LockRejection) -> Response<B>` where `B` is the inner service's response body.
@@ -175,7 +187,7 @@ impl<K, R> LockLayer<K, R> {
     /// # let _ = layer; }
     /// # }
     /// ```
-    pub fn with_rejection_response<R2>(self, rejection: R2) -> LockLayer<K, R2> {
+    pub fn with_rejection_response<R2>(self, rejection: R2) -> LockLayer<N, R2> {
         LockLayer {
             shared: self.shared,
             rejection: Arc::new(rejection),
@@ -187,9 +199,15 @@ impl<K, R> LockLayer<K, R> {
         &self.shared.client
     }
 
-    /// The key source.
-    pub fn key_source(&self) -> &K {
-        &self.shared.key
+    /// The name source.
+    pub fn name_source(&self) -> &N {
+        &self.shared.names
+    }
+
+    /// Renamed to [`name_source`](LockLayer::name_source).
+    #[deprecated(since = "0.2.0", note = "renamed to `name_source`")]
+    pub fn key_source(&self) -> &N {
+        self.name_source()
     }
 
     /// The lock options used for every acquisition.
@@ -198,15 +216,15 @@ impl<K, R> LockLayer<K, R> {
     }
 }
 
-impl<S, K, R> Layer<S> for LockLayer<K, R> {
-    type Service = LockService<S, K, R>;
+impl<S, N, R> Layer<S> for LockLayer<N, R> {
+    type Service = LockService<S, N, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LockService::new(inner, self.shared.clone(), self.rejection.clone())
     }
 }
 
-impl<K, R> Clone for LockLayer<K, R> {
+impl<N, R> Clone for LockLayer<N, R> {
     fn clone(&self) -> Self {
         LockLayer {
             shared: self.shared.clone(),
@@ -215,15 +233,15 @@ impl<K, R> Clone for LockLayer<K, R> {
     }
 }
 
-impl<K: fmt::Debug, R> fmt::Debug for LockLayer<K, R> {
+impl<N: fmt::Debug, R> fmt::Debug for LockLayer<N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
             .field("client", &self.shared.client)
-            .field("key", &self.shared.key)
+            .field("names", &self.shared.names)
             .field("options", &self.shared.options)
             .field("hold_body", &self.shared.hold_body)
-            .field("max_key_value_len", &self.shared.max_value_len)
-            .field("require_key", &self.shared.require_key)
+            .field("max_name_value_len", &self.shared.max_value_len)
+            .field("require_name", &self.shared.require_name)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

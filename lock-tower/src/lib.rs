@@ -1,8 +1,8 @@
 //! `LockLayer`: a [tower] middleware that serves each request while holding a distributed lock
 //! named after the request, with [`lock_runtime`].
 //!
-//! Requests for the same key (the same product, account, document) are served one at a time
-//! across every instance of a service; requests for different keys run in parallel. The lock
+//! Requests for the same lock name (the same product, account, document) are served one at a
+//! time across every instance of a service; requests for different names run in parallel. The lock
 //! is taken before the inner service is called, renewed by the watchdog while it runs, and
 //! released when the response is ready (or, opt-in, when its body has ended), when the inner
 //! service fails, or when the client goes away (the response future is dropped).
@@ -32,15 +32,15 @@
 //!
 //! `"stock:<id>"` fills `<id>` from the matched route's path parameter `{id}` (feature `axum`,
 //! on by default). A route without that parameter passes through unlocked (logged at debug
-//! level), or with [`require_key`](LockLayer::require_key) is rejected with 400.
+//! level), or with [`require_name`](LockLayer::require_name) is rejected with 400.
 //!
 //! # tonic
 //!
-//! gRPC metadata are HTTP/2 headers, so key on them with [`key::Headers`]:
+//! gRPC metadata are HTTP/2 headers, so take the lock name from them with [`name::Headers`]:
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_tower::{LockClient, LockLayer, key::Headers};
+//! use lock_tower::{LockClient, LockLayer, name::Headers};
 //! use tonic::{service::Routes, transport::Server};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,22 +57,26 @@
 //! ```
 //!
 //! Calls without the metadata pass through unlocked, or with
-//! [`require_key`](LockLayer::require_key) get `INVALID_ARGUMENT`. A rejected call gets a proper gRPC status
-//! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad key),
+//! [`require_name`](LockLayer::require_name) get `INVALID_ARGUMENT`. A rejected call gets a proper gRPC status
+//! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad value),
 //! never an HTTP error page.
 //!
-//! # Keys
+//! # Lock names
+//!
+//! The *lock name* is what a request locks (`stock:42`); the runtime derives the Redis *key*
+//! from it (`lock:{stock:42}`). A [`NameSource`](name::NameSource) computes the name from the
+//! request:
 //!
 //! | source | for |
 //! |---|---|
-//! | `"stock:<id>"` / [`key::PathParams`] | axum path parameters |
-//! | [`key::Headers`]`::new("stock:<x-product-id>")` | headers, gRPC metadata |
-//! | [`key::UriPattern`]`::new("/stock/{id}/reserve", "stock:<id>")` | any tower stack |
-//! | [`key::from_fn`] | anything else |
+//! | `"stock:<id>"` / `name::PathParams` | axum path parameters |
+//! | [`name::Headers`]`::new("stock:<x-product-id>")` | headers, gRPC metadata |
+//! | [`name::UriPattern`]`::new("/stock/{id}/reserve", "stock:<id>")` | any tower stack |
+//! | [`name::from_fn`] | anything else |
 //!
 //! Values taken from requests are untrusted: they are bounded
-//! ([`max_key_value_len`](LockLayer::max_key_value_len), default 128 bytes) and
-//! [escaped](key::escape), so a value can neither alias another key (`1:x`), nor choose a
+//! ([`max_name_value_len`](LockLayer::max_name_value_len), default 128 bytes) and
+//! [escaped](name::escape), so a value can neither alias another name (`1:x`), nor choose a
 //! Redis Cluster slot (`{…}`), nor smuggle control bytes; an unusable value is answered with
 //! 400 / `INVALID_ARGUMENT`. Only ASCII letters and digits stay as they are, and templates must
 //! separate placeholders (`"<a>:<b>"`, not `"<a><b>"`), so different values never name the same
@@ -113,14 +117,18 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
+mod extension;
 pub mod future;
+#[deprecated(since = "0.2.0", note = "renamed to `lock_tower::name`")]
 pub mod key;
 mod layer;
+pub mod name;
 pub mod rejection;
 mod service;
 
 pub use body::{BoxError, ResponseBody};
+pub use extension::HeldLock;
 pub use layer::{DEFAULT_WAIT, LockLayer};
 pub use lock_runtime::{LockClient, LockError, LockOptions};
 pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};
-pub use service::{HeldLock, LockService};
+pub use service::LockService;

@@ -8,7 +8,7 @@
 //! | `Busy`: still held by another owner after `wait` | 423 Locked (configurable, e.g. 409) + `Retry-After` (see [`DefaultRejection::retry_after`]) | `ABORTED` |
 //! | `Unavailable`: Redis unreachable or too slow | 503 Service Unavailable | `UNAVAILABLE` |
 //! | `Lost`: the lock was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
-//! | `InvalidKey`: an empty, over-long or otherwise unusable key value | 400 Bad Request | `INVALID_ARGUMENT` |
+//! | `InvalidName`: an empty, over-long or otherwise unusable value for the lock name | 400 Bad Request | `INVALID_ARGUMENT` |
 //! | `Internal`: anything else (a misconfiguration) | 500 Internal Server Error | `INTERNAL` |
 //!
 //! A request is treated as gRPC when its `content-type` starts with `application/grpc`; it
@@ -65,7 +65,17 @@ pub enum RejectionKind {
     Unavailable,
     /// The lock was lost while the inner service ran; its future was dropped.
     Lost,
-    /// The request's key value is unusable (empty, too long, not UTF-8, …).
+    /// The request's value for the lock name is unusable (empty, too long, not UTF-8, …).
+    InvalidName,
+    /// Renamed to [`InvalidName`](RejectionKind::InvalidName); never produced.
+    ///
+    /// [`LockRejection::kind`] returns `InvalidName` since 0.2, so a `match` arm on
+    /// `InvalidKey` no longer matches anything: match `InvalidName` instead. A
+    /// [`DefaultRejection`] answers it like `InvalidName` (400 / `INVALID_ARGUMENT`).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed to `InvalidName`, which is what is produced"
+    )]
     InvalidKey,
     /// Anything else, such as invalid lock options.
     Internal,
@@ -86,7 +96,7 @@ impl LockRejection {
             e if e.is_busy() => RejectionKind::Busy,
             e if e.is_unavailable() => RejectionKind::Unavailable,
             e if e.is_lost() => RejectionKind::Lost,
-            LockError::InvalidName { .. } => RejectionKind::InvalidKey,
+            LockError::InvalidName { .. } => RejectionKind::InvalidName,
             _ => RejectionKind::Internal,
         }
     }
@@ -203,7 +213,8 @@ impl<B> RejectionResponse<B> for DefaultRejection {
             RejectionKind::Busy => self.busy_status,
             RejectionKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             RejectionKind::Lost => self.lost_status,
-            RejectionKind::InvalidKey => StatusCode::BAD_REQUEST,
+            #[allow(deprecated)]
+            RejectionKind::InvalidName | RejectionKind::InvalidKey => StatusCode::BAD_REQUEST,
             RejectionKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut response = Response::new(ResponseBody::full(Bytes::from(message + "\n")));
@@ -241,7 +252,8 @@ fn grpc_code(kind: RejectionKind) -> u16 {
     match kind {
         RejectionKind::Busy | RejectionKind::Lost => ABORTED,
         RejectionKind::Unavailable => UNAVAILABLE,
-        RejectionKind::InvalidKey => INVALID_ARGUMENT,
+        #[allow(deprecated)]
+        RejectionKind::InvalidName | RejectionKind::InvalidKey => INVALID_ARGUMENT,
         RejectionKind::Internal => INTERNAL,
     }
 }

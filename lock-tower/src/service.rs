@@ -10,52 +10,21 @@ use lock_runtime::{LockClient, LockError, LockOptions};
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
-use crate::key::KeySource;
+use crate::name::NameSource;
 use crate::rejection::{RejectionResponse, is_grpc};
-
-/// The lock a request is being served under, inserted into the request's extensions before the
-/// inner service is called.
-///
-/// Handlers use it to pass the fencing token to the storage they write (axum:
-/// `Extension(held): Extension<HeldLock>`; tonic: `request.extensions().get::<HeldLock>()`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldLock {
-    name: Arc<str>,
-    fencing_token: u64,
-}
-
-impl HeldLock {
-    pub(crate) fn new(name: &str, fencing_token: u64) -> HeldLock {
-        HeldLock {
-            name: name.into(),
-            fencing_token,
-        }
-    }
-
-    /// The lock name (for example `stock:42`).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The fencing token of this acquisition: strictly increasing per lock name. Send it with
-    /// every write and have the storage reject writes with an older token.
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
-    }
-}
 
 /// What a layer and its services share.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared<K> {
+pub(crate) struct Shared<N> {
     pub(crate) client: LockClient,
-    pub(crate) key: K,
+    pub(crate) names: N,
     pub(crate) options: LockOptions,
     pub(crate) hold_body: bool,
     pub(crate) max_value_len: usize,
-    pub(crate) require_key: bool,
+    pub(crate) require_name: bool,
 }
 
-/// Serves each request while holding the lock its key names; made by
+/// Serves each request while holding the lock its name source names; made by
 /// [`LockLayer`](crate::LockLayer).
 ///
 /// See the [crate docs](crate) for examples.
@@ -64,14 +33,14 @@ pub(crate) struct Shared<K> {
 /// response future and called once the lock is held, so in a generic tower stack a request
 /// waiting for its lock keeps one ready inner service (axum and tonic treat services as always
 /// ready, so there this costs nothing).
-pub struct LockService<S, K, R> {
+pub struct LockService<S, N, R> {
     inner: S,
-    shared: Arc<Shared<K>>,
+    shared: Arc<Shared<N>>,
     rejection: Arc<R>,
 }
 
-impl<S, K, R> LockService<S, K, R> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<K>>, rejection: Arc<R>) -> Self {
+impl<S, N, R> LockService<S, N, R> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<N>>, rejection: Arc<R>) -> Self {
         LockService {
             inner,
             shared,
@@ -95,12 +64,12 @@ impl<S, K, R> LockService<S, K, R> {
     }
 }
 
-impl<S, K, R, ReqBody, ResBody: 'static> Service<Request<ReqBody>> for LockService<S, K, R>
+impl<S, N, R, ReqBody, ResBody: 'static> Service<Request<ReqBody>> for LockService<S, N, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     S::Future: Send + 'static,
     S::Error: 'static,
-    K: KeySource,
+    N: NameSource,
     R: RejectionResponse<ResBody>,
 {
     type Response = Response<crate::ResponseBody<ResBody>>;
@@ -116,16 +85,16 @@ where
         let grpc = is_grpc(&parts.headers);
         let name = self
             .shared
-            .key
+            .names
             .lock_name(&mut parts, self.shared.max_value_len);
         let request = Request::from_parts(parts, body);
         let rejection = self.rejection.clone();
         match name {
-            Ok(None) if self.shared.require_key => {
+            Ok(None) if self.shared.require_name => {
                 tracing::debug!(
                     method = %request.method(),
                     path = request.uri().path(),
-                    "request rejected by the lock layer: no lock key (require_key)"
+                    "request rejected by the lock layer: no lock name (require_name)"
                 );
                 let error = LockError::InvalidName {
                     name: String::new(),
@@ -137,7 +106,7 @@ where
                 tracing::debug!(
                     method = %request.method(),
                     path = request.uri().path(),
-                    "request passes the lock layer unlocked: no lock key"
+                    "request passes the lock layer unlocked: no lock name"
                 );
                 ResponseFuture::unlocked(self.inner.call(request), rejection)
             }
@@ -163,7 +132,7 @@ where
     }
 }
 
-impl<S: Clone, K, R> Clone for LockService<S, K, R> {
+impl<S: Clone, N, R> Clone for LockService<S, N, R> {
     fn clone(&self) -> Self {
         LockService {
             inner: self.inner.clone(),
@@ -173,7 +142,7 @@ impl<S: Clone, K, R> Clone for LockService<S, K, R> {
     }
 }
 
-impl<S: fmt::Debug, K: fmt::Debug, R> fmt::Debug for LockService<S, K, R> {
+impl<S: fmt::Debug, N: fmt::Debug, R> fmt::Debug for LockService<S, N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
-use lock_tower::key::{self, UriPattern};
+use lock_tower::name::{self, UriPattern};
 use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions, LockRejection, RejectionKind};
 use tokio::sync::{Notify, mpsc};
 use tower::ServiceExt;
@@ -111,7 +111,7 @@ async fn health() -> &'static str {
     "ok"
 }
 
-fn app(layer: LockLayer<key::PathParams>, probe: Arc<Probe>) -> Router {
+fn app(layer: LockLayer<name::PathParams>, probe: Arc<Probe>) -> Router {
     Router::new()
         .route("/stock/{id}/reserve", post(reserve))
         .route("/health", get(health))
@@ -321,7 +321,7 @@ async fn retry_after_of_a_watchdog_renewed_holder_is_the_layers_hint() {
     .await;
 }
 
-fn app_with(layer: LockLayer<key::PathParams>, probe: &Arc<Probe>) -> Router {
+fn app_with(layer: LockLayer<name::PathParams>, probe: &Arc<Probe>) -> Router {
     app(layer, probe.clone())
 }
 
@@ -400,7 +400,7 @@ async fn over_long_and_non_utf8_ids_are_400_and_injected_ids_are_escaped() {
         let redis = RedisServer::start();
         let probe = Probe::new(Duration::ZERO);
         let layer = LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>")
-            .max_key_value_len(16);
+            .max_name_value_len(16);
         let app = app(layer, probe.clone());
 
         let long = "x".repeat(17);
@@ -414,7 +414,7 @@ async fn over_long_and_non_utf8_ids_are_400_and_injected_ids_are_escaped() {
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(
             response.extensions().get::<LockRejection>().unwrap().kind(),
-            RejectionKind::InvalidKey
+            RejectionKind::InvalidName
         );
         let (status, _, _) =
             send(&app, post_to(&format!("/stock/{}/reserve", "x".repeat(16)))).await;
@@ -812,7 +812,7 @@ async fn held_body_that_takes_the_same_lock_reenters() {
 
 /// L10: with `require_key`, a request whose key cannot be built is 400, not served unlocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn require_key_rejects_requests_without_a_key_with_400() {
+async fn require_name_rejects_requests_without_a_key_with_400() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
@@ -830,13 +830,13 @@ async fn require_key_rejects_requests_without_a_key_with_400() {
                     }
                 }),
             )
-            .route_layer(LockLayer::new(locks.clone(), "stock:<id>").require_key())
+            .route_layer(LockLayer::new(locks.clone(), "stock:<id>").require_name())
             .with_state(probe.clone());
         let response = app.clone().oneshot(post_to("/stock")).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(
             response.extensions().get::<LockRejection>().unwrap().kind(),
-            RejectionKind::InvalidKey
+            RejectionKind::InvalidName
         );
         assert_eq!(served.load(Ordering::SeqCst), 0, "served unlocked");
         assert_eq!(

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
-use lock_tower::key::UriPattern;
+use lock_tower::name::UriPattern;
 use lock_tower::{LockClient, LockLayer, LockOptions};
 use tower::{Layer, Service, ServiceExt};
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use lock_tests::RedisServer;
-use lock_tower::key::Headers;
+use lock_tower::name::Headers;
 use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -231,7 +231,7 @@ async fn busy_is_aborted_and_a_bad_key_is_invalid_argument() {
         let addr = serve(
             layer(locks.clone())
                 .wait(Duration::from_millis(100))
-                .max_key_value_len(8),
+                .max_name_value_len(8),
             service,
         )
         .await;
@@ -279,7 +279,7 @@ async fn redis_down_is_unavailable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn require_key_rejects_calls_without_the_metadata_as_invalid_argument() {
+async fn require_name_rejects_calls_without_the_metadata_as_invalid_argument() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
@@ -288,7 +288,7 @@ async fn require_key_rejects_calls_without_the_metadata_as_invalid_argument() {
             probe: probe.clone(),
             hold: Duration::ZERO,
         };
-        let addr = serve(layer(locks.clone()).require_key(), service).await;
+        let addr = serve(layer(locks.clone()).require_name(), service).await;
         let status = reserve(addr, None).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert_eq!(probe.calls.load(Ordering::SeqCst), 0, "served unlocked");

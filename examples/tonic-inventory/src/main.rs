@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use lock_tower::key::Headers;
+use lock_tower::name::Headers;
 use lock_tower::{HeldLock, LockClient, LockLayer};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;

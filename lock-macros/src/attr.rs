@@ -1,10 +1,11 @@
-//! Parsing the arguments of `#[distributed_lock(…)]`: the options, key templates, durations.
+//! Parsing the arguments of `#[distributed_lock(…)]`: the options, name templates, durations.
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, LitStr, Path, Token};
+use syn::{Expr, Ident, Index, LitStr, Member, Path, Token};
 
 mod kw {
+    syn::custom_keyword!(name);
     syn::custom_keyword!(key);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
@@ -15,13 +16,16 @@ mod kw {
 }
 
 /// The argument names, for error messages.
-const VALID_ARGS: &str = "`key`, `wait`, `lease`, `client`, `on_lost`, `crate`";
+const VALID_ARGS: &str = "`name`, `wait`, `lease`, `client`, `on_lost`, `crate`";
 
-/// The parsed arguments. Only `key` is required; that is checked by [`LockArgs::key`] so that
-/// the other arguments can be reported first.
+/// The parsed arguments. Only `name` is required; that is checked by [`LockArgs::name`] so
+/// that the other arguments can be reported first.
 #[derive(Default)]
 pub(crate) struct LockArgs {
-    pub(crate) key: Option<KeyTemplate>,
+    pub(crate) name: Option<NameTemplate>,
+    /// The span of the `key` token when the name was given as `key = "…"`, the spelling
+    /// deprecated since 0.2.0: the expansion warns there.
+    pub(crate) deprecated_key: Option<Span>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
@@ -41,15 +45,15 @@ pub(crate) struct DurationArg {
     pub(crate) millis: u64,
 }
 
-/// A key template: literal text and `<param.field>` placeholders.
+/// A lock name template: literal text and `<param.field>` placeholders.
 #[derive(Debug)]
-pub(crate) struct KeyTemplate {
+pub(crate) struct NameTemplate {
     pub(crate) lit: LitStr,
-    pub(crate) parts: Vec<KeyPart>,
+    pub(crate) parts: Vec<NamePart>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum KeyPart {
+pub(crate) enum NamePart {
     /// Literal text, unescaped (`<<` already turned into `<`).
     Text(String),
     /// A placeholder: a parameter (or `self`) and field names / tuple indices after it.
@@ -76,16 +80,53 @@ pub(crate) enum Field {
     Index(u32),
 }
 
+impl Field {
+    /// `.field` as a token: a keyword as a raw identifier (`r#type`). The parser let through
+    /// only identifiers that can be created (no `self`, `super`, `crate`, `Self` or `_`).
+    pub(crate) fn member(&self, span: Span) -> Member {
+        match self {
+            Field::Index(index) => Member::Unnamed(Index {
+                index: *index,
+                span,
+            }),
+            Field::Named(name) if is_keyword(name) => Member::Named(Ident::new_raw(name, span)),
+            Field::Named(name) => Member::Named(Ident::new(name, span)),
+        }
+    }
+}
+
 impl LockArgs {
-    /// The key template, or the "missing key" error pointing at the attribute.
-    pub(crate) fn key(&self) -> syn::Result<&KeyTemplate> {
-        self.key.as_ref().ok_or_else(|| {
+    /// The name template, or the "missing name" error pointing at the attribute.
+    pub(crate) fn name(&self) -> syn::Result<&NameTemplate> {
+        self.name.as_ref().ok_or_else(|| {
             syn::Error::new(
                 Span::call_site(),
-                "missing `key` argument: `#[distributed_lock]` needs the lock key, \
-                 e.g. `#[distributed_lock(key = \"stock:<id>\")]`",
+                "missing `name` argument: `#[distributed_lock]` needs the lock name, \
+                 e.g. `#[distributed_lock(name = \"stock:<id>\")]`",
             )
         })
+    }
+
+    /// `name = "…"`, or its deprecated spelling `key = "…"` (`keyword` says which, and
+    /// `span` is where it was written).
+    fn parse_name(&mut self, input: ParseStream<'_>, keyword: &str, span: Span) -> syn::Result<()> {
+        if self.name.is_some() {
+            if (keyword == "key") == self.deprecated_key.is_some() {
+                no_duplicate(&self.name, span, keyword)?;
+            }
+            return Err(syn::Error::new(
+                span,
+                "`name` and `key` are the same argument (`key` is its deprecated spelling): \
+                 give only `name`",
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let lit = string_value(input, keyword, "a template like \"stock:<id>\"")?;
+        self.name = Some(NameTemplate::parse(lit)?);
+        if keyword == "key" {
+            self.deprecated_key = Some(span);
+        }
+        Ok(())
     }
 }
 
@@ -94,12 +135,13 @@ impl Parse for LockArgs {
         let mut args = LockArgs::default();
         while !input.is_empty() {
             let lookahead = input.lookahead1();
-            if lookahead.peek(kw::key) {
-                let name = input.parse::<kw::key>()?;
-                no_duplicate(&args.key, name.span, "key")?;
-                input.parse::<Token![=]>()?;
-                let lit = string_value(input, "key", "a template like \"stock:<id>\"")?;
-                args.key = Some(KeyTemplate::parse(lit)?);
+            if lookahead.peek(kw::name) {
+                let name = input.parse::<kw::name>()?;
+                args.parse_name(input, "name", name.span)?;
+            } else if input.peek(kw::key) {
+                // Deprecated: not offered by `lookahead`, so errors list `name` only.
+                let key = input.parse::<kw::key>()?;
+                args.parse_name(input, "key", key.span)?;
             } else if lookahead.peek(kw::wait) {
                 let name = input.parse::<kw::wait>()?;
                 no_duplicate(&args.wait, name.span, "wait")?;
@@ -264,23 +306,23 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     u64::try_from(total).map_err(|_| "the duration is too long".to_string())
 }
 
-impl KeyTemplate {
+impl NameTemplate {
     pub(crate) fn parse(lit: LitStr) -> syn::Result<Self> {
         let parts = parse_template(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))?;
-        Ok(KeyTemplate { lit, parts })
+        Ok(NameTemplate { lit, parts })
     }
 }
 
-/// Splits a key template into text and placeholders. `<<` and `>>` are a literal `<` and `>`.
+/// Splits a name template into text and placeholders. `<<` and `>>` are a literal `<` and `>`.
 ///
-/// Every malformed template is an `Err` with the message to show at the key: a placeholder
+/// Every malformed template is an `Err` with the message to show at the name: a placeholder
 /// that gets through is made of Rust identifiers and tuple indices only, so generating the
 /// field accesses cannot fail.
-pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
+pub(crate) fn parse_template(text: &str) -> Result<Vec<NamePart>, String> {
     const HOW: &str = "placeholders are written `<param>` or `<param.field>`; \
                        write `<<` or `>>` for a literal `<` or `>`";
     if text.is_empty() {
-        return Err("the lock key must not be empty".to_string());
+        return Err("the lock name must not be empty".to_string());
     }
     let mut parts = Vec::new();
     let mut literal = String::new();
@@ -295,12 +337,12 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
                 chars.next();
                 literal.push('>');
             }
-            '>' => return Err(format!("unmatched `>` in the lock key; {HOW}")),
+            '>' => return Err(format!("unmatched `>` in the lock name; {HOW}")),
             '<' => {
                 let body_start = start + 1;
                 let Some(len) = text[body_start..].find('>') else {
                     return Err(format!(
-                        "unclosed placeholder `{}` in the lock key; {HOW}",
+                        "unclosed placeholder `{}` in the lock name; {HOW}",
                         &text[start..]
                     ));
                 };
@@ -309,27 +351,27 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<KeyPart>, String> {
                 while chars.next_if(|&(i, _)| i <= body_start + len).is_some() {}
                 if body.is_empty() {
                     return Err(format!(
-                        "empty placeholder `<>` in the lock key: name a parameter, like `<id>`; {HOW}"
+                        "empty placeholder `<>` in the lock name: name a parameter, like `<id>`; {HOW}"
                     ));
                 }
                 let placeholder = parse_placeholder(body).map_err(|why| {
                     let body = body.escape_debug();
                     format!(
-                        "invalid placeholder `<{body}>` in the lock key: {why}; expected a \
+                        "invalid placeholder `<{body}>` in the lock name: {why}; expected a \
                          parameter name, optionally with fields, like `<id>`, `<order.id>`, \
                          `<pair.0>` or `<self.tenant>`"
                     )
                 })?;
                 if !literal.is_empty() {
-                    parts.push(KeyPart::Text(std::mem::take(&mut literal)));
+                    parts.push(NamePart::Text(std::mem::take(&mut literal)));
                 }
-                parts.push(KeyPart::Placeholder(placeholder));
+                parts.push(NamePart::Placeholder(placeholder));
             }
             c => literal.push(c),
         }
     }
     if !literal.is_empty() {
-        parts.push(KeyPart::Text(literal));
+        parts.push(NamePart::Text(literal));
     }
     Ok(parts)
 }
@@ -437,8 +479,8 @@ mod tests {
     use super::*;
 
     /// A placeholder as the parser returns it; `fields` all digits are tuple indices.
-    fn ph(text: &str, root: &str, fields: &[&str]) -> KeyPart {
-        KeyPart::Placeholder(Placeholder {
+    fn ph(text: &str, root: &str, fields: &[&str]) -> NamePart {
+        NamePart::Placeholder(Placeholder {
             text: text.into(),
             root: root.into(),
             fields: fields
@@ -486,25 +528,25 @@ mod tests {
     fn templates_split_into_text_and_placeholders() {
         assert_eq!(
             parse_template("stock:<id>"),
-            Ok(vec![KeyPart::Text("stock:".into()), ph("id", "id", &[])])
+            Ok(vec![NamePart::Text("stock:".into()), ph("id", "id", &[])])
         );
         assert_eq!(
             parse_template("<self.tenant>:order:<order.customer.id>/<pair.0>"),
             Ok(vec![
                 ph("self.tenant", "self", &["tenant"]),
-                KeyPart::Text(":order:".into()),
+                NamePart::Text(":order:".into()),
                 ph("order.customer.id", "order", &["customer", "id"]),
-                KeyPart::Text("/".into()),
+                NamePart::Text("/".into()),
                 ph("pair.0", "pair", &["0"]),
             ])
         );
         assert_eq!(
             parse_template("plain"),
-            Ok(vec![KeyPart::Text("plain".into())])
+            Ok(vec![NamePart::Text("plain".into())])
         );
         assert_eq!(
             parse_template("a<<b>>c{d}"),
-            Ok(vec![KeyPart::Text("a<b>c{d}".into())])
+            Ok(vec![NamePart::Text("a<b>c{d}".into())])
         );
     }
 
@@ -561,11 +603,11 @@ mod tests {
             parse_template("<cfg.type>:<r#type.r#match>:<café.größe>:<t.4294967295>"),
             Ok(vec![
                 ph("cfg.type", "cfg", &["type"]),
-                KeyPart::Text(":".into()),
+                NamePart::Text(":".into()),
                 ph("r#type.r#match", "type", &["match"]),
-                KeyPart::Text(":".into()),
+                NamePart::Text(":".into()),
                 ph("café.größe", "café", &["größe"]),
-                KeyPart::Text(":".into()),
+                NamePart::Text(":".into()),
                 ph("t.4294967295", "t", &["4294967295"]),
             ])
         );
@@ -586,8 +628,8 @@ mod tests {
         let rendered: String = parts
             .iter()
             .map(|part| match part {
-                KeyPart::Text(text) => text.replace('<', "<<").replace('>', ">>"),
-                KeyPart::Placeholder(placeholder) => format!("<{}>", placeholder.text),
+                NamePart::Text(text) => text.replace('<', "<<").replace('>', ">>"),
+                NamePart::Placeholder(placeholder) => format!("<{}>", placeholder.text),
             })
             .collect();
         assert_eq!(
@@ -595,10 +637,10 @@ mod tests {
             "the parts do not add up to the template"
         );
         for part in parts {
-            if let KeyPart::Placeholder(placeholder) = part {
+            if let NamePart::Placeholder(placeholder) = part {
                 assert!(!placeholder.root.is_empty(), "{template:?}");
                 for field in &placeholder.fields {
-                    let member = crate::expand::member(field, Span::call_site());
+                    let member = field.member(Span::call_site());
                     // Round trip through the tokenizer: what was generated is one member.
                     let text = quote::quote!(#member).to_string();
                     assert!(

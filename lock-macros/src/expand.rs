@@ -8,10 +8,10 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{
-    AttrStyle, FnArg, Ident, Index, ItemFn, LitStr, Member, Pat, ReturnType, Signature, Token, Type,
+    AttrStyle, Block, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{Field, KeyPart, KeyTemplate, LockArgs, OnLost, Placeholder, is_keyword};
+use crate::attr::{LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
 
 /// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
 /// written next to the error, so the rest of the crate (and the IDE) keeps working.
@@ -79,6 +79,8 @@ impl Errors {
     }
 }
 
+/// Re-emits the user's fn as written (attributes, visibility, signature), around the body
+/// built by [`gen_body`].
 fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
     let ItemFn {
         attrs,
@@ -100,107 +102,7 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
         output,
     } = sig;
 
-    let mut errors = Errors::default();
-    if asyncness.is_none() {
-        errors.push(syn::Error::new(
-            fn_token.span,
-            "the `async` keyword is missing from the function declaration: \
-             `#[distributed_lock]` works on `async fn` only",
-        ));
-    }
-    let return_type = errors.check(check_return_type(sig));
-    let key = errors
-        .check(args.key())
-        .and_then(|key| errors.check(key_expr(key, sig)));
-    errors.finish()?;
-    let (Some(return_type), Some(key)) = (return_type, key) else {
-        unreachable!("errors were reported above");
-    };
-
-    let krate = args
-        .krate
-        .as_ref()
-        .map_or_else(|| quote!(::lock_runtime), ToTokens::to_token_stream);
-    let private = quote!(#krate::__private);
-
-    // Generated locals: prefixed, and invisible to the user's code (mixed-site hygiene).
-    let local = |name: &str| format_ident!("__lock_{}", name, span = Span::mixed_site());
-    let (key_var, client_var, span_var) = (local("key"), local("client"), local("span"));
-
-    let client = match &args.client {
-        // Borrowed, not moved (`self.locks` stays usable), and cloned: a cheap `Arc` clone.
-        // Anything that derefs to a `LockClient` works: `LockClient`, `&LockClient`, `Arc<…>`.
-        Some(expr) => {
-            // An invisible group keeps `expr` one operand (like `$e:expr` in `macro_rules!`)
-            // and lets a type error point at the whole expression.
-            let span = expr.span();
-            let expr = Group::new(Delimiter::None, expr.to_token_stream());
-            quote_spanned! {span=>
-                ::core::result::Result::Ok(
-                    <#private::LockClient as ::core::clone::Clone>::clone(&#expr)
-                )
-            }
-        }
-        None => quote!(#private::LockClient::default_client()),
-    };
-
-    let mut options = quote!(#private::LockOptions::new());
-    if let Some(wait) = &args.wait {
-        let ms = wait.millis;
-        options.extend(quote!(.wait(::core::time::Duration::from_millis(#ms))));
-    }
-    if let Some(lease) = &args.lease {
-        let ms = lease.millis;
-        options.extend(quote!(.lease(::core::time::Duration::from_millis(#ms))));
-    }
-    let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
-        OnLost::Abort => quote!(#private::OnLost::Abort),
-        OnLost::Ignore => quote!(#private::OnLost::Ignore),
-    };
-
-    // Like tracing's `#[instrument]`: a never-taken `return` of the declared type as the first
-    // statement, so `?` and `return` in the body infer the fn's return type eagerly.
-    let (fake_return_type, return_span) = return_type;
-    let fake_return = quote_spanned! {return_span=>
-        #[allow(
-            unknown_lints,
-            unreachable_code,
-            clippy::diverging_sub_expression,
-            clippy::empty_loop,
-            clippy::let_unit_value,
-            clippy::let_with_type_underscore,
-            clippy::needless_return,
-            clippy::unreachable
-        )]
-        if false {
-            let __lock_fake_return: #fake_return_type = loop {};
-            return __lock_fake_return;
-        }
-    };
-    // The tail expression, `Instrument::instrument(run_locked(…), span).await`, with its own
-    // tokens spanned at the return type, so "must return `Result<T, E>`" points there (rustc
-    // reports the bound at the whole call and again at the `.await`).
-    let mut run_locked = respan(quote!(#private::run_locked), return_span);
-    let mut call_args = Group::new(
-        Delimiter::Parenthesis,
-        quote! {
-            #client_var, #key_var, #options, #on_lost, async move {
-                #fake_return
-                #block
-            }
-        },
-    );
-    call_args.set_span(return_span);
-    run_locked.append(call_args);
-    let mut tail = respan(
-        quote!(#private::tracing::Instrument::instrument),
-        return_span,
-    );
-    let mut instrument_args = Group::new(Delimiter::Parenthesis, quote!(#run_locked, #span_var));
-    instrument_args.set_span(return_span);
-    tail.append(instrument_args);
-    tail.extend(respan(quote!(.await), return_span));
-    let fn_name = LitStr::new(&ident.to_string(), ident.span());
+    let body = gen_body(sig, block, args)?;
 
     let (outer_attrs, inner_attrs): (Vec<_>, Vec<_>) = attrs
         .iter()
@@ -224,20 +126,167 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
     where_clause.to_tokens(&mut tokens);
     block.brace_token.surround(&mut tokens, |tokens| {
         tokens.append_all(inner_attrs);
-        tokens.extend(quote! {
-            #[allow(clippy::useless_format)]
-            let #key_var: ::std::string::String = #key;
-            let #client_var = #client;
-            let #span_var = #private::tracing::info_span!(
-                target: ::core::module_path!(),
-                "distributed_lock",
-                function = #fn_name,
-                lock = %#key_var,
-            );
-            #tail
-        });
+        tokens.extend(body);
     });
     Ok(tokens)
+}
+
+/// The new body of the fn: the checks of the signature and the name, then the statements that
+/// format the name, get the client, open the span and run the user's `block` under the lock.
+fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "the `async` keyword is missing from the function declaration: \
+             `#[distributed_lock]` works on `async fn` only",
+        ));
+    }
+    let return_type = errors.check(check_return_type(sig));
+    let name = errors
+        .check(args.name())
+        .and_then(|name| errors.check(name_expr(name, sig)));
+    errors.finish()?;
+    let (Some(return_type), Some(name)) = (return_type, name) else {
+        unreachable!("errors were reported above");
+    };
+
+    let krate = args
+        .krate
+        .as_ref()
+        .map_or_else(|| quote!(::lock_runtime), ToTokens::to_token_stream);
+    let private = quote!(#krate::__private);
+
+    // Generated locals: prefixed, and invisible to the user's code (mixed-site hygiene).
+    let local = |name: &str| format_ident!("__lock_{}", name, span = Span::mixed_site());
+    let (name_var, client_var, span_var) = (local("name"), local("client"), local("span"));
+
+    let client = gen_client(args, &private);
+    let options = gen_options(args, &private);
+    let locked = quote!(#client_var, #name_var, #options);
+    let tail = gen_tail(&private, locked, block, return_type, &span_var);
+    let fn_name = LitStr::new(&sig.ident.to_string(), sig.ident.span());
+    let deprecations = args.deprecated_key.map(deprecated_key);
+
+    Ok(quote! {
+        #deprecations
+        #[allow(clippy::useless_format)]
+        let #name_var: ::std::string::String = #name;
+        let #client_var = #client;
+        let #span_var = #private::tracing::info_span!(
+            target: ::core::module_path!(),
+            "distributed_lock",
+            function = #fn_name,
+            lock = %#name_var,
+        );
+        #tail
+    })
+}
+
+/// The deprecation warning for `key = "…"`, at the `key` token: the use of a deprecated item
+/// (the way to warn from a proc macro on stable Rust). `#[allow(deprecated)]` silences it.
+fn deprecated_key(span: Span) -> TokenStream {
+    let item = Ident::new("key", Span::mixed_site().located_at(span));
+    quote_spanned! {span=>
+        {
+            #[deprecated(
+                since = "0.2.0",
+                note = "`key = \"…\"` in `#[distributed_lock]` is renamed: use `name = \"…\"`"
+            )]
+            fn #item() {}
+            #item();
+        }
+    }
+}
+
+/// The expression that gives the `LockClient`: the `client` argument, or the default client.
+fn gen_client(args: &LockArgs, private: &TokenStream) -> TokenStream {
+    match &args.client {
+        // Borrowed, not moved (`self.locks` stays usable), and cloned: a cheap `Arc` clone.
+        // Anything that derefs to a `LockClient` works: `LockClient`, `&LockClient`, `Arc<…>`.
+        Some(expr) => {
+            // An invisible group keeps `expr` one operand (like `$e:expr` in `macro_rules!`)
+            // and lets a type error point at the whole expression.
+            let span = expr.span();
+            let expr = Group::new(Delimiter::None, expr.to_token_stream());
+            quote_spanned! {span=>
+                ::core::result::Result::Ok(
+                    <#private::LockClient as ::core::clone::Clone>::clone(&#expr)
+                )
+            }
+        }
+        None => quote!(#private::LockClient::default_client()),
+    }
+}
+
+/// The `LockOptions` expression and the `OnLost` value, as two arguments of `run_locked`.
+fn gen_options(args: &LockArgs, private: &TokenStream) -> TokenStream {
+    let mut options = quote!(#private::LockOptions::new());
+    if let Some(wait) = &args.wait {
+        let ms = wait.millis;
+        options.extend(quote!(.wait(::core::time::Duration::from_millis(#ms))));
+    }
+    if let Some(lease) = &args.lease {
+        let ms = lease.millis;
+        options.extend(quote!(.lease(::core::time::Duration::from_millis(#ms))));
+    }
+    let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
+        OnLost::Abort => quote!(#private::OnLost::Abort),
+        OnLost::Ignore => quote!(#private::OnLost::Ignore),
+    };
+    quote!(#options, #on_lost)
+}
+
+/// The tail expression, `Instrument::instrument(run_locked(…, async move { block }), span)
+/// .await`, with its own tokens spanned at the return type, so "must return `Result<T, E>`"
+/// points there (rustc reports the bound at the whole call and again at the `.await`).
+/// `locked` is the arguments of `run_locked` before the future.
+fn gen_tail(
+    private: &TokenStream,
+    locked: TokenStream,
+    block: &Block,
+    (fake_return_type, return_span): (Type, Span),
+    span_var: &Ident,
+) -> TokenStream {
+    // Like tracing's `#[instrument]`: a never-taken `return` of the declared type as the first
+    // statement, so `?` and `return` in the body infer the fn's return type eagerly.
+    let fake_return = quote_spanned! {return_span=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::let_with_type_underscore,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let __lock_fake_return: #fake_return_type = loop {};
+            return __lock_fake_return;
+        }
+    };
+    let mut run_locked = respan(quote!(#private::run_locked), return_span);
+    let mut call_args = Group::new(
+        Delimiter::Parenthesis,
+        quote! {
+            #locked, async move {
+                #fake_return
+                #block
+            }
+        },
+    );
+    call_args.set_span(return_span);
+    run_locked.append(call_args);
+    let mut tail = respan(
+        quote!(#private::tracing::Instrument::instrument),
+        return_span,
+    );
+    let mut instrument_args = Group::new(Delimiter::Parenthesis, quote!(#run_locked, #span_var));
+    instrument_args.set_span(return_span);
+    tail.append(instrument_args);
+    tail.extend(respan(quote!(.await), return_span));
+    tail
 }
 
 /// Checks the declared return type and returns it with `impl Trait` erased to `_` (for the
@@ -280,21 +329,21 @@ impl VisitMut for ImplTraitEraser {
     }
 }
 
-/// The expression that formats the key, with each placeholder checked against the fn's
-/// parameters. Errors point at the key literal.
-fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
+/// The expression that formats the lock name, with each placeholder checked against the fn's
+/// parameters. Errors point at the name literal.
+fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<TokenStream> {
     let (has_self, names) = parameter_names(sig);
-    let span = key.lit.span();
+    let span = name.lit.span();
     let mut format = String::new();
     let mut plain = String::new();
     let mut values = Vec::new();
-    for part in &key.parts {
+    for part in &name.parts {
         match part {
-            KeyPart::Text(text) => {
+            NamePart::Text(text) => {
                 plain.push_str(text);
                 format.push_str(&text.replace('{', "{{").replace('}', "}}"));
             }
-            KeyPart::Placeholder(placeholder) => {
+            NamePart::Placeholder(placeholder) => {
                 let root = &placeholder.root;
                 let root_tokens = if root == "self" {
                     if !has_self {
@@ -309,7 +358,7 @@ fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
                     Token![self](span).into_token_stream()
                 } else if let Some(param) = names.get(root) {
                     // The parameter's own identifier (raw if it was written `r#…`), pointing at
-                    // the key.
+                    // the name.
                     let mut param = param.clone();
                     param.set_span(span);
                     param.into_token_stream()
@@ -322,7 +371,7 @@ fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
                         span,
                     ));
                 };
-                let fields = placeholder.fields.iter().map(|field| member(field, span));
+                let fields = placeholder.fields.iter().map(|field| field.member(span));
                 values.push(quote_spanned!(span=> #root_tokens #(. #fields)*));
                 format.push_str("{}");
             }
@@ -334,19 +383,6 @@ fn key_expr(key: &KeyTemplate, sig: &Signature) -> syn::Result<TokenStream> {
     }
     let format = LitStr::new(&format, span);
     Ok(quote_spanned!(span=> ::std::format!(#format #(, #values)*)))
-}
-
-/// `.field` as a token: a keyword as a raw identifier (`r#type`). The parser let through only
-/// identifiers that can be created (no `self`, `super`, `crate`, `Self` or `_`).
-pub(crate) fn member(field: &Field, span: Span) -> Member {
-    match field {
-        Field::Index(index) => Member::Unnamed(Index {
-            index: *index,
-            span,
-        }),
-        Field::Named(name) if is_keyword(name) => Member::Named(Ident::new_raw(name, span)),
-        Field::Named(name) => Member::Named(Ident::new(name, span)),
-    }
 }
 
 fn unknown_placeholder(
@@ -368,7 +404,7 @@ fn unknown_placeholder(
     syn::Error::new(
         span,
         format!(
-            "unknown placeholder `<{}>` in the lock key: `{}` is not a parameter; {known}",
+            "unknown placeholder `<{}>` in the lock name: `{}` is not a parameter; {known}",
             placeholder.text, placeholder.root
         ),
     )
@@ -425,8 +461,8 @@ mod tests {
     }
 
     fn expand(template: &str) -> syn::Result<String> {
-        let key = KeyTemplate::parse(LitStr::new(template, Span::call_site()))?;
-        let tokens = key_expr(&key, &signature())?;
+        let name = NameTemplate::parse(LitStr::new(template, Span::call_site()))?;
+        let tokens = name_expr(&name, &signature())?;
         let expr: syn::Expr = syn::parse2(tokens.clone())
             .unwrap_or_else(|e| panic!("{template:?} expanded to {tokens} ({e})"));
         Ok(expr.to_token_stream().to_string())

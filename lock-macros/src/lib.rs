@@ -17,14 +17,14 @@ use proc_macro::TokenStream;
 /// ```ignore
 /// use lock_runtime::{distributed_lock, LockError};
 ///
-/// #[distributed_lock(key = "stock:<id>", wait = "5s")]
+/// #[distributed_lock(name = "stock:<id>", wait = "5s")]
 /// async fn reserve(id: u64, qty: u32) -> Result<Reservation, AppError> {
 ///     // Only one caller, in any process, runs this for a given `id` at a time.
 ///     # todo!()
 /// }
 /// ```
 ///
-/// Each call formats the [key](#key) from the arguments, acquires the lock of that name,
+/// Each call formats the lock [name](#name) from the arguments, acquires the lock of that name,
 /// runs the body inside the guard's reentrancy scope, and releases the lock when the body is
 /// done. While the body runs, the lock's lease is renewed by the client's watchdog (unless a
 /// fixed [`lease`](#lease) is given), and if the lock is lost anyway, the body is dropped and
@@ -50,7 +50,7 @@ use proc_macro::TokenStream;
 ///     }
 /// }
 ///
-/// #[distributed_lock(key = "stock:<id>")]
+/// #[distributed_lock(name = "stock:<id>")]
 /// async fn reserve(id: u64) -> Result<(), AppError> {
 ///     Err(AppError::OutOfStock)
 /// }
@@ -71,14 +71,14 @@ use proc_macro::TokenStream;
 ///
 /// | option | default | |
 /// |---|---|---|
-/// | [`key = "…"`](#key) | required | the lock name, a template over the parameters |
+/// | [`name = "…"`](#name) | required | the lock name, a template over the parameters |
 /// | [`wait = "…"`](#wait) | wait indefinitely | how long to wait for a busy lock |
 /// | [`lease = "…"`](#lease) | watchdog renewal | a fixed lease instead of renewal |
 /// | [`client = <expr>`](#client) | the process-wide default | which `LockClient` to use |
 /// | [`on_lost = abort \| ignore`](#on_lost) | `abort` | what a lost lock does to the body |
 /// | [`crate = "…"`](#crate) | `"::lock_runtime"` | where `lock_runtime` is |
 ///
-/// ## `key`
+/// ## `name`
 ///
 /// The lock name: literal text with placeholders. `<name>` is the parameter `name`,
 /// `<name.field.subfield>` a field of it (tuple fields too: `<pair.0>`), and `<self.field>` a
@@ -90,24 +90,27 @@ use proc_macro::TokenStream;
 /// `<item.r#type>` are both the field `r#type`, `<type>` the parameter `r#type`.
 ///
 /// ```ignore
-/// #[distributed_lock(key = "order:<order.customer.id>:<order.id>")]
+/// #[distributed_lock(name = "order:<order.customer.id>:<order.id>")]
 /// async fn ship(order: &Order) -> Result<(), AppError> { /* … */ }
 ///
-/// #[distributed_lock(key = "stock:<self.warehouse>:<sku>")]
+/// #[distributed_lock(name = "stock:<self.warehouse>:<sku>")]
 /// async fn restock(&self, sku: &str, qty: u32) -> Result<(), AppError> { /* … */ }
 ///
 /// // A fixed name: one lock for every call.
-/// #[distributed_lock(key = "nightly-report")]
+/// #[distributed_lock(name = "nightly-report")]
 /// async fn nightly_report() -> Result<(), AppError> { /* … */ }
 /// ```
 ///
-/// An empty key, an empty (`<>`) or unclosed (`<id`) placeholder, a name that is not an
-/// identifier (`<id.a²>`, `<x.>`, `<x.self>`, `<pair.01>`), or a placeholder that names no
-/// parameter is a compile error pointing at the key. A key that formats to an invalid lock
-/// name (empty, too long, control characters) fails at run time with
-/// `LockError::InvalidName`. The formatted key is the lock name as
-/// `LockClient::lock` takes it, so other code can use the same lock:
-/// `locks.lock("stock:42").force_unlock()`.
+/// An empty name, an empty (`<>`) or unclosed (`<id`) placeholder, a placeholder that is not
+/// an identifier (`<id.a²>`, `<x.>`, `<x.self>`, `<pair.01>`), or one that names no parameter
+/// is a compile error pointing at the name. A name that formats to an invalid lock name
+/// (empty, too long, control characters) fails at run time with `LockError::InvalidName`.
+/// The formatted name is the lock name as `LockClient::lock` takes it, so other code can use
+/// the same lock: `locks.lock("stock:42").force_unlock()`. (The Redis key the lock lives
+/// under is derived from the name by the client.)
+///
+/// `key = "…"` is the deprecated spelling of `name = "…"` (before 0.2.0): it still works, with
+/// a deprecation warning at `key`. Giving both is an error.
 ///
 /// ## `wait`
 ///
@@ -119,10 +122,10 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// // Try once; if the report is already running elsewhere, fail fast.
-/// #[distributed_lock(key = "nightly-report", wait = "0s")]
+/// #[distributed_lock(name = "nightly-report", wait = "0s")]
 /// async fn nightly_report() -> Result<(), AppError> { /* … */ }
 ///
-/// #[distributed_lock(key = "stock:<id>", wait = "1m30s")]
+/// #[distributed_lock(name = "stock:<id>", wait = "1m30s")]
 /// async fn reserve(id: u64) -> Result<(), AppError> { /* … */ }
 /// ```
 ///
@@ -137,7 +140,7 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// // Must finish within 10 s; the lock cannot outlive that even if this process hangs.
-/// #[distributed_lock(key = "payout:<account>", lease = "10s")]
+/// #[distributed_lock(name = "payout:<account>", lease = "10s")]
 /// async fn payout(account: u64) -> Result<(), AppError> { /* … */ }
 /// ```
 ///
@@ -154,12 +157,12 @@ use proc_macro::TokenStream;
 /// }
 ///
 /// impl Inventory {
-///     #[distributed_lock(key = "stock:<sku>", client = self.locks)]
+///     #[distributed_lock(name = "stock:<sku>", client = self.locks)]
 ///     async fn reserve(&self, sku: &str) -> Result<(), AppError> { /* … */ }
 /// }
 ///
 /// // In an axum handler: `state.locks` where `state: State<AppState>`.
-/// #[distributed_lock(key = "stock:<id>", client = state.locks)]
+/// #[distributed_lock(name = "stock:<id>", client = state.locks)]
 /// async fn reserve_handler(state: AppState, id: u64) -> Result<(), AppError> { /* … */ }
 /// ```
 ///
@@ -184,7 +187,7 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// // The body is idempotent and cheap to finish: let it run even if the lock is lost.
-/// #[distributed_lock(key = "cache-refresh", on_lost = ignore)]
+/// #[distributed_lock(name = "cache-refresh", on_lost = ignore)]
 /// async fn refresh_cache() -> Result<(), AppError> { /* … */ }
 /// ```
 ///
@@ -195,14 +198,14 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// // In a crate that depends on `my_platform`, which re-exports `lock_runtime`:
-/// #[distributed_lock(key = "job:<id>", crate = "my_platform::lock_runtime")]
+/// #[distributed_lock(name = "job:<id>", crate = "my_platform::lock_runtime")]
 /// async fn run_job(id: u64) -> Result<(), AppError> { /* … */ }
 /// ```
 ///
 /// # Behaviour
 ///
 /// - **Reentrancy.** The body runs inside the guard's reentrancy scope: a locked fn that calls
-///   another locked fn (or `LockClient::lock(…).acquire()`) with the same key and the same
+///   another locked fn (or `LockClient::lock(…).acquire()`) with the same name and the same
 ///   client re-enters at once instead of deadlocking. Two `join!`ed calls, or a call in a
 ///   spawned task, are different owners and exclude each other.
 /// - **Release.** When the body returns (`Ok` or `Err`), the lock is released before the call
@@ -215,7 +218,7 @@ use proc_macro::TokenStream;
 ///   reported as described under [`on_lost`](#on_lost).
 /// - **Tracing.** The acquisition and the body run in an `INFO` span named `distributed_lock`,
 ///   with the fn's module as its target and the fields `function` (the fn's name) and `lock`
-///   (the formatted key).
+///   (the formatted name).
 ///
 /// # Expansion
 ///
@@ -223,10 +226,10 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// async fn reserve(id: u64, qty: u32) -> Result<Reservation, AppError> {
-///     let key: String = format!("stock:{}", id);
+///     let name: String = format!("stock:{}", id);
 ///     let client = LockClient::default_client(); // or `Ok(LockClient::clone(&(<expr>)))`
-///     let span = info_span!("distributed_lock", function = "reserve", lock = %key);
-///     run_locked(client, key, LockOptions::new().wait(5 s), OnLost::Abort, async move {
+///     let span = info_span!("distributed_lock", function = "reserve", lock = %name);
+///     run_locked(client, name, LockOptions::new().wait(5 s), OnLost::Abort, async move {
 ///         /* the body, unchanged */
 ///     })
 ///     .instrument(span)

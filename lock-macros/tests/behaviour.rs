@@ -57,7 +57,7 @@ impl Probe {
     }
 }
 
-#[distributed_lock(key = "counter:<id>", client = locks)]
+#[distributed_lock(name = "counter:<id>", client = locks)]
 async fn guarded(
     locks: LockClient,
     id: u32,
@@ -144,7 +144,7 @@ async fn joined_same_key_calls_exclude_each_other() {
     assert!(start.elapsed() >= 2 * hold);
 }
 
-#[distributed_lock(key = "report", client = locks, wait = "200ms")]
+#[distributed_lock(name = "report", client = locks, wait = "200ms")]
 async fn report(locks: &LockClient, ran: &AtomicBool) -> Result<(), AppError> {
     ran.store(true, SeqCst);
     Ok(())
@@ -177,14 +177,14 @@ async fn a_wait_timeout_surfaces_as_the_users_error() {
     assert!(ran.load(SeqCst));
 }
 
-#[distributed_lock(key = "account:<id>", client = locks, wait = "0s")]
+#[distributed_lock(name = "account:<id>", client = locks, wait = "0s")]
 async fn outer(locks: &LockClient, id: u32) -> Result<u32, AppError> {
     // Same key, same client, inside the outer body: must re-enter, not wait.
     let inner = inner(locks, id).await?;
     Ok(inner + 1)
 }
 
-#[distributed_lock(key = "account:<id>", client = locks, wait = "0s")]
+#[distributed_lock(name = "account:<id>", client = locks, wait = "0s")]
 async fn inner(locks: &LockClient, id: u32) -> Result<u32, AppError> {
     let _ = id;
     Ok(10)
@@ -207,7 +207,7 @@ async fn nested_same_key_calls_reenter() {
     held.release().await.unwrap();
 }
 
-#[distributed_lock(key = "long-job", client = locks)]
+#[distributed_lock(name = "long-job", client = locks)]
 async fn long_job(
     locks: &LockClient,
     started: &AtomicBool,
@@ -295,7 +295,7 @@ async fn abort_on_lost_drops_the_body_and_returns_lost() {
     );
 }
 
-#[distributed_lock(key = "cache-refresh", client = locks, on_lost = ignore)]
+#[distributed_lock(name = "cache-refresh", client = locks, on_lost = ignore)]
 async fn refresh(locks: &LockClient, started: &AtomicBool, body: Duration) -> Result<u8, AppError> {
     started.store(true, SeqCst);
     sleep(body).await;
@@ -321,7 +321,7 @@ async fn on_lost_ignore_lets_the_body_finish() {
     assert_eq!(result.unwrap(), 7);
 }
 
-#[distributed_lock(key = "payout", client = locks, lease = "400ms")]
+#[distributed_lock(name = "payout", client = locks, lease = "400ms")]
 async fn payout(locks: &LockClient, finished: &AtomicBool) -> Result<(), AppError> {
     sleep(Duration::from_secs(3)).await;
     finished.store(true, SeqCst);
@@ -373,7 +373,7 @@ async fn dropping_the_callers_future_releases_the_lock_at_once() {
     guard.release().await.unwrap();
 }
 
-#[distributed_lock(key = "fragile", client = locks)]
+#[distributed_lock(name = "fragile", client = locks)]
 async fn fragile(locks: LockClient) -> Result<(), AppError> {
     sleep(Duration::from_millis(20)).await;
     panic!("the body panicked");
@@ -396,7 +396,7 @@ async fn a_panicking_body_releases_the_lock() {
     guard.release().await.unwrap();
 }
 
-#[distributed_lock(key = "settle:<id>", client = locks)]
+#[distributed_lock(name = "settle:<id>", client = locks)]
 async fn settle(locks: &LockClient, id: u32, fail: bool) -> Result<u32, AppError> {
     assert!(locks.lock(format!("settle:{id}")).is_locked().await?);
     if fail {
@@ -438,7 +438,7 @@ struct Orders {
 impl Orders {
     /// Checks from another client that exactly `expected` is locked while the body runs.
     #[distributed_lock(
-        key = "<self.tenant>:order:<order.customer.id>/<order.number>:<pair.1>:<<x>>{y}",
+        name = "<self.tenant>:order:<order.customer.id>/<order.number>:<pair.1>:<<x>>{y}",
         client = self.locks
     )]
     async fn check_key(
@@ -559,7 +559,7 @@ async fn a_tracing_span_names_the_key() {
 }
 
 /// The body ends by black-holing the connection, so the final release hangs.
-#[distributed_lock(key = "stalled-release", client = locks)]
+#[distributed_lock(name = "stalled-release", client = locks)]
 async fn stalls_its_release(locks: &LockClient, proxy: &TcpProxy) -> Result<(), AppError> {
     proxy.set_black_hole(true);
     Ok(())
@@ -595,7 +595,7 @@ async fn a_call_cancelled_during_its_final_release_frees_the_lock_within_2s() {
     guard.release().await.unwrap();
 }
 
-#[distributed_lock(key = "polled:<n>", client = locks)]
+#[distributed_lock(name = "polled:<n>", client = locks)]
 async fn polled(locks: &LockClient, n: String) -> Result<String, AppError> {
     sleep(Duration::from_millis(1)).await;
     Ok(n)

@@ -16,7 +16,7 @@ impl From<LockError> for AppError {
     }
 }
 
-#[distributed_lock(key = "default:<id>", wait = "100ms")]
+#[distributed_lock(name = "default:<id>", wait = "100ms")]
 async fn with_default(id: u32) -> Result<u32, AppError> {
     Ok(id)
 }

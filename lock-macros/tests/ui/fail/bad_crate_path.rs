@@ -3,22 +3,22 @@
 
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "a", crate = "(")]
+#[distributed_lock(name = "a", crate = "(")]
 async fn unbalanced() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "a", crate = "/*")]
+#[distributed_lock(name = "a", crate = "/*")]
 async fn unterminated_comment() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "a", crate = "")]
+#[distributed_lock(name = "a", crate = "")]
 async fn empty() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "a", crate = "r#self")]
+#[distributed_lock(name = "a", crate = "r#self")]
 async fn raw_self() -> Result<(), LockError> {
     Ok(())
 }

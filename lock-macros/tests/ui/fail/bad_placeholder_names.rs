@@ -1,107 +1,107 @@
-//! Malformed placeholders: each is a compile error at the key, never a panic of the macro.
+//! Malformed placeholders: each is a compile error at the name, never a panic of the macro.
 use lock_runtime::{LockError, distributed_lock};
 
 struct Order {
     id: u64,
 }
 
-#[distributed_lock(key = "order:<order.a²>")]
+#[distributed_lock(name = "order:<order.a²>")]
 async fn non_identifier_field(order: Order) -> Result<(), LockError> {
     let _ = order.id;
     Ok(())
 }
 
-#[distributed_lock(key = "order:<order.self>")]
+#[distributed_lock(name = "order:<order.self>")]
 async fn self_as_field(order: Order) -> Result<(), LockError> {
     let _ = order.id;
     Ok(())
 }
 
-#[distributed_lock(key = "order:<.id>")]
+#[distributed_lock(name = "order:<.id>")]
 async fn missing_root(order: Order) -> Result<(), LockError> {
     let _ = order.id;
     Ok(())
 }
 
-#[distributed_lock(key = "order:<order.>")]
+#[distributed_lock(name = "order:<order.>")]
 async fn missing_field(order: Order) -> Result<(), LockError> {
     let _ = order.id;
     Ok(())
 }
 
-#[distributed_lock(key = "order:<order..id>")]
+#[distributed_lock(name = "order:<order..id>")]
 async fn double_dot(order: Order) -> Result<(), LockError> {
     let _ = order.id;
     Ok(())
 }
 
-#[distributed_lock(key = "pair:<pair.01>")]
+#[distributed_lock(name = "pair:<pair.01>")]
 async fn leading_zero_index(pair: (u8, u8)) -> Result<(), LockError> {
     let _ = pair;
     Ok(())
 }
 
-#[distributed_lock(key = "pair:<pair.99999999999>")]
+#[distributed_lock(name = "pair:<pair.99999999999>")]
 async fn huge_index(pair: (u8, u8)) -> Result<(), LockError> {
     let _ = pair;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<0>")]
+#[distributed_lock(name = "n:<0>")]
 async fn number_as_root(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<Self>")]
+#[distributed_lock(name = "n:<Self>")]
 async fn self_type_as_root(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<r#self>")]
+#[distributed_lock(name = "n:<r#self>")]
 async fn raw_self(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<_>")]
+#[distributed_lock(name = "n:<_>")]
 async fn underscore(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<n<m>")]
+#[distributed_lock(name = "n:<n<m>")]
 async fn nested_open(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<n>>")]
+#[distributed_lock(name = "n:<n>>")]
 async fn stray_close_after_placeholder(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<1st>")]
+#[distributed_lock(name = "n:<1st>")]
 async fn starts_with_digit(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<n.\u{200b}>")]
+#[distributed_lock(name = "n:<n.\u{200b}>")]
 async fn zero_width_space(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<n>", crate = "lock²runtime")]
+#[distributed_lock(name = "n:<n>", crate = "lock²runtime")]
 async fn bad_crate_path(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())
 }
 
-#[distributed_lock(key = "n:<n>", crate = "\"")]
+#[distributed_lock(name = "n:<n>", crate = "\"")]
 async fn unlexable_crate_path(n: u8) -> Result<(), LockError> {
     let _ = n;
     Ok(())

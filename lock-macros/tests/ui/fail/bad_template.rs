@@ -1,34 +1,34 @@
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "")]
-async fn empty_key() -> Result<(), LockError> {
+#[distributed_lock(name = "")]
+async fn empty_name() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "stock:<id")]
+#[distributed_lock(name = "stock:<id")]
 async fn unclosed(id: u64) -> Result<(), LockError> {
     let _ = id;
     Ok(())
 }
 
-#[distributed_lock(key = "stock:<>")]
+#[distributed_lock(name = "stock:<>")]
 async fn empty_placeholder(id: u64) -> Result<(), LockError> {
     let _ = id;
     Ok(())
 }
 
-#[distributed_lock(key = "stock:<id + 1>")]
+#[distributed_lock(name = "stock:<id + 1>")]
 async fn not_a_name(id: u64) -> Result<(), LockError> {
     let _ = id;
     Ok(())
 }
 
-#[distributed_lock(key = "a>b")]
+#[distributed_lock(name = "a>b")]
 async fn stray_close() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = 42)]
+#[distributed_lock(name = 42)]
 async fn not_a_string() -> Result<(), LockError> {
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "kind:<type>")]
+#[distributed_lock(name = "kind:<type>")]
 async fn no_such_parameter(kind: u64) -> Result<(), LockError> {
     let _ = kind;
     Ok(())
@@ -13,13 +13,13 @@ struct Item {
     kind: u64,
 }
 
-#[distributed_lock(key = "kind:<item.type>")]
+#[distributed_lock(name = "kind:<item.type>")]
 async fn no_such_field(item: &Item) -> Result<(), LockError> {
     let _ = item.kind;
     Ok(())
 }
 
-#[distributed_lock(key = "kind:<id.0>")]
+#[distributed_lock(name = "kind:<id.0>")]
 async fn not_a_tuple(id: u64) -> Result<(), LockError> {
     Ok(())
 }

@@ -1,6 +1,6 @@
 use lock_runtime::distributed_lock;
 
-#[distributed_lock(key = "a")]
+#[distributed_lock(name = "a")]
 struct NotAFn;
 
 fn main() {

@@ -1,6 +1,6 @@
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "a")]
+#[distributed_lock(name = "a")]
 fn not_async() -> Result<(), LockError> {
     Ok(())
 }

@@ -1,11 +1,11 @@
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "a", timeout = "5s")]
+#[distributed_lock(name = "a", timeout = "5s")]
 async fn unknown() -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "a", on_lost = retry)]
+#[distributed_lock(name = "a", on_lost = retry)]
 async fn unknown_on_lost() -> Result<(), LockError> {
     Ok(())
 }

@@ -1,12 +1,12 @@
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(key = "stock:<idd>")]
+#[distributed_lock(name = "stock:<idd>")]
 async fn typo(id: u64, qty: u32) -> Result<(), LockError> {
     let _ = (id, qty);
     Ok(())
 }
 
-#[distributed_lock(key = "tenant:<self.tenant>")]
+#[distributed_lock(name = "tenant:<self.tenant>")]
 async fn no_self(id: u64) -> Result<(), LockError> {
     let _ = id;
     Ok(())
@@ -16,7 +16,7 @@ struct Order {
     id: u64,
 }
 
-#[distributed_lock(key = "order:<order.number>")]
+#[distributed_lock(name = "order:<order.number>")]
 async fn no_such_field(order: &Order) -> Result<(), LockError> {
     Ok(())
 }

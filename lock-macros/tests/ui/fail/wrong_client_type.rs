@@ -4,7 +4,7 @@ struct State {
     locks: String,
 }
 
-#[distributed_lock(key = "a", client = state.locks)]
+#[distributed_lock(name = "a", client = state.locks)]
 async fn not_a_client(state: &State) -> Result<(), LockError> {
     Ok(())
 }

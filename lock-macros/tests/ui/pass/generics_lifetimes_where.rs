@@ -13,12 +13,12 @@ impl From<LockError> for AppError {
     }
 }
 
-#[distributed_lock(key = "item:<id>")]
+#[distributed_lock(name = "item:<id>")]
 async fn generic<T: Display + Send + Sync, const N: usize>(id: T, buf: [u8; N]) -> Result<usize, AppError> {
     Ok(buf.len())
 }
 
-#[distributed_lock(key = "name:<name>", client = locks)]
+#[distributed_lock(name = "name:<name>", client = locks)]
 async fn lifetimes<'a, 'b: 'a>(locks: &'a LockClient, name: &'b str) -> Result<&'b str, AppError>
 where
     'b: 'a,
@@ -26,7 +26,7 @@ where
     Ok(name)
 }
 
-#[distributed_lock(key = "w:<id>")]
+#[distributed_lock(name = "w:<id>")]
 async fn where_clause<T, E>(id: T) -> Result<T, E>
 where
     T: Display + Clone + Send + Sync,

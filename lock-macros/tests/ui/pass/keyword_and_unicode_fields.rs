@@ -9,19 +9,19 @@ struct Config {
     größe: u32,
 }
 
-#[distributed_lock(key = "cfg:<cfg.type>:<cfg.r#type>:<cfg.match.1.0>:<cfg.größe>")]
+#[distributed_lock(name = "cfg:<cfg.type>:<cfg.r#type>:<cfg.match.1.0>:<cfg.größe>")]
 async fn keyword_fields(cfg: Config) -> Result<(), LockError> {
     let _ = cfg;
     Ok(())
 }
 
-#[distributed_lock(key = "raw:<type>:<r#type>")]
+#[distributed_lock(name = "raw:<type>:<r#type>")]
 async fn raw_parameter(r#type: u8) -> Result<(), LockError> {
     let _ = r#type;
     Ok(())
 }
 
-#[distributed_lock(key = "café:<café>")]
+#[distributed_lock(name = "café:<café>")]
 async fn unicode_parameter(café: u8) -> Result<(), LockError> {
     let _ = café;
     Ok(())

@@ -1,5 +1,5 @@
 //! Methods: `&self`, `&mut self`, `self: Arc<Self>`, `self` by value, `Self` in the body,
-//! `self` fields in the key and `client = self.locks`; also in a trait impl.
+//! `self` fields in the name and `client = self.locks`; also in a trait impl.
 
 use std::sync::Arc;
 
@@ -12,28 +12,28 @@ struct Inventory {
 }
 
 impl Inventory {
-    #[distributed_lock(key = "stock:<self.warehouse>:<sku>", client = self.locks)]
+    #[distributed_lock(name = "stock:<self.warehouse>:<sku>", client = self.locks)]
     async fn by_ref(&self, sku: &str) -> Result<u32, LockError> {
         Ok(self.count + sku.len() as u32)
     }
 
-    #[distributed_lock(key = "stock:<self.warehouse>", client = self.locks)]
+    #[distributed_lock(name = "stock:<self.warehouse>", client = self.locks)]
     async fn by_mut(&mut self, n: u32) -> Result<u32, LockError> {
         self.count += n;
         Ok(self.count)
     }
 
-    #[distributed_lock(key = "stock:<self.warehouse>", client = self.locks)]
+    #[distributed_lock(name = "stock:<self.warehouse>", client = self.locks)]
     async fn by_arc(self: Arc<Self>) -> Result<Arc<Self>, LockError> {
         Ok(self)
     }
 
-    #[distributed_lock(key = "stock:<self.warehouse>", client = self.locks)]
+    #[distributed_lock(name = "stock:<self.warehouse>", client = self.locks)]
     async fn by_value(self) -> Result<Self, LockError> {
         Ok(Self { ..self })
     }
 
-    #[distributed_lock(key = "stock:<self.warehouse>")]
+    #[distributed_lock(name = "stock:<self.warehouse>")]
     async fn default_client(&self) -> Result<(), LockError> {
         Ok(())
     }
@@ -44,7 +44,7 @@ trait Reserve {
 }
 
 impl Reserve for Inventory {
-    #[distributed_lock(key = "reserve:<id>", client = self.locks)]
+    #[distributed_lock(name = "reserve:<id>", client = self.locks)]
     async fn reserve(&self, id: u64) -> Result<u64, LockError> {
         Ok(id)
     }

@@ -8,7 +8,7 @@ struct Item {
     r#gen: (u8, (u8, u8)),
 }
 
-#[distributed_lock(key = "a:<item.gen.1.0>:<r#x>:<_y>:<async>:<first>", client = locks)]
+#[distributed_lock(name = "a:<item.gen.1.0>:<r#x>:<_y>:<async>:<first>", client = locks)]
 async fn odd(
     locks: &LockClient,
     item: &Item,

@@ -22,40 +22,40 @@ impl State {
     }
 }
 
-#[distributed_lock(key = "a:<id>", wait = "250ms", lease = "5s", client = locks, on_lost = abort)]
+#[distributed_lock(name = "a:<id>", wait = "250ms", lease = "5s", client = locks, on_lost = abort)]
 async fn all_options(locks: &LockClient, id: u32) -> AppResult<u32> {
     Ok(id)
 }
 
-#[distributed_lock(key = "b", wait = "0s", lease = "1h2m3s4ms", client = state.shared)]
+#[distributed_lock(name = "b", wait = "0s", lease = "1h2m3s4ms", client = state.shared)]
 async fn arc_client(state: &State) -> AppResult<()> {
     Ok(())
 }
 
-#[distributed_lock(key = "c", wait = "1m30s", client = state.client())]
+#[distributed_lock(name = "c", wait = "1m30s", client = state.client())]
 async fn method_client(state: &State) -> Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "d", client = state.locks, on_lost = ignore)]
+#[distributed_lock(name = "d", client = state.locks, on_lost = ignore)]
 async fn field_client(state: State) -> Result<State, LockError> {
     Ok(state)
 }
 
-#[distributed_lock(key = "e", crate = "platform::locking")]
+#[distributed_lock(name = "e", crate = "platform::locking")]
 async fn reexported() -> Result<(), LockError> {
     Ok(())
 }
 
 #[distributed_lock(
-    key = "literal <<braces>> {and} \"quotes\"",
+    name = "literal <<braces>> {and} \"quotes\"",
     crate = "::lock_runtime",
 )]
 async fn trailing_comma_and_escapes() -> std::result::Result<(), LockError> {
     Ok(())
 }
 
-#[distributed_lock(key = "f:<id>")]
+#[distributed_lock(name = "f:<id>")]
 async fn question_mark(id: &str) -> Result<u32, LockError> {
     let n: u32 = id.parse().map_err(|_| LockError::InvalidConfig("not a number".into()))?;
     if n == 0 {

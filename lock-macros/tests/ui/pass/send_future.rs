@@ -10,7 +10,7 @@ fn require_send<F: Future + Send>(fut: F) -> F {
     fut
 }
 
-#[distributed_lock(key = "job:<id>", client = locks)]
+#[distributed_lock(name = "job:<id>", client = locks)]
 async fn job(locks: LockClient, id: u64) -> Result<u64, LockError> {
     tokio::task::yield_now().await;
     Ok(id)
@@ -21,7 +21,7 @@ struct Service {
 }
 
 impl Service {
-    #[distributed_lock(key = "svc:<id>", client = self.locks, wait = "1s", on_lost = ignore)]
+    #[distributed_lock(name = "svc:<id>", client = self.locks, wait = "1s", on_lost = ignore)]
     async fn handle(&self, id: u64) -> Result<u64, LockError> {
         tokio::task::yield_now().await;
         Ok(id)

@@ -9,7 +9,7 @@ pub mod api {
     use super::*;
 
     /// Public: documented, with attributes kept.
-    #[distributed_lock(key = "a")]
+    #[distributed_lock(name = "a")]
     #[inline]
     #[allow(clippy::needless_return)]
     pub async fn public() -> Result<(), LockError> {
@@ -17,18 +17,18 @@ pub mod api {
     }
 
     /// Crate-visible.
-    #[distributed_lock(key = "b")]
+    #[distributed_lock(name = "b")]
     pub(crate) async fn crate_visible() -> Result<(), LockError> {
         Ok(())
     }
 
-    #[distributed_lock(key = "c")]
+    #[distributed_lock(name = "c")]
     #[cfg(any())]
     pub async fn compiled_out() -> Result<(), LockError> {
         this_does_not_exist()
     }
 
-    #[distributed_lock(key = "d")]
+    #[distributed_lock(name = "d")]
     #[deprecated(note = "kept")]
     /// Deprecated, and the attribute is kept.
     pub async fn old() -> Result<(), LockError> {

@@ -1,7 +1,7 @@
 use lock_runtime::{LockError, distributed_lock};
 
 #[distributed_lock(wait = "1s")]
-async fn no_key() -> Result<(), LockError> {
+async fn no_name() -> Result<(), LockError> {
     Ok(())
 }
 

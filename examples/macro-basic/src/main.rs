@@ -50,7 +50,7 @@ impl Stock {
 
 /// Read, think, write: without the lock, concurrent calls would lose updates.
 /// Uses the default client installed in `main`.
-#[distributed_lock(key = "stock:<sku>", wait = "5s")]
+#[distributed_lock(name = "stock:<sku>", wait = "5s")]
 async fn reserve(stock: &Stock, sku: &str, qty: u32) -> Result<u32, AppError> {
     let left = stock.get(sku);
     tokio::time::sleep(Duration::from_millis(10)).await; // a slow database round trip
@@ -65,7 +65,7 @@ async fn reserve(stock: &Stock, sku: &str, qty: u32) -> Result<u32, AppError> {
 }
 
 /// One run at a time, cluster-wide; a second caller gives up at once.
-#[distributed_lock(key = "nightly-report", wait = "0s")]
+#[distributed_lock(name = "nightly-report", wait = "0s")]
 async fn nightly_report(run: u32) -> Result<u32, AppError> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(run)
@@ -81,7 +81,7 @@ struct Inventory {
 
 impl Inventory {
     /// Locked per warehouse and product, with a fixed 10 s lease instead of watchdog renewal.
-    #[distributed_lock(key = "shelf:<self.warehouse>:<sku>", client = self.locks, lease = "10s")]
+    #[distributed_lock(name = "shelf:<self.warehouse>:<sku>", client = self.locks, lease = "10s")]
     async fn restock(&self, sku: &str, qty: u32) -> Result<u32, AppError> {
         let now = self.stock.get(sku) + qty;
         self.stock.set(sku, now);
@@ -89,7 +89,7 @@ impl Inventory {
     }
 
     /// Takes the same lock as `restock` and calls it: the inner call re-enters.
-    #[distributed_lock(key = "shelf:<self.warehouse>:<sku>", client = self.locks, wait = "1s")]
+    #[distributed_lock(name = "shelf:<self.warehouse>:<sku>", client = self.locks, wait = "1s")]
     async fn top_up(&self, sku: &str, target: u32) -> Result<u32, AppError> {
         let have = self.stock.get(sku);
         if have >= target {

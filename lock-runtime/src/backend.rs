@@ -21,6 +21,8 @@ use crate::names::LockNames;
 
 #[cfg(test)]
 pub(crate) mod memory;
+#[cfg(test)]
+mod tests;
 
 /// A boxed future, so the traits stay object-safe.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -136,6 +136,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ack;
+mod acquire;
 mod backend;
 mod client;
 #[cfg(feature = "cluster")]
@@ -145,6 +146,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod guard;
+mod hold;
 mod lock;
 mod multi;
 mod names;

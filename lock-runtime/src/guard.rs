@@ -1,72 +1,20 @@
-//! `LockGuard`: proof of holding a lock, its fencing token and its loss signal.
+//! `LockGuard`: proof of holding a lock, with its fencing token, loss notification and release.
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::ack::ReplicaAck;
+use crate::backend::Conn;
 use crate::error::outcome_unknown;
-use crate::names::LockNames;
+pub(crate) use crate::hold::LossSignal;
+use crate::hold::Held;
 use crate::releaser::ReleaseJob;
 use crate::script::Reply;
 use crate::{LockClient, LockError, LossReason, scope};
-
-/// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
-pub(crate) struct LossSignal {
-    tx: watch::Sender<Option<LossReason>>,
-}
-
-impl LossSignal {
-    pub(crate) fn new() -> LossSignal {
-        LossSignal {
-            tx: watch::Sender::new(None),
-        }
-    }
-
-    /// Records the first reason; later ones are ignored.
-    pub(crate) fn declare(&self, name: &str, reason: LossReason) {
-        let first = self.tx.send_if_modified(|v| {
-            if v.is_none() {
-                *v = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-        if first && reason != LossReason::Released {
-            tracing::warn!(lock = name, %reason, "lock lost");
-        }
-    }
-
-    pub(crate) fn get(&self) -> Option<LossReason> {
-        *self.tx.borrow()
-    }
-
-    async fn wait(&self) -> LossReason {
-        let mut rx = self.tx.subscribe();
-        // Copy the reason out before any other await: the borrow guard is not `Send`.
-        let reason = rx.wait_for(Option::is_some).await.map(|v| *v);
-        match reason {
-            Ok(reason) => reason.unwrap_or(LossReason::Released),
-            // The sender lives in `self`; it cannot close while we borrow it.
-            Err(_) => std::future::pending().await,
-        }
-    }
-}
-
-/// The state of one outermost acquisition, shared with its re-entrant guards.
-pub(crate) struct Held {
-    pub(crate) client: LockClient,
-    pub(crate) names: Arc<LockNames>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) acquisition: u64,
-    pub(crate) token: u64,
-    pub(crate) lease: Duration,
-    pub(crate) signal: Arc<LossSignal>,
-}
 
 /// Proof that this owner holds a lock.
 ///
@@ -303,32 +251,10 @@ impl LockGuard {
 
 /// Runs the release script; `Ok(false)` when the lock was not ours.
 async fn release_now(held: &Held) -> Result<bool, LockError> {
-    let inner = &held.client.inner;
-    let release = inner.config.publishing().release;
-    let mut conn = inner.conn.clone();
+    let mut conn = held.client.inner.conn.clone();
     let mut retried = false;
     loop {
-        let reply = match inner.config.replica_ack {
-            None => release
-                .key(&held.names.key)
-                .key(&held.names.channel)
-                .arg(&*held.owner)
-                .invoke_async::<Reply>(&mut conn)
-                .await
-                .map(|r| (r, None)),
-            Some(ack) => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(release.get_hash())
-                    .arg(2)
-                    .arg(&held.names.key)
-                    .arg(&held.names.channel)
-                    .arg(&*held.owner);
-                crate::ack::eval_acked::<Reply>(&mut conn, release, cmd, ack)
-                    .await
-                    .map(|(r, n)| (r, Some((ack, n))))
-            }
-        };
-        return match reply {
+        return match send_release(held, &mut conn).await {
             Ok((Reply::Done(_), Some((ack, acked)))) if acked < ack.replicas => {
                 Err(LockError::ReplicaAck {
                     op: "release",
@@ -353,6 +279,36 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
             }
             Err(e) => Err(LockError::backend("release", e)),
         };
+    }
+}
+
+/// Sends the release script once, waiting for replica acknowledgements when the client asks
+/// for them (then the reply carries the requirement and how many replicas acknowledged).
+async fn send_release(
+    held: &Held,
+    conn: &mut Conn,
+) -> redis::RedisResult<(Reply, Option<(ReplicaAck, u32)>)> {
+    let inner = &held.client.inner;
+    let release = inner.config.publishing().release;
+    match inner.config.replica_ack {
+        None => release
+            .key(&held.names.key)
+            .key(&held.names.channel)
+            .arg(&*held.owner)
+            .invoke_async::<Reply>(conn)
+            .await
+            .map(|r| (r, None)),
+        Some(ack) => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(release.get_hash())
+                .arg(2)
+                .arg(&held.names.key)
+                .arg(&held.names.channel)
+                .arg(&*held.owner);
+            crate::ack::eval_acked::<Reply>(conn, release, cmd, ack)
+                .await
+                .map(|(r, n)| (r, Some((ack, n))))
+        }
     }
 }
 

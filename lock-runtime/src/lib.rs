@@ -135,6 +135,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
 mod backend;
 mod client;
 mod demux;
@@ -142,6 +143,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod guard;
+mod hold;
 mod lock;
 mod multi;
 mod names;

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::guard::Held;
+use crate::hold::Held;
 
 tokio::task_local! {
     static SCOPE: Frame;

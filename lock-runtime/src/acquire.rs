@@ -1,0 +1,496 @@
+//! The race-free acquire loop: try once (one round trip when the lock is free); when it is
+//! busy, subscribe to its unlock channel, try again, and sleep until an unlock message, the
+//! holder's remaining lease or the deadline, whichever comes first; then retry.
+//!
+//! Every attempt is reconciled: an unknown outcome is retried with the same owner id (retaking
+//! our own hold is idempotent), and if the acquire gives up or is cancelled while a request may
+//! have taken the lock, the possible hold is released in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::ack::{self, ReplicaAck};
+use crate::backend::Conn;
+use crate::error::{failover_symptom, outcome_unknown};
+use crate::hold::{Held, LossSignal};
+use crate::names::LockNames;
+use crate::releaser::ReleaseJob;
+use crate::script::{self, Reply};
+use crate::stats::Counters;
+use crate::watchdog::Entry;
+use crate::{LockClient, LockError, LockGuard, LockOptions};
+
+/// How often an acquire whose outcome is unknown (timeout, dropped connection) is retried with
+/// the same owner id before giving up.
+const RECONCILE_TRIES: u32 = 3;
+/// The longest sleep between attempts on a lock whose key has no TTL (foreign data), and the
+/// longest a waiter queued behind local waiters waits for its turn before trying.
+const NO_TTL_POLL: Duration = Duration::from_secs(1);
+/// The longest sleep between attempts while the unlock channel is not confirmed.
+const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(100);
+/// The pause between acquire attempts while a failing-over deployment is unavailable.
+const FAILOVER_RETRY: Duration = Duration::from_millis(100);
+/// The longest pause between retries of a grant that replicas did not acknowledge.
+const MAX_ACK_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The outcome of one reconciled attempt.
+enum Attempt {
+    /// Taken with this fencing token; the request was sent at `sent`.
+    Taken { token: u64, sent: Instant },
+    /// Held by another owner.
+    Busy(Busy),
+}
+
+/// What an attempt that found the lock held learnt about the holder's lease.
+#[derive(Clone, Copy, Debug)]
+enum Busy {
+    /// Held for this much longer.
+    For(Duration),
+    /// Held by a key without a TTL (foreign data): poll.
+    NoTtl,
+    /// Gone between the script's checks (expired just then): retry at once.
+    Vanished,
+}
+
+impl Busy {
+    /// From the PTTL the acquire script returns (-1: no TTL, -2: no key).
+    fn from_pttl(pttl: i64) -> Busy {
+        match pttl {
+            p if p > 0 => Busy::For(Duration::from_millis(p as u64)),
+            -1 => Busy::NoTtl,
+            _ => Busy::Vanished,
+        }
+    }
+
+    /// The holder's remaining lease, when known.
+    fn remaining(self) -> Option<Duration> {
+        match self {
+            Busy::For(d) => Some(d),
+            Busy::NoTtl | Busy::Vanished => None,
+        }
+    }
+
+    /// How long to sleep (without an unlock message) before the next attempt.
+    fn retry_in(self) -> Duration {
+        match self {
+            Busy::For(d) => d,
+            Busy::NoTtl => NO_TTL_POLL,
+            Busy::Vanished => Duration::ZERO,
+        }
+    }
+}
+
+/// One acquisition in progress: what every attempt of it sends.
+pub(crate) struct Acquire<'a> {
+    client: &'a LockClient,
+    names: &'a Arc<LockNames>,
+    opts: LockOptions,
+    acquisition: u64,
+    owner: Arc<str>,
+    lease: Duration,
+    start: Instant,
+    /// `None`: no deadline (also for a wait too long to represent, such as `Duration::MAX`).
+    deadline: Option<Instant>,
+}
+
+impl<'a> Acquire<'a> {
+    pub(crate) fn new(
+        client: &'a LockClient,
+        names: &'a Arc<LockNames>,
+        opts: LockOptions,
+    ) -> Acquire<'a> {
+        let inner = &client.inner;
+        let start = Instant::now();
+        let (acquisition, owner) = inner.next_owner();
+        Acquire {
+            client,
+            names,
+            acquisition,
+            owner: owner.into(),
+            lease: opts.lease.unwrap_or(inner.config.watchdog_timeout),
+            start,
+            deadline: opts.wait.and_then(|w| start.checked_add(w)),
+            opts,
+        }
+    }
+
+    /// Takes the lock: the fast path first, then (when busy) the wait for an unlock.
+    ///
+    /// Fair inside a process: when other tasks of this client already wait for this lock, it
+    /// queues behind them instead of racing them for it. (A task that releases and comes
+    /// straight back would otherwise win nearly every time: the waiter it woke needs a pub/sub
+    /// delivery before it can even try.)
+    pub(crate) async fn run(self) -> Result<LockGuard, LockError> {
+        let queue_first = self.opts.wait != Some(Duration::ZERO)
+            && self.client.inner.demux.has_waiters(&self.names.channel);
+        let busy = if queue_first {
+            None
+        } else {
+            // Uncontended: one round trip, no subscription.
+            let busy = match Box::pin(self.attempt()).await? {
+                Attempt::Taken { token, sent } => return Ok(self.hold(token, sent)),
+                Attempt::Busy(busy) => busy,
+            };
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.timeout(busy));
+            }
+            Some(busy)
+        };
+        let wait_span = tracing::debug_span!("lock.wait", queue_first);
+        // Boxed: only contended acquisitions pay for the waiting state.
+        Box::pin(tracing::Instrument::instrument(self.wait_turn(busy), wait_span)).await
+    }
+
+    /// Waits for the lock to be free and takes it. `busy` is what the first attempt found;
+    /// `None` when this waiter queued behind local waiters without trying.
+    async fn wait_turn(&self, mut busy: Option<Busy>) -> Result<LockGuard, LockError> {
+        let sub = self.client.inner.demux.subscribe(&self.names.channel);
+        let mut baton = Baton(None);
+        let mut skip_attempt = busy.is_none();
+        tracing::debug!(?busy, "lock busy; waiting for an unlock message");
+        // Whether the last look found the channel confirmed: if not, the next one does not wait
+        // for it again, so an unconfirmable channel costs one short wait, then polling every
+        // UNSUBSCRIBED_POLL.
+        let mut was_subscribed = true;
+        loop {
+            // Listen before looking at the channel's state: a lost connection marks it
+            // unconfirmed and wakes the listeners registered at that moment, so a listener
+            // registered after the look could miss that wake-up and sleep the holder's whole
+            // lease with an unlock lost in the gap.
+            let notified = sub.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Be subscribed before the attempt, so an unlock published after it cannot be
+            // missed. A subscription that cannot be confirmed within one short poll degrades
+            // to polling.
+            let subscribed = sub.is_ready()
+                || (was_subscribed && {
+                    let until = Instant::now() + UNSUBSCRIBED_POLL;
+                    sub.ready(self.deadline.map_or(until, |d| d.min(until))).await
+                });
+            was_subscribed = subscribed;
+            let queued_wait = skip_attempt;
+            if skip_attempt {
+                // Queued behind local waiters: wait for our turn (bounded) before trying.
+                skip_attempt = false;
+            } else {
+                // Boxed: the round trip's future is large and only alive during the attempt;
+                // inline it would make every waiting task carry its size while it sleeps.
+                let attempt = Box::pin(self.attempt()).await;
+                if attempt.is_ok() {
+                    // Decided: either ours, or taken by someone whose release will publish
+                    // again.
+                    baton.0 = None;
+                }
+                busy = Some(match attempt? {
+                    Attempt::Taken { token, sent } => return Ok(self.hold(token, sent)),
+                    Attempt::Busy(busy) => busy,
+                });
+            }
+            let now = Instant::now();
+            // Give up only after an attempt: a queued waiter whose deadline passed while it
+            // waited for its turn still tries once.
+            if let Some(busy) = busy
+                && !queued_wait
+                && self.deadline.is_some_and(|d| now >= d)
+            {
+                return Err(self.timeout(busy));
+            }
+            let mut sleep = busy.map_or(NO_TTL_POLL, Busy::retry_in);
+            if !subscribed {
+                sleep = sleep.min(UNSUBSCRIBED_POLL);
+            }
+            // A foreign key's TTL can be beyond what an `Instant` can represent.
+            let sleep = sleep.min(crate::options::MAX_LEASE);
+            let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
+            tokio::select! {
+                _ = &mut notified => baton.0 = Some(sub.notify()),
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn timeout(&self, busy: Busy) -> LockError {
+        LockError::WaitTimeout {
+            name: self.names.name.clone(),
+            waited: self.start.elapsed(),
+            remaining_ttl: busy.remaining(),
+        }
+    }
+
+    /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
+    /// id (retaking our own hold is idempotent), and if we give up or are cancelled while a
+    /// request may have taken the lock, the possible hold is released in the background.
+    async fn attempt(&self) -> Result<Attempt, LockError> {
+        let config = &self.client.inner.config;
+        // Armed whenever a request that may have taken the lock is in flight or ended with an
+        // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
+        let mut cleanup = Cleanup {
+            client: self.client,
+            job: None,
+        };
+        let grace = config
+            .topology
+            .fails_over()
+            .then_some(config.failover_grace);
+        let mut reconcile = Reconcile::new(grace, self.deadline);
+        let mut conn = self.client.inner.conn.clone();
+        loop {
+            let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
+            cleanup.job = Some(job);
+            let sent = Instant::now();
+            let (reply, acked) = match self.send_acquire(&mut conn).await {
+                Ok(reply) => reply,
+                Err(e) => match reconcile.retry_after(&e) {
+                    Some(pause) => {
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    None => {
+                        if reconcile.settled_by(&e) {
+                            cleanup.job = None;
+                        }
+                        return Err(LockError::backend("acquire", e));
+                    }
+                },
+            };
+            let token = match reply {
+                Reply::Done(token) => token,
+                // Definite answers also settle earlier unknown outcomes: had one of them taken
+                // the lock, this retry (same owner) would have re-taken it.
+                Reply::NotDone(pttl) => {
+                    cleanup.job = None;
+                    return Ok(Attempt::Busy(Busy::from_pttl(pttl)));
+                }
+                Reply::Foreign(found) => {
+                    cleanup.job = None;
+                    return Err(LockError::ForeignData {
+                        key: self.names.key.clone(),
+                        found,
+                    });
+                }
+            };
+            if let Some((ack, acked)) = acked
+                && acked < ack.replicas
+            {
+                // Still armed: cancelled during the roll-back, it is finished in the background.
+                reconcile.unresolved = !self.roll_back().await;
+                if !reconcile.unresolved {
+                    cleanup.job = None;
+                }
+                if reconcile.within_grace() {
+                    // A replica may be catching up after a failover; back off, since every try
+                    // blocks the shared connection for the WAIT timeout.
+                    tracing::debug!(acked, "grant not acknowledged; retrying");
+                    tokio::time::sleep(reconcile.next_ack_backoff()).await;
+                    continue;
+                }
+                return Err(LockError::ReplicaAck {
+                    op: "acquire",
+                    name: self.names.name.clone(),
+                    required: ack.replicas,
+                    acknowledged: acked,
+                    timeout: ack.timeout,
+                });
+            }
+            cleanup.job = None;
+            tracing::debug!(token, "acquired");
+            return Ok(Attempt::Taken {
+                token: token as u64,
+                sent,
+            });
+        }
+    }
+
+    /// Sends the acquire script once, waiting for replica acknowledgements when the client asks
+    /// for them (then the reply carries the requirement and how many replicas acknowledged).
+    async fn send_acquire(
+        &self,
+        conn: &mut Conn,
+    ) -> redis::RedisResult<(Reply, Option<(ReplicaAck, u32)>)> {
+        let inner = &self.client.inner;
+        let names = self.names;
+        let owner = &self.owner;
+        // Rounded up: Redis never gets a shorter lease than the client believes it holds.
+        let lease_ms = crate::options::ceil_millis(self.lease);
+        match inner.config.replica_ack {
+            None => script::ACQUIRE
+                .key(&names.key)
+                .key(&names.fence)
+                .arg(&**owner)
+                .arg(lease_ms)
+                .arg(inner.config.fence_retention.as_millis() as u64)
+                .invoke_async::<Reply>(conn)
+                .await
+                .map(|r| (r, None)),
+            Some(ack) => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script::ACQUIRE.get_hash())
+                    .arg(2)
+                    .arg(&names.key)
+                    .arg(&names.fence)
+                    .arg(&**owner)
+                    .arg(lease_ms)
+                    .arg(inner.config.fence_retention.as_millis() as u64);
+                ack::eval_acked::<Reply>(conn, &script::ACQUIRE, cmd, ack)
+                    .await
+                    .map(|(r, n)| (r, Some((ack, n))))
+            }
+        }
+    }
+
+    /// Undoes a grant that replicas did not acknowledge; returns whether the lock is known not
+    /// to be held by us any more.
+    async fn roll_back(&self) -> bool {
+        let inner = &self.client.inner;
+        let names = self.names;
+        let rolled_back = inner
+            .config
+            .publishing()
+            .release
+            .key(&names.key)
+            .key(&names.channel)
+            .arg(&*self.owner)
+            .invoke_async::<Reply>(&mut inner.conn.clone())
+            .await;
+        tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
+        matches!(rolled_back, Ok(Reply::Done(_) | Reply::NotDone(_)))
+    }
+
+    /// The guard of a taken lock, registered with the watchdog.
+    fn hold(&self, token: u64, sent: Instant) -> LockGuard {
+        let inner = &self.client.inner;
+        Counters::add(&inner.counters.acquisitions, 1);
+        let signal = Arc::new(LossSignal::new());
+        inner.watchdog.register(
+            self.acquisition,
+            Entry {
+                names: self.names.clone(),
+                owner: self.owner.clone(),
+                renew: self.opts.lease.is_none(),
+                confirmed_until: sent + self.lease,
+                max_hold_until: self.opts.max_hold.map(|m| sent + m),
+                lease: self.lease,
+                signal: signal.clone(),
+            },
+        );
+        LockGuard::new(Held {
+            client: self.client.clone(),
+            names: self.names.clone(),
+            owner: self.owner.clone(),
+            acquisition: self.acquisition,
+            token,
+            lease: self.lease,
+            signal,
+        })
+    }
+}
+
+/// The retry state of one attempt: unknown outcomes, an unavailable (failing-over) deployment,
+/// and grants the replicas did not acknowledge.
+struct Reconcile {
+    /// Retries after an unknown outcome so far.
+    tries: u32,
+    /// Some earlier request's outcome is still unknown (it may have taken the lock).
+    unresolved: bool,
+    /// When the deployment was first found unavailable (or a grant unacknowledged).
+    unavailable_since: Option<Instant>,
+    /// The next pause before retrying an unacknowledged grant.
+    ack_backoff: Duration,
+    /// How long a failing-over deployment may stay unavailable; `None` if it cannot fail over.
+    grace: Option<Duration>,
+    deadline: Option<Instant>,
+}
+
+impl Reconcile {
+    fn new(grace: Option<Duration>, deadline: Option<Instant>) -> Reconcile {
+        Reconcile {
+            tries: 0,
+            unresolved: false,
+            unavailable_since: None,
+            ack_backoff: FAILOVER_RETRY,
+            grace,
+            deadline,
+        }
+    }
+
+    /// How long to pause before retrying after `e`; `None` to give up.
+    fn retry_after(&mut self, e: &redis::RedisError) -> Option<Duration> {
+        if outcome_unknown(e) && self.tries < RECONCILE_TRIES {
+            self.unresolved = true;
+            self.tries += 1;
+            tracing::warn!(error = %e, tries = self.tries, "acquire outcome unknown; reconciling");
+            return Some(Duration::from_millis(20 * u64::from(self.tries)));
+        }
+        if self.ride_out(e) {
+            // A cluster or Sentinel failover in progress: keep trying with the same owner id
+            // (idempotent) until the grace period or the wait runs out.
+            self.unresolved |= outcome_unknown(e);
+            tracing::debug!(error = %e, "redis unavailable; waiting for failover");
+            return Some(FAILOVER_RETRY);
+        }
+        None
+    }
+
+    /// Whether giving up after `e` leaves nothing that may hold the lock.
+    fn settled_by(&self, e: &redis::RedisError) -> bool {
+        !outcome_unknown(e) && !self.unresolved
+    }
+
+    /// Whether to retry an acquire error because the deployment may be failing over.
+    fn ride_out(&mut self, e: &redis::RedisError) -> bool {
+        failover_symptom(e) && self.within_grace()
+    }
+
+    /// Whether a failing-over deployment's grace period (bounded by the wait) leaves time for
+    /// another attempt.
+    fn within_grace(&mut self) -> bool {
+        let Some(grace) = self.grace else {
+            return false;
+        };
+        let now = Instant::now();
+        let first = *self.unavailable_since.get_or_insert(now);
+        let until = first + grace;
+        let until = self.deadline.map_or(until, |d| d.min(until));
+        now + FAILOVER_RETRY < until
+    }
+
+    /// The pause before retrying an unacknowledged grant; doubles each time, up to a second.
+    fn next_ack_backoff(&mut self) -> Duration {
+        let pause = self.ack_backoff;
+        self.ack_backoff = (pause * 2).min(MAX_ACK_BACKOFF);
+        pause
+    }
+}
+
+/// Passes a consumed unlock notification on to the next local waiter if this waiter is
+/// cancelled or fails before its attempt decided anything, so a wake-up is never swallowed.
+struct Baton<'a>(Option<&'a Notify>);
+
+impl Drop for Baton<'_> {
+    fn drop(&mut self) {
+        if let Some(notify) = self.0 {
+            notify.notify_one();
+        }
+    }
+}
+
+/// Releases a hold that an interrupted acquire may have taken.
+struct Cleanup<'a> {
+    client: &'a LockClient,
+    job: Option<ReleaseJob>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            tracing::debug!(
+                "acquire interrupted with an unknown outcome; releasing in the background"
+            );
+            self.client.inner.releaser.submit(job);
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! A hold: the state of one outermost acquisition (`Held`), shared by its guards, the
+//! reentrancy scope and the watchdog, and its loss signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::names::LockNames;
+use crate::{LockClient, LossReason};
+
+/// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
+pub(crate) struct LossSignal {
+    tx: watch::Sender<Option<LossReason>>,
+}
+
+impl LossSignal {
+    pub(crate) fn new() -> LossSignal {
+        LossSignal {
+            tx: watch::Sender::new(None),
+        }
+    }
+
+    /// Records the first reason; later ones are ignored.
+    pub(crate) fn declare(&self, name: &str, reason: LossReason) {
+        let first = self.tx.send_if_modified(|v| {
+            if v.is_none() {
+                *v = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first && reason != LossReason::Released {
+            tracing::warn!(lock = name, %reason, "lock lost");
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<LossReason> {
+        *self.tx.borrow()
+    }
+
+    pub(crate) async fn wait(&self) -> LossReason {
+        let mut rx = self.tx.subscribe();
+        // Copy the reason out before any other await: the borrow guard is not `Send`.
+        let reason = rx.wait_for(Option::is_some).await.map(|v| *v);
+        match reason {
+            Ok(reason) => reason.unwrap_or(LossReason::Released),
+            // The sender lives in `self`; it cannot close while we borrow it.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// The state of one outermost acquisition, shared with its re-entrant guards.
+pub(crate) struct Held {
+    pub(crate) client: LockClient,
+    pub(crate) names: Arc<LockNames>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) acquisition: u64,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+    pub(crate) signal: Arc<LossSignal>,
+}

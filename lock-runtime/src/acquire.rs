@@ -12,13 +12,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::ack::{self, ReplicaAck};
-use crate::backend::Conn;
+use crate::backend::Reply;
+use crate::backend::{Acked, Shortfall};
 use crate::error::{failover_symptom, outcome_unknown};
 use crate::hold::{Held, LossSignal};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
-use crate::script::{self, Reply};
 use crate::stats::Counters;
 use crate::watchdog::Entry;
 use crate::{LockClient, LockError, LockGuard, LockOptions};
@@ -141,7 +140,11 @@ impl<'a> Acquire<'a> {
         };
         let wait_span = tracing::debug_span!("lock.wait", queue_first);
         // Boxed: only contended acquisitions pay for the waiting state.
-        Box::pin(tracing::Instrument::instrument(self.wait_turn(busy), wait_span)).await
+        Box::pin(tracing::Instrument::instrument(
+            self.wait_turn(busy),
+            wait_span,
+        ))
+        .await
     }
 
     /// Waits for the lock to be free and takes it. `busy` is what the first attempt found;
@@ -169,7 +172,8 @@ impl<'a> Acquire<'a> {
             let subscribed = sub.is_ready()
                 || (was_subscribed && {
                     let until = Instant::now() + UNSUBSCRIBED_POLL;
-                    sub.ready(self.deadline.map_or(until, |d| d.min(until))).await
+                    sub.ready(self.deadline.map_or(until, |d| d.min(until)))
+                        .await
                 });
             was_subscribed = subscribed;
             let queued_wait = skip_attempt;
@@ -232,18 +236,19 @@ impl<'a> Acquire<'a> {
             client: self.client,
             job: None,
         };
-        let grace = config
-            .topology
+        let grace = self
+            .client
+            .inner
+            .backend
             .fails_over()
             .then_some(config.failover_grace);
         let mut reconcile = Reconcile::new(grace, self.deadline);
-        let mut conn = self.client.inner.conn.clone();
         loop {
             let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
             cleanup.job = Some(job);
             let sent = Instant::now();
-            let (reply, acked) = match self.send_acquire(&mut conn).await {
-                Ok(reply) => reply,
+            let Acked { reply, shortfall } = match self.send_acquire().await {
+                Ok(acked) => acked,
                 Err(e) => match reconcile.retry_after(&e) {
                     Some(pause) => {
                         tokio::time::sleep(pause).await;
@@ -273,8 +278,11 @@ impl<'a> Acquire<'a> {
                     });
                 }
             };
-            if let Some((ack, acked)) = acked
-                && acked < ack.replicas
+            if let Some(Shortfall {
+                required,
+                acknowledged,
+                timeout,
+            }) = shortfall
             {
                 // Still armed: cancelled during the roll-back, it is finished in the background.
                 reconcile.unresolved = !self.roll_back().await;
@@ -284,16 +292,16 @@ impl<'a> Acquire<'a> {
                 if reconcile.within_grace() {
                     // A replica may be catching up after a failover; back off, since every try
                     // blocks the shared connection for the WAIT timeout.
-                    tracing::debug!(acked, "grant not acknowledged; retrying");
+                    tracing::debug!(acknowledged, "grant not acknowledged; retrying");
                     tokio::time::sleep(reconcile.next_ack_backoff()).await;
                     continue;
                 }
                 return Err(LockError::ReplicaAck {
                     op: "acquire",
                     name: self.names.name.clone(),
-                    required: ack.replicas,
-                    acknowledged: acked,
-                    timeout: ack.timeout,
+                    required,
+                    acknowledged,
+                    timeout,
                 });
             }
             cleanup.job = None;
@@ -305,59 +313,28 @@ impl<'a> Acquire<'a> {
         }
     }
 
-    /// Sends the acquire script once, waiting for replica acknowledgements when the client asks
-    /// for them (then the reply carries the requirement and how many replicas acknowledged).
-    async fn send_acquire(
-        &self,
-        conn: &mut Conn,
-    ) -> redis::RedisResult<(Reply, Option<(ReplicaAck, u32)>)> {
+    /// Sends the acquire once (acknowledged by replicas when the client asks for it).
+    async fn send_acquire(&self) -> redis::RedisResult<Acked<Reply>> {
         let inner = &self.client.inner;
-        let names = self.names;
-        let owner = &self.owner;
         // Rounded up: Redis never gets a shorter lease than the client believes it holds.
         let lease_ms = crate::options::ceil_millis(self.lease);
-        match inner.config.replica_ack {
-            None => script::ACQUIRE
-                .key(&names.key)
-                .key(&names.fence)
-                .arg(&**owner)
-                .arg(lease_ms)
-                .arg(inner.config.fence_retention.as_millis() as u64)
-                .invoke_async::<Reply>(conn)
-                .await
-                .map(|r| (r, None)),
-            Some(ack) => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script::ACQUIRE.get_hash())
-                    .arg(2)
-                    .arg(&names.key)
-                    .arg(&names.fence)
-                    .arg(&**owner)
-                    .arg(lease_ms)
-                    .arg(inner.config.fence_retention.as_millis() as u64);
-                ack::eval_acked::<Reply>(conn, &script::ACQUIRE, cmd, ack)
-                    .await
-                    .map(|(r, n)| (r, Some((ack, n))))
-            }
-        }
+        let retention_ms = inner.config.fence_retention.as_millis() as u64;
+        inner
+            .backend
+            .acquire(self.names, &self.owner, lease_ms, retention_ms)
+            .await
     }
 
     /// Undoes a grant that replicas did not acknowledge; returns whether the lock is known not
     /// to be held by us any more.
     async fn roll_back(&self) -> bool {
-        let inner = &self.client.inner;
         let names = self.names;
-        let rolled_back = inner
-            .config
-            .publishing()
-            .release
-            .key(&names.key)
-            .key(&names.channel)
-            .arg(&*self.owner)
-            .invoke_async::<Reply>(&mut inner.conn.clone())
-            .await;
+        let rolled_back = self.client.inner.backend.release(names, &self.owner).await;
         tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
-        matches!(rolled_back, Ok(Reply::Done(_) | Reply::NotDone(_)))
+        matches!(
+            rolled_back.map(|a| a.reply),
+            Ok(Reply::Done(_) | Reply::NotDone(_))
+        )
     }
 
     /// The guard of a taken lock, registered with the watchdog.

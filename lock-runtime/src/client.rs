@@ -64,8 +64,6 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     /// Where the lock operations go.
     pub(crate) backend: Arc<dyn Backend>,
-    /// The connection for lock commands (the acquire path still sends some scripts itself).
-    pub(crate) conn: Conn,
     pub(crate) demux: Demux,
     pub(crate) watchdog: Watchdog,
     pub(crate) releaser: Releaser,
@@ -432,9 +430,10 @@ impl LockClientBuilder {
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let (conn, pubsub) =
             topology::connect(&config.topology, &settings, &demux, &renew_now).await?;
+        let backend = redis_backend(&config, conn);
         Ok(LockClient::start(
             config,
-            conn,
+            backend,
             Box::new(pubsub),
             demux,
             renew_now,
@@ -447,12 +446,31 @@ impl LockClientBuilder {
     pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
         let (config, _) = self.into_parts()?;
         let demux = Demux::new();
-        let conn = Conn::Fake(fake.clone());
+        let backend = redis_backend(&config, Conn::Fake(fake.clone()));
         let pubsub = Conn::Fake(fake);
         Ok(LockClient::start(
             config,
-            conn,
+            backend,
             Box::new(pubsub),
+            demux,
+            Arc::new(tokio::sync::Notify::new()),
+        ))
+    }
+
+    /// A client whose locks live in memory (a backend that is not Redis; unit tests under
+    /// paused time).
+    #[cfg(test)]
+    pub(crate) fn build_memory(
+        self,
+        memory: crate::backend::memory::MemoryBackend,
+    ) -> Result<LockClient, LockError> {
+        let (config, _) = self.into_parts()?;
+        let demux = Demux::new();
+        memory.connect_router(demux.router());
+        Ok(LockClient::start(
+            config,
+            Arc::new(memory.clone()),
+            Box::new(memory),
             demux,
             Arc::new(tokio::sync::Notify::new()),
         ))
@@ -533,11 +551,21 @@ impl LockClientBuilder {
     }
 }
 
+/// The Redis backend on a connected command connection.
+fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
+    Arc::new(RedisBackend::new(
+        conn,
+        config.publishing(),
+        config.replica_ack,
+        config.topology.fails_over(),
+    ))
+}
+
 impl LockClient {
-    /// Starts the background tasks on connected connections.
+    /// Starts the background tasks on a backend.
     fn start(
         config: Config,
-        conn: Conn,
+        backend: Arc<dyn Backend>,
         pubsub: Box<dyn Channels>,
         demux: Demux,
         renew_now: Arc<tokio::sync::Notify>,
@@ -545,19 +573,12 @@ impl LockClient {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
-        let backend: Arc<dyn Backend> = Arc::new(RedisBackend::new(
-            conn.clone(),
-            config.publishing(),
-            config.replica_ack,
-            config.topology.fails_over(),
-        ));
         let releaser = Releaser::start(backend.clone(), config.response_timeout, counters.clone());
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
             watchdog: Watchdog::new(&config, renew_now),
             config,
             backend,
-            conn,
             demux,
             releaser,
             counters,

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ack::ReplicaAck;
-use crate::backend::Conn;
+use crate::backend::Reply;
+use crate::backend::{Acked, Shortfall};
 use crate::error::outcome_unknown;
-pub(crate) use crate::hold::LossSignal;
 use crate::hold::Held;
+pub(crate) use crate::hold::LossSignal;
 use crate::releaser::ReleaseJob;
-use crate::script::Reply;
-use crate::{LockClient, LockError, LossReason, scope};
+use crate::{LockError, LossReason, scope};
 
 /// Proof that this owner holds a lock.
 ///
@@ -251,20 +250,26 @@ impl LockGuard {
 
 /// Runs the release script; `Ok(false)` when the lock was not ours.
 async fn release_now(held: &Held) -> Result<bool, LockError> {
-    let mut conn = held.client.inner.conn.clone();
+    let backend = &held.client.inner.backend;
     let mut retried = false;
     loop {
-        return match send_release(held, &mut conn).await {
-            Ok((Reply::Done(_), Some((ack, acked)))) if acked < ack.replicas => {
-                Err(LockError::ReplicaAck {
-                    op: "release",
-                    name: held.names.name.clone(),
-                    required: ack.replicas,
-                    acknowledged: acked,
-                    timeout: ack.timeout,
-                })
-            }
-            Ok((Reply::Done(_), _)) => Ok(true),
+        let reply = backend.release(&held.names, &held.owner).await;
+        return match reply.map(|Acked { reply, shortfall }| (reply, shortfall)) {
+            Ok((
+                Reply::Done(_),
+                Some(Shortfall {
+                    required,
+                    acknowledged,
+                    timeout,
+                }),
+            )) => Err(LockError::ReplicaAck {
+                op: "release",
+                name: held.names.name.clone(),
+                required,
+                acknowledged,
+                timeout,
+            }),
+            Ok((Reply::Done(_), None)) => Ok(true),
             // After an unknown outcome, "not ours any more" means our first attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.
             Ok((Reply::NotDone(_), _)) => Ok(retried),
@@ -279,36 +284,6 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
             }
             Err(e) => Err(LockError::backend("release", e)),
         };
-    }
-}
-
-/// Sends the release script once, waiting for replica acknowledgements when the client asks
-/// for them (then the reply carries the requirement and how many replicas acknowledged).
-async fn send_release(
-    held: &Held,
-    conn: &mut Conn,
-) -> redis::RedisResult<(Reply, Option<(ReplicaAck, u32)>)> {
-    let inner = &held.client.inner;
-    let release = inner.config.publishing().release;
-    match inner.config.replica_ack {
-        None => release
-            .key(&held.names.key)
-            .key(&held.names.channel)
-            .arg(&*held.owner)
-            .invoke_async::<Reply>(conn)
-            .await
-            .map(|r| (r, None)),
-        Some(ack) => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(release.get_hash())
-                .arg(2)
-                .arg(&held.names.key)
-                .arg(&held.names.channel)
-                .arg(&*held.owner);
-            crate::ack::eval_acked::<Reply>(conn, release, cmd, ack)
-                .await
-                .map(|(r, n)| (r, Some((ack, n))))
-        }
     }
 }
 

@@ -157,9 +157,6 @@ mod sync;
 mod topology;
 mod watchdog;
 
-// Until the acquire path calls the backend seam: where its script sends live.
-use topology::replica_ack as ack;
-
 pub use client::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
 };

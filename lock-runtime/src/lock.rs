@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Acquire;
+use crate::backend::Reply;
 use crate::names::LockNames;
-use crate::script::{self, Reply};
 use crate::stats::Counters;
 use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
 
@@ -140,12 +140,8 @@ impl Lock {
         let reply = self
             .client
             .inner
-            .config
-            .publishing()
-            .force_unlock
-            .key(&names.key)
-            .key(&names.channel)
-            .invoke_async::<Reply>(&mut self.client.inner.conn.clone())
+            .backend
+            .force_unlock(names)
             .await
             .map_err(|e| LockError::backend("force_unlock", e))?;
         tracing::info!(lock = %names.name, deleted = matches!(reply, Reply::Done(_)), "force unlock");
@@ -154,9 +150,11 @@ impl Lock {
 
     async fn inspect(&self) -> Result<Reply, LockError> {
         let names = self.names()?;
-        let reply = script::INSPECT
-            .key(&names.key)
-            .invoke_async::<Reply>(&mut self.client.inner.conn.clone())
+        let reply = self
+            .client
+            .inner
+            .backend
+            .inspect(names)
             .await
             .map_err(|e| LockError::backend("inspect", e))?;
         self.checked(reply)

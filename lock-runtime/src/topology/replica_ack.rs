@@ -70,22 +70,6 @@ impl ReplicaAck {
     }
 }
 
-/// Runs `evalsha` followed by `WAIT` (see `operations::send`, which supersedes this once the
-/// acquire path calls the backend).
-pub(crate) async fn eval_acked<T: redis::FromRedisValue>(
-    conn: &mut super::Conn,
-    script: &'static redis::Script,
-    evalsha: redis::Cmd,
-    ack: ReplicaAck,
-) -> redis::RedisResult<(T, u32)> {
-    let mut pipe = redis::pipe();
-    pipe.add_command(evalsha);
-    ack.append_wait(&mut pipe);
-    let values = super::operations::query_reloading(conn, &pipe, &[script]).await?;
-    let (reply, acked): (T, Value) = redis::FromRedisValue::from_redis_value(Value::Array(values))?;
-    Ok((reply, ReplicaAck::acknowledged(&acked)))
-}
-
 /// One lock's renewal outcome: "gone" needs no acknowledgement; "renewed" counts only once
 /// replicas have it (`None`: not confirmed, retry).
 pub(crate) fn renewal(renewed: bool, acknowledged: bool) -> Option<bool> {

@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use http_body_util::BodyExt;
 use lock_tower::{HeldLock, LockClient, LockLayer};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;

@@ -1,5 +1,8 @@
 //! The one error type of the crate.
 
+// `LockError::Timeout` is deprecated; the derived impls and the classification still name it.
+#![allow(deprecated)]
+
 use std::fmt;
 use std::time::Duration;
 
@@ -103,7 +106,23 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
-    /// Redis did not answer within the configured time.
+    /// Redis did not answer within the configured time (the connect or response timeout): an
+    /// "unavailable" error. Not to be confused with [`WaitTimeout`](LockError::WaitTimeout),
+    /// where Redis answered and the lock stayed busy.
+    #[error("redis did not answer {op} within {timeout:?}")]
+    ResponseTimeout {
+        /// What we were doing.
+        op: &'static str,
+        /// The limit that passed.
+        timeout: Duration,
+    },
+    /// The former name of [`ResponseTimeout`](LockError::ResponseTimeout). The library no longer
+    /// returns it: a `match` arm on it matches nothing; match `ResponseTimeout` instead (or use
+    /// [`is_unavailable`](LockError::is_unavailable)).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed to `ResponseTimeout` (too easily confused with `WaitTimeout`); this variant is never returned"
+    )]
     #[error("redis did not answer {op} within {timeout:?}")]
     Timeout {
         /// What we were doing.
@@ -144,7 +163,8 @@ pub enum LockError {
         quorum: usize,
         /// Nodes in all.
         nodes: usize,
-        /// The last node error seen, if any.
+        /// The last node error seen, if any (also the error's `source()`).
+        #[source]
         last_error: Option<Box<LockError>>,
     },
     /// No default client was installed with
@@ -166,6 +186,7 @@ impl LockError {
         matches!(
             self,
             LockError::Backend { .. }
+                | LockError::ResponseTimeout { .. }
                 | LockError::Timeout { .. }
                 | LockError::ReplicaAck { .. }
                 | LockError::NoQuorum { .. }

@@ -287,6 +287,22 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     }
 }
 
+/// Resolves with the first loss among `guards` (never, when there are none): what a
+/// [`MultiLockGuard`](crate::MultiLockGuard) or a [`RedLockGuard`](crate::RedLockGuard) waits on.
+pub(crate) async fn first_loss<'a>(guards: impl Iterator<Item = &'a LockGuard>) -> LockError {
+    type Loss<'a> = std::pin::Pin<Box<dyn Future<Output = LockError> + Send + 'a>>;
+    let mut losses: Vec<Loss<'a>> = guards.map(|g| Box::pin(g.lost()) as Loss<'a>).collect();
+    std::future::poll_fn(|cx| {
+        for loss in &mut losses {
+            if let std::task::Poll::Ready(e) = loss.as_mut().poll(cx) {
+                return std::task::Poll::Ready(e);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.reentrant || self.released {

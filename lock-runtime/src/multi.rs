@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -131,20 +130,7 @@ impl MultiLockGuard {
 
     /// Resolves with the first loss among the locks.
     pub async fn lost(&self) -> LockError {
-        let mut losses: Vec<Pin<Box<dyn Future<Output = LockError> + Send + '_>>> = self
-            .guards
-            .iter()
-            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = LockError> + Send + '_>>)
-            .collect();
-        std::future::poll_fn(|cx| {
-            for loss in &mut losses {
-                if let Poll::Ready(e) = loss.as_mut().poll(cx) {
-                    return Poll::Ready(e);
-                }
-            }
-            Poll::Pending
-        })
-        .await
+        crate::guard::first_loss(self.guards.iter()).await
     }
 
     /// Runs `fut` inside the reentrancy scope of every lock. (`fut` must be `Send`: the scopes

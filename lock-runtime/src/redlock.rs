@@ -342,7 +342,7 @@ impl RedLock {
                     Err(_) => {
                         tracing::debug!(node = i, timeout = ?self.node_timeout, "redlock node timed out");
                         round.failed += 1;
-                        round.last_error = Some(LockError::Timeout {
+                        round.last_error = Some(LockError::ResponseTimeout {
                             op: "acquire",
                             timeout: self.node_timeout,
                         });
@@ -572,21 +572,8 @@ impl RedLockGuard {
             let Some(until) = self.quorum_until() else {
                 continue;
             };
-            type Loss<'a> = Pin<Box<dyn Future<Output = LockError> + Send + 'a>>;
-            let mut losses: Vec<Loss<'_>> = self
-                .guards
-                .iter()
-                .filter(|g| !g.is_lost())
-                .map(|g| Box::pin(g.lost()) as Loss<'_>)
-                .collect();
-            let any_node_lost = std::future::poll_fn(|cx| {
-                for loss in &mut losses {
-                    if loss.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(());
-                    }
-                }
-                Poll::Pending
-            });
+            let any_node_lost =
+                crate::guard::first_loss(self.guards.iter().filter(|g| !g.is_lost()));
             // Wake on a node's loss, or when the validity as known now ends (renewals may have
             // moved it by then: look again).
             tokio::select! {

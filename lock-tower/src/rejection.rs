@@ -340,7 +340,7 @@ mod tests {
         let cases = [
             (busy(None), "10"),
             (
-                LockError::Timeout {
+                LockError::ResponseTimeout {
                     op: "acquire",
                     timeout: Duration::from_secs(1),
                 },

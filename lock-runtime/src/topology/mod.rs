@@ -328,7 +328,7 @@ impl Settings {
         match tokio::time::timeout(self.connect_timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(LockError::backend("connect", e)),
-            Err(_) => Err(LockError::Timeout {
+            Err(_) => Err(LockError::ResponseTimeout {
                 op: "connect",
                 timeout: self.connect_timeout,
             }),

@@ -55,7 +55,8 @@ impl ReplicaAck {
         })
     }
 
-    /// An error unless the `WAIT` reply counts enough replicas.
+    /// An error unless the `WAIT` reply counts enough replicas (a cluster node's batch).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn check(&self, reply: Value) -> redis::RedisResult<u32> {
         let acked = ReplicaAck::acknowledged(&reply);
         if acked >= self.replicas {

@@ -194,13 +194,14 @@ pub(crate) async fn send<T: FromRedisValue>(
     ack: Option<ReplicaAck>,
 ) -> RedisResult<(T, Option<u32>)> {
     let Some(ack) = ack else {
-        let reply = match conn.req_packed_command(call.cmd()).await {
+        // `query_async`, not the raw request: it turns an error reply into an `Err`.
+        let reply: Value = match call.cmd().query_async(&mut *conn).await {
             Err(e) if script::is_no_script(&e) => {
                 call.script()
                     .prepare_invoke()
                     .load_async(&mut *conn)
                     .await?;
-                conn.req_packed_command(call.cmd()).await?
+                call.cmd().query_async(conn).await?
             }
             other => other?,
         };

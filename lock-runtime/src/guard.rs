@@ -11,7 +11,6 @@ use crate::backend::Reply;
 use crate::backend::{Acked, Shortfall};
 use crate::error::outcome_unknown;
 use crate::hold::Held;
-pub(crate) use crate::hold::LossSignal;
 use crate::releaser::ReleaseJob;
 use crate::{LockError, LossReason, scope};
 

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::LossReason;
 use crate::client::{Config, Inner};
-use crate::guard::LossSignal;
+use crate::hold::LossSignal;
 use crate::names::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;

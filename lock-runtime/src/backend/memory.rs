@@ -16,7 +16,6 @@ use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
 use super::{Acked, Backend, BoxFuture, Channels, GroupDone, Release, Reply};
-use crate::demux::PushRouter;
 use crate::names::LockNames;
 use crate::sync;
 
@@ -39,7 +38,7 @@ struct State {
 #[derive(Clone)]
 pub(crate) struct MemoryBackend {
     state: Arc<Mutex<State>>,
-    router: Arc<Mutex<Option<PushRouter>>>,
+    router: Arc<Mutex<Option<Box<dyn AsyncPushSender>>>>,
     hang_renewals: Arc<AtomicBool>,
     renewals: Arc<AtomicUsize>,
 }
@@ -55,8 +54,8 @@ impl MemoryBackend {
     }
 
     /// Where unlock messages go: the demultiplexer's router.
-    pub(crate) fn connect_router(&self, router: PushRouter) {
-        *sync::lock(&self.router) = Some(router);
+    pub(crate) fn connect_router(&self, router: impl AsyncPushSender + 'static) {
+        *sync::lock(&self.router) = Some(Box::new(router));
     }
 
     /// Renewal requests from now on never answer (a frozen server).

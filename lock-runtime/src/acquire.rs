@@ -2,6 +2,9 @@
 //! busy, subscribe to its unlock channel, try again, and sleep until an unlock message, the
 //! holder's remaining lease or the deadline, whichever comes first; then retry.
 //!
+//! While it waits, the task is queued for a local hand-off (`handoff.rs`): a task of the same
+//! client that releases the lock grants it to the first queued task in its own round trip.
+//!
 //! Every attempt is reconciled: an unknown outcome is retried with the same owner id (retaking
 //! our own hold is idempotent), and if the acquire gives up or is cancelled while a request may
 //! have taken the lock, the possible hold is released in the background.
@@ -15,6 +18,7 @@ use tokio::time::Instant;
 use crate::backend::Reply;
 use crate::backend::{Acked, Shortfall};
 use crate::error::{failover_symptom, outcome_unknown};
+use crate::handoff::{Delivery, Ticket};
 use crate::hold::{Held, LossSignal};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
@@ -130,7 +134,7 @@ impl<'a> Acquire<'a> {
         } else {
             // Uncontended: one round trip, no subscription.
             let busy = match Box::pin(self.attempt()).await? {
-                Attempt::Taken { token, sent } => return Ok(self.hold(token, sent)),
+                Attempt::Taken { token, sent } => return Ok(self.hold(token, sent, 0)),
                 Attempt::Busy(busy) => busy,
             };
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -151,6 +155,15 @@ impl<'a> Acquire<'a> {
     /// `None` when this waiter queued behind local waiters without trying.
     async fn wait_turn(&self, mut busy: Option<Busy>) -> Result<LockGuard, LockError> {
         let sub = self.client.inner.demux.subscribe(&self.names.channel);
+        let mut place = Place {
+            acquire: self,
+            ticket: self
+                .client
+                .inner
+                .handoffs
+                .join(&self.names.key, &self.owner, self.lease),
+            holds: false,
+        };
         let mut baton = Baton(None);
         let mut skip_attempt = busy.is_none();
         tracing::debug!(?busy, "lock busy; waiting for an unlock message");
@@ -190,7 +203,10 @@ impl<'a> Acquire<'a> {
                     baton.0 = None;
                 }
                 busy = Some(match attempt? {
-                    Attempt::Taken { token, sent } => return Ok(self.hold(token, sent)),
+                    Attempt::Taken { token, sent } => {
+                        place.holds = true;
+                        return Ok(self.hold(token, sent, 0));
+                    }
                     Attempt::Busy(busy) => busy,
                 });
             }
@@ -212,6 +228,14 @@ impl<'a> Acquire<'a> {
             let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
             tokio::select! {
                 _ = &mut notified => baton.0 = Some(sub.notify()),
+                delivery = place.ticket.delivered() => match delivery {
+                    Delivery::Granted(grant) => {
+                        place.holds = true;
+                        return Ok(self.hold(grant.token, grant.sent, grant.streak));
+                    }
+                    // The release meant to hand it over did not: look for ourselves.
+                    Delivery::Retry => {}
+                },
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -263,7 +287,8 @@ impl<'a> Acquire<'a> {
                 },
             };
             let token = match reply {
-                Reply::Done(token) => token,
+                // (An acquire never hands over; both carry the new token.)
+                Reply::Done(token) | Reply::HandedOff(token) => token,
                 // Definite answers also settle earlier unknown outcomes: had one of them taken
                 // the lock, this retry (same owner) would have re-taken it.
                 Reply::NotDone(pttl) => {
@@ -329,18 +354,27 @@ impl<'a> Acquire<'a> {
     /// to be held by us any more.
     async fn roll_back(&self) -> bool {
         let names = self.names;
-        let rolled_back = self.client.inner.backend.release(names, &self.owner).await;
+        let rolled_back = self
+            .client
+            .inner
+            .backend
+            .release(names, &self.owner, None)
+            .await;
         tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
         matches!(
             rolled_back.map(|a| a.reply),
-            Ok(Reply::Done(_) | Reply::NotDone(_))
+            Ok(Reply::Done(_) | Reply::NotDone(_) | Reply::HandedOff(_))
         )
     }
 
-    /// The guard of a taken lock, registered with the watchdog.
-    fn hold(&self, token: u64, sent: Instant) -> LockGuard {
+    /// The guard of a taken lock, registered with the watchdog; `streak`: local hand-overs in
+    /// a row that led to it (0 when taken by an attempt).
+    fn hold(&self, token: u64, sent: Instant, streak: u32) -> LockGuard {
         let inner = &self.client.inner;
         Counters::add(&inner.counters.acquisitions, 1);
+        if streak > 0 {
+            Counters::add(&inner.counters.handoffs, 1);
+        }
         let signal = Arc::new(LossSignal::new());
         inner.watchdog.register(
             self.acquisition,
@@ -361,8 +395,34 @@ impl<'a> Acquire<'a> {
             acquisition: self.acquisition,
             token,
             lease: self.lease,
+            streak,
             signal,
         })
+    }
+}
+
+/// A waiter's place in the client's hand-off queue. Leaving it without taking a grant that
+/// arrived (cancelled, timed out, failed) releases that grant in the background, or passes it
+/// on to the next waiter.
+struct Place<'a> {
+    acquire: &'a Acquire<'a>,
+    ticket: Arc<Ticket>,
+    /// Set just before the waiter returns holding the lock.
+    holds: bool,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let acquire = self.acquire;
+        let inner = &acquire.client.inner;
+        if let Some(grant) = inner
+            .handoffs
+            .leave(&acquire.names.key, &self.ticket, self.holds)
+        {
+            tracing::debug!("left with a hand-off not taken; releasing it in the background");
+            let job = ReleaseJob::new(acquire.names, &acquire.owner, grant.sent + acquire.lease);
+            inner.releaser.submit(job.handing_off(grant.streak));
+        }
     }
 }
 

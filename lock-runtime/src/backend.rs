@@ -38,6 +38,8 @@ pub(crate) enum Reply {
     /// Not done: held by another with this PTTL in ms (-1: no TTL, -2: vanished meanwhile),
     /// not ours, or free.
     NotDone(i64),
+    /// Released and handed to the next owner with this fencing token (see [`HandOff`]).
+    HandedOff(i64),
     /// The key holds data of this Redis type that is not a lock.
     Foreign(String),
 }
@@ -57,6 +59,17 @@ pub(crate) struct Shortfall {
     pub(crate) required: u32,
     pub(crate) acknowledged: u32,
     pub(crate) timeout: Duration,
+}
+
+/// A task of the releasing client that waits for the lock being released: the release grants
+/// it the lock in the same step (fresh fencing token, its own lease) instead of letting the
+/// lock fall free.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandOff<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) lease_ms: u64,
+    /// How long the fencing counter is kept after this grant.
+    pub(crate) retention_ms: u64,
 }
 
 /// One release for [`Backend::release_many`].
@@ -81,11 +94,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
     /// Releases `owner`'s hold and wakes a waiter: `Done` when released, `NotDone` when the
-    /// lock was not ours.
+    /// lock was not ours. With `next`, a lock left without owners is granted to `next.owner`
+    /// instead (`HandedOff(token)`), and nobody is woken.
     fn release<'a>(
         &'a self,
         names: &'a LockNames,
         owner: &'a str,
+        next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
     /// Releases many holds in the background, within about `limit`. Returns the indices of

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::Reply;
 use crate::backend::{Acked, Shortfall};
 use crate::error::outcome_unknown;
+use crate::handoff;
 use crate::hold::Held;
 use crate::releaser::ReleaseJob;
 use crate::{LockError, LossReason, scope};
@@ -244,18 +245,40 @@ impl LockGuard {
             &self.held.owner,
             Instant::now() + self.held.lease,
         )
+        .handing_off(self.held.streak)
     }
 }
 
-/// Runs the release script; `Ok(false)` when the lock was not ours.
+/// Runs the release script, handing the lock to a task of this client that waits for it when
+/// there is one (`handoff.rs`); `Ok(false)` when the lock was not ours.
 async fn release_now(held: &Held) -> Result<bool, LockError> {
-    let backend = &held.client.inner.backend;
+    let inner = &held.client.inner;
+    let backend = &inner.backend;
     let mut retried = false;
+    let mut next = inner.handoffs.choose(&held.names.key, held.streak);
     loop {
-        let reply = backend.release(&held.names, &held.owner).await;
+        let reply = match next.take() {
+            Some(next) => {
+                let retention_ms = inner.config.fence_retention.as_millis() as u64;
+                let (reply, orphan) = handoff::release_to(
+                    &**backend,
+                    &inner.handoffs,
+                    &held.names,
+                    &held.owner,
+                    next,
+                    retention_ms,
+                )
+                .await;
+                if let Some(orphan) = orphan {
+                    inner.releaser.submit(orphan.job(&held.names));
+                }
+                reply
+            }
+            None => backend.release(&held.names, &held.owner, None).await,
+        };
         return match reply.map(|Acked { reply, shortfall }| (reply, shortfall)) {
             Ok((
-                Reply::Done(_),
+                Reply::Done(_) | Reply::HandedOff(_),
                 Some(Shortfall {
                     required,
                     acknowledged,
@@ -268,7 +291,7 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 acknowledged,
                 timeout,
             }),
-            Ok((Reply::Done(_), None)) => Ok(true),
+            Ok((Reply::Done(_) | Reply::HandedOff(_), None)) => Ok(true),
             // After an unknown outcome, "not ours any more" means our first attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.
             Ok((Reply::NotDone(_), _)) => Ok(retried),

@@ -60,5 +60,7 @@ pub(crate) struct Held {
     pub(crate) acquisition: u64,
     pub(crate) token: u64,
     pub(crate) lease: Duration,
+    /// Local hand-overs in a row that led to this hold (0: taken by its own attempt).
+    pub(crate) streak: u32,
     pub(crate) signal: Arc<LossSignal>,
 }

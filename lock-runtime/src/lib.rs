@@ -143,6 +143,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod guard;
+mod handoff;
 mod hold;
 mod lock;
 mod multi;

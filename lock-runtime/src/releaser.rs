@@ -5,17 +5,21 @@
 //! on one server; one call per lock on a cluster, where a pipeline may not span slots). Failed
 //! releases are retried with backoff until the lease they protect would have run out anyway.
 //!
+//! A job from a dropped guard whose lock other tasks of this client wait for is a hand-off
+//! (`handoff.rs`): it goes out on its own, at once, and grants the lock to the first of them.
+//!
 //! The task holds the backend, not the client: it drains what was queued and exits once the
 //! client (the only sender) is gone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
 use crate::backend::{Backend, Release};
+use crate::client::Config;
+use crate::handoff::{self, HandOffs, Next};
 use crate::names::LockNames;
 use crate::stats::Counters;
 
@@ -30,6 +34,9 @@ pub(crate) struct ReleaseJob {
     owner: Arc<str>,
     /// Past this the lease has run out by itself; stop retrying.
     give_up_at: Instant,
+    /// `Some(streak)`: hand the lock to a waiting task of this client, if there is one, as the
+    /// guard's own release would (see `handoff.rs`).
+    streak: Option<u32>,
 }
 
 impl ReleaseJob {
@@ -38,7 +45,15 @@ impl ReleaseJob {
             names: names.clone(),
             owner: owner.clone(),
             give_up_at: lease_end,
+            streak: None,
         }
+    }
+
+    /// The release of a held lock (not of a possible hold of an interrupted acquire): it may
+    /// hand the lock to a waiting task. `streak`: local hand-overs in a row that led to it.
+    pub(crate) fn handing_off(mut self, streak: u32) -> ReleaseJob {
+        self.streak = Some(streak);
+        self
     }
 }
 
@@ -49,11 +64,26 @@ pub(crate) struct Releaser {
 impl Releaser {
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
-        response_timeout: Duration,
+        handoffs: Arc<HandOffs>,
+        config: &Config,
         counters: Arc<Counters>,
     ) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(backend, response_timeout, rx, counters));
+        let hand_offs = HandOffTasks {
+            backend: backend.clone(),
+            handoffs,
+            retention_ms: config.fence_retention.as_millis() as u64,
+            // Weak: the task exits once the client, the only strong sender, is gone.
+            resubmit: tx.downgrade(),
+            counters: counters.clone(),
+        };
+        tokio::spawn(run(
+            backend,
+            hand_offs,
+            config.response_timeout,
+            rx,
+            counters,
+        ));
         Releaser { tx }
     }
 
@@ -64,8 +94,65 @@ impl Releaser {
     }
 }
 
+/// What a background hand-off needs.
+#[derive(Clone)]
+struct HandOffTasks {
+    backend: Arc<dyn Backend>,
+    handoffs: Arc<HandOffs>,
+    retention_ms: u64,
+    resubmit: mpsc::WeakUnboundedSender<ReleaseJob>,
+    counters: Arc<Counters>,
+}
+
+impl HandOffTasks {
+    /// Takes the jobs that hand a lock to a waiting task out of `jobs` and runs each on its own
+    /// task, at once.
+    fn start(&self, jobs: &mut Vec<ReleaseJob>) {
+        jobs.retain(|job| {
+            let next = job
+                .streak
+                .and_then(|streak| self.handoffs.choose(&job.names.key, streak));
+            let Some(next) = next else {
+                return true;
+            };
+            tokio::spawn(self.clone().run(job.clone(), next));
+            false
+        });
+    }
+
+    async fn run(self, job: ReleaseJob, next: Next) {
+        let (reply, orphan) = handoff::release_to(
+            &*self.backend,
+            &self.handoffs,
+            &job.names,
+            &job.owner,
+            next,
+            self.retention_ms,
+        )
+        .await;
+        let Some(tx) = self.resubmit.upgrade() else {
+            return;
+        };
+        if let Some(orphan) = orphan {
+            // The waiter left before its grant arrived: release it, or pass it on.
+            let _ = tx.send(orphan.job(&job.names));
+        }
+        if reply.is_ok() {
+            Counters::add(&self.counters.background_releases, 1);
+        }
+        if let Err(e) = reply {
+            tracing::debug!(error = %e, "background hand-off failed; retrying as a release");
+            let _ = tx.send(ReleaseJob {
+                streak: None,
+                ..job
+            });
+        }
+    }
+}
+
 async fn run(
     backend: Arc<dyn Backend>,
+    hand_offs: HandOffTasks,
     response_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<ReleaseJob>,
     counters: Arc<Counters>,
@@ -87,6 +174,7 @@ async fn run(
         }
         let now = Instant::now();
         jobs.retain(|j| j.give_up_at > now);
+        hand_offs.start(&mut jobs);
         if jobs.is_empty() {
             continue;
         }

@@ -10,6 +10,7 @@ pub(crate) struct Counters {
     pub(crate) renewals: AtomicU64,
     pub(crate) losses: AtomicU64,
     pub(crate) background_releases: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
 }
 
 impl Counters {
@@ -26,6 +27,7 @@ impl Counters {
             renewals: get(&self.renewals),
             losses: get(&self.losses),
             background_releases: get(&self.background_releases),
+            handoffs: get(&self.handoffs),
         }
     }
 }
@@ -47,4 +49,8 @@ pub struct ClientStats {
     pub losses: u64,
     /// Releases run by the background releaser (dropped guards, cancelled acquires).
     pub background_releases: u64,
+    /// Locks handed straight to another task of this client by a release (see
+    /// [`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)); also
+    /// counted in `acquisitions`.
+    pub handoffs: u64,
 }

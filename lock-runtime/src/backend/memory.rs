@@ -15,7 +15,7 @@ use redis::aio::AsyncPushSender;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{Acked, Backend, BoxFuture, Channels, GroupDone, Release, Reply};
+use super::{Acked, Backend, BoxFuture, Channels, GroupDone, HandOff, Release, Reply};
 use crate::names::LockNames;
 use crate::sync;
 
@@ -96,11 +96,15 @@ impl MemoryBackend {
         }
     }
 
-    fn release_one(&self, names: &LockNames, owner: &str) -> Reply {
+    fn release_one(&self, names: &LockNames, owner: &str, next: Option<HandOff<'_>>) -> Reply {
         let mut state = self.lock();
         match live(&mut state, &names.key) {
             Some(hold) if hold.owner == owner => {
                 state.holds.remove(&names.key);
+                if let Some(next) = next {
+                    let token = grant(&mut state, names, next.owner, next.lease_ms);
+                    return Reply::HandedOff(token);
+                }
                 drop(state);
                 self.publish(&names.channel);
                 Reply::Done(1)
@@ -108,6 +112,21 @@ impl MemoryBackend {
             _ => Reply::NotDone(0),
         }
     }
+}
+
+/// Gives the lock to `owner` with a fresh token.
+fn grant(state: &mut State, names: &LockNames, owner: &str, lease_ms: u64) -> i64 {
+    let token = state.tokens.entry(names.key.clone()).or_default();
+    *token += 1;
+    let token = *token;
+    state.holds.insert(
+        names.key.clone(),
+        Hold {
+            owner: owner.to_owned(),
+            until: Instant::now() + Duration::from_millis(lease_ms),
+        },
+    );
+    token
 }
 
 /// The live hold at `key`; an expired one is removed.
@@ -138,25 +157,12 @@ impl Backend for MemoryBackend {
         state
             .channels
             .insert(names.key.clone(), names.channel.clone());
-        let until = Instant::now() + Duration::from_millis(lease_ms);
         let reply = match live(&mut state, &names.key) {
             Some(hold) if hold.owner != owner => {
                 let pttl = hold.until.saturating_duration_since(Instant::now());
                 Reply::NotDone(pttl.as_millis() as i64)
             }
-            _ => {
-                let token = state.tokens.entry(names.key.clone()).or_default();
-                *token += 1;
-                let token = *token;
-                state.holds.insert(
-                    names.key.clone(),
-                    Hold {
-                        owner: owner.to_owned(),
-                        until,
-                    },
-                );
-                Reply::Done(token)
-            }
+            _ => Reply::Done(grant(&mut state, names, owner, lease_ms)),
         };
         ready(Ok(Acked {
             reply,
@@ -168,8 +174,9 @@ impl Backend for MemoryBackend {
         &'a self,
         names: &'a LockNames,
         owner: &'a str,
+        next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        let reply = self.release_one(names, owner);
+        let reply = self.release_one(names, owner, next);
         ready(Ok(Acked {
             reply,
             shortfall: None,
@@ -182,7 +189,7 @@ impl Backend for MemoryBackend {
         _limit: Duration,
     ) -> BoxFuture<'a, RedisResult<Vec<usize>>> {
         for job in jobs {
-            self.release_one(job.names, job.owner);
+            self.release_one(job.names, job.owner, None);
         }
         ready(Ok(Vec::new()))
     }

@@ -23,27 +23,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   end
 end
 
-local token = redis.pcall('INCR', KEYS[2])
-if type(token) == 'table' then
-  if not (string.find(token.err, 'WRONGTYPE', 1, true) or string.find(token.err, 'not an integer', 1, true)) then
-    return redis.error_reply(token.err)
-  end
-  -- Not a counter: a hash, a list, or a string that is not an integer. Nothing was written.
-  return {-1, redis.call('TYPE', KEYS[2])['ok']}
+local token, reply = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+if not token then
+  return reply
 end
--- Never below the server clock in microseconds: tokens keep increasing when the counter is lost
--- (first use, retention passed, a restart without persistence) and across a failover to a
--- replica whose counter lagged, as long as the servers' clocks agree to within the time between
--- the two grants. One grant per microsecond is far above any lock's hand-over rate, so the
--- counter does not run ahead of the clock.
-local now = redis.call('TIME')
-local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if token < clock then
-  redis.call('SET', KEYS[2], string.format('%d', clock))
-  token = clock
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-
-redis.call('HSET', KEYS[1], ARGV[1], 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}

@@ -10,15 +10,15 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Script, Value};
 
-pub(crate) use crate::backend::Reply;
+pub(crate) use crate::backend::{HandOff, Reply};
 use crate::names::LockNames;
 
 /// Takes (or idempotently re-takes) the lock and bumps the fencing counter.
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-/// Releases our hold and publishes the unlock message.
+    LazyLock::new(|| Script::new(&with_grant(include_str!("acquire.lua"))));
+/// Releases our hold and publishes the unlock message, or hands the lock to a local waiter.
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("release.lua")));
+    LazyLock::new(|| Script::new(&with_grant(include_str!("release.lua"))));
 /// Renews many leases at once.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("renew.lua")));
@@ -31,7 +31,7 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// [`RELEASE`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
 pub(crate) static RELEASE_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&sharded(include_str!("release.lua"))));
+    LazyLock::new(|| Script::new(&sharded(&with_grant(include_str!("release.lua")))));
 /// [`FORCE_UNLOCK`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
 pub(crate) static FORCE_UNLOCK_SHARDED: LazyLock<Script> =
@@ -57,6 +57,11 @@ impl Publishing {
         release: &RELEASE_SHARDED,
         force_unlock: &FORCE_UNLOCK_SHARDED,
     };
+}
+
+/// `grant.lua` (the one way a lock is granted) followed by `script`.
+fn with_grant(script: &str) -> String {
+    [include_str!("grant.lua"), script].concat()
 }
 
 #[cfg(feature = "cluster")]
@@ -111,13 +116,24 @@ impl Call {
         )
     }
 
-    /// `release.lua`: release `owner`'s hold and publish the unlock message.
-    pub(crate) fn release(publishing: Publishing, names: &LockNames, owner: &str) -> Call {
-        Call::new(
-            publishing.release,
-            &[&names.key, &names.channel],
-            [Arg::Str(owner)],
-        )
+    /// `release.lua`: release `owner`'s hold and publish the unlock message, or, with `next`,
+    /// hand the lock to that waiting owner.
+    pub(crate) fn release(
+        publishing: Publishing,
+        names: &LockNames,
+        owner: &str,
+        next: Option<&HandOff<'_>>,
+    ) -> Call {
+        let keys = [names.key.as_str(), &names.channel, &names.fence];
+        let mut args = vec![Arg::Str(owner)];
+        if let Some(next) = next {
+            args.extend([
+                Arg::Str(next.owner),
+                Arg::Int(next.lease_ms),
+                Arg::Int(next.retention_ms),
+            ]);
+        }
+        Call::new(publishing.release, &keys, args)
     }
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
@@ -158,7 +174,7 @@ impl Call {
 
 impl redis::FromRedisValue for Reply {
     /// The `{code, detail}` pair every single-key script returns: `{1, n}` done, `{0, n}` not
-    /// done, `{-1, type}` foreign data.
+    /// done, `{2, token}` released and handed over, `{-1, type}` foreign data.
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let (code, detail): (i64, Value) = redis::FromRedisValue::from_redis_value(v)?;
         let int = |v: Value| -> Result<i64, redis::ParsingError> {
@@ -167,6 +183,7 @@ impl redis::FromRedisValue for Reply {
         match code {
             1 => Ok(Reply::Done(int(detail)?)),
             0 => Ok(Reply::NotDone(int(detail)?)),
+            2 => Ok(Reply::HandedOff(int(detail)?)),
             -1 => Ok(Reply::Foreign(redis::FromRedisValue::from_redis_value(
                 detail,
             )?)),
@@ -241,16 +258,27 @@ mod tests {
             args(&renew)[2..],
             ["2", "k1", "k2", "900", "o1", "o2"].map(String::from)
         );
-        let release = Call::release(Publishing::CLASSIC, &names, "me:1");
+        let release = Call::release(Publishing::CLASSIC, &names, "me:1", None);
         assert_eq!(args(&release)[1], RELEASE.get_hash());
         assert_eq!(
             args(&release)[2..],
             [
-                "2".to_owned(),
+                "3".to_owned(),
                 names.key.clone(),
                 names.channel.clone(),
+                names.fence.clone(),
                 "me:1".into()
             ]
+        );
+        let next = HandOff {
+            owner: "me:2",
+            lease_ms: 500,
+            retention_ms: 60_000,
+        };
+        let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
+        assert_eq!(
+            args(&handing_off)[6..],
+            ["me:1", "me:2", "500", "60000"].map(String::from)
         );
         assert_eq!(
             args(&Call::inspect(&names))[2..],

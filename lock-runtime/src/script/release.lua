@@ -1,11 +1,18 @@
--- Release our hold and wake a waiter.
+-- Release our hold; then either hand the lock to a waiting task of the same client, or wake
+-- a waiter of any client.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel
+-- KEYS[3]  fencing counter
 -- ARGV[1]  owner id
+-- ARGV[2]  (optional) the next owner: a task of the releasing client waiting for this lock
+-- ARGV[3]  the next owner's lease in milliseconds
+-- ARGV[4]  fencing counter retention in milliseconds
 --
 -- Returns {1, 0} when released (the key is deleted and the unlock message published once no
--- owner is left), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
+-- owner is left), {2, token} when released and handed to ARGV[2] with this fencing token (no
+-- message: the lock never fell free), {0, 0} when this owner does not hold the lock, {-1, type}
+-- for foreign data.
 local removed = redis.pcall('HDEL', KEYS[1], ARGV[1])
 if type(removed) == 'table' then
   if not string.find(removed.err, 'WRONGTYPE', 1, true) then
@@ -18,6 +25,13 @@ if removed == 0 then
   return {0, 0}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[2] then
+    local token = grant(KEYS[1], KEYS[3], ARGV[2], ARGV[3], ARGV[4])
+    if token then
+      return {2, token}
+    end
+    -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
+  end
   redis.call('PUBLISH', KEYS[2], '0')
 end
 return {1, 0}

@@ -18,7 +18,7 @@ use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::Conn;
 use super::replica_ack::{self, ReplicaAck};
-use crate::backend::{Acked, Backend, BoxFuture, Release, Reply};
+use crate::backend::{Acked, Backend, BoxFuture, HandOff, Release, Reply};
 use crate::names::LockNames;
 use crate::script::{self, Call, Publishing};
 
@@ -107,7 +107,7 @@ impl RedisBackend {
     async fn release_all(&self, jobs: &[Release<'_>], limit: Duration) -> RedisResult<Vec<usize>> {
         let calls: Vec<Call> = jobs
             .iter()
-            .map(|job| Call::release(self.publishing, job.names, job.owner))
+            .map(|job| Call::release(self.publishing, job.names, job.owner, None))
             .collect();
         #[cfg(feature = "cluster")]
         if let Conn::Cluster(cluster) = &self.conn {
@@ -147,8 +147,9 @@ impl Backend for RedisBackend {
         &'a self,
         names: &'a LockNames,
         owner: &'a str,
+        next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::release(self.publishing, names, owner)))
+        Box::pin(self.write(Call::release(self.publishing, names, owner, next.as_ref())))
     }
 
     fn release_many<'a>(

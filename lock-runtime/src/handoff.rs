@@ -1,0 +1,432 @@
+//! Local hand-off: a release that finds a task of the same client waiting for the lock grants
+//! it the lock in the release's own round trip.
+//!
+//! Without it, a hand-over between two tasks takes three sequential steps: the release script,
+//! the unlock message's delivery, the waiter's acquire script. With it, the release script
+//! removes the holder and, since the lock is left without owners, grants it to the waiter's
+//! owner id at once (a fresh fencing token from the same counter, the waiter's own lease); the
+//! waiter is told in-process. The lock never falls free, so nothing is published and no other
+//! process can slip in between: one round trip per hand-over.
+//!
+//! **Fairness** ("lock cohorting", Dice, Marathe and Shavit, PPoPP 2012): the tasks of one
+//! client are served first come, first served, and a lock is passed on locally at most
+//! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)).
+//! The next release is a global one: the lock falls free, the unlock message wakes one waiter
+//! in every process that waits, and they race for it as they would without hand-off. So a
+//! process waiting elsewhere waits for at most `limit` local hand-overs per process ahead of it
+//! before it gets its chance.
+//!
+//! **Waiters** queue here for as long as they wait ([`HandOffs::join`]); a release picks the
+//! first ([`HandOffs::choose`]), and the outcome is delivered to it ([`HandOffs::deliver`]).
+//! Every way a chosen waiter can miss its grant is covered:
+//! - the waiter left (gave up, cancelled) before the grant arrived: the grant is returned to
+//!   the releasing side, which releases it in the background within milliseconds;
+//! - the waiter left after the grant arrived, before it took it: [`HandOffs::leave`] returns
+//!   the grant for the waiter's side to release;
+//! - the release failed, did not hand over, or was itself cancelled: the waiter is put back at
+//!   the head of the queue and woken to try on its own (had the hand-off gone through, its
+//!   attempt re-takes its own hold: acquiring is idempotent per owner id);
+//! - the waiter took the lock by its own attempt meanwhile (possible only after the hand-off
+//!   granted it to its owner id): the late grant is for a lock it holds, and is ignored.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::RedisResult;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::{Acked, Backend, HandOff, Reply};
+use crate::names::LockNames;
+use crate::releaser::ReleaseJob;
+use crate::sync;
+
+/// How many times in a row a lock is passed between the tasks of one client before a release
+/// lets it fall free for every process.
+pub(crate) const DEFAULT_LIMIT: u32 = 8;
+
+/// The waiting tasks of one client, per lock key.
+pub(crate) struct HandOffs {
+    /// Hand-overs in a row per lock; 0 turns local hand-off off.
+    limit: u32,
+    queues: Mutex<HashMap<String, VecDeque<Arc<Ticket>>>>,
+}
+
+/// One waiting task's place.
+pub(crate) struct Ticket {
+    owner: Arc<str>,
+    lease: Duration,
+    slot: Mutex<Slot>,
+    notify: Notify,
+}
+
+/// Where a ticket stands.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// In the queue.
+    Waiting,
+    /// Picked by a release that is in flight.
+    Chosen,
+    /// Granted the lock; the waiter has not taken the grant yet.
+    Granted(Grant),
+    /// Back at the head of the queue after a hand-off that did not happen: try on your own.
+    Retry,
+    /// The waiter is gone; `holds` when it left holding the lock (by its own attempt).
+    Left { holds: bool },
+}
+
+/// A lock granted by a hand-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    /// When the release that granted it was sent: the lease counts from there.
+    pub(crate) sent: Instant,
+    /// Hand-overs in a row that led to this hold, this one included.
+    pub(crate) streak: u32,
+}
+
+/// What a waiter is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// The lock is yours.
+    Granted(Grant),
+    /// The hand-off did not happen; try on your own.
+    Retry,
+}
+
+/// A grant whose waiter left before it arrived: the lock is held by an owner id nobody uses.
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    owner: Arc<str>,
+    lease: Duration,
+    streak: u32,
+}
+
+impl Orphan {
+    /// The background release of it (which may pass the lock on to the next waiter).
+    pub(crate) fn job(self, names: &Arc<LockNames>) -> ReleaseJob {
+        ReleaseJob::new(names, &self.owner, Instant::now() + self.lease).handing_off(self.streak)
+    }
+
+    #[cfg(test)]
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+}
+
+/// The waiter a release hands the lock to.
+pub(crate) struct Next {
+    ticket: Arc<Ticket>,
+    streak: u32,
+}
+
+impl Next {
+    /// What the release script needs to grant the lock.
+    pub(crate) fn hand_off(&self, retention_ms: u64) -> HandOff<'_> {
+        HandOff {
+            owner: &self.ticket.owner,
+            lease_ms: crate::options::ceil_millis(self.ticket.lease),
+            retention_ms,
+        }
+    }
+}
+
+impl HandOffs {
+    pub(crate) fn new(limit: u32) -> HandOffs {
+        HandOffs {
+            limit,
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Queues a waiter for the lock at `key`; it stays queued until [`HandOffs::leave`].
+    pub(crate) fn join(&self, key: &str, owner: &Arc<str>, lease: Duration) -> Arc<Ticket> {
+        let ticket = Arc::new(Ticket {
+            owner: owner.clone(),
+            lease,
+            slot: Mutex::new(Slot::Waiting),
+            notify: Notify::new(),
+        });
+        if self.limit > 0 {
+            sync::lock(&self.queues)
+                .entry(key.to_owned())
+                .or_default()
+                .push_back(ticket.clone());
+        }
+        ticket
+    }
+
+    /// The waiter has stopped waiting, holding the lock or not. Returns a grant it never took,
+    /// which the caller must release.
+    pub(crate) fn leave(&self, key: &str, ticket: &Arc<Ticket>, holds: bool) -> Option<Grant> {
+        self.remove(key, ticket);
+        let mut slot = sync::lock(&ticket.slot);
+        let before = std::mem::replace(&mut *slot, Slot::Left { holds });
+        match before {
+            // Granted to the owner id it already holds the lock as: nothing to undo.
+            Slot::Granted(grant) if !holds => Some(grant),
+            _ => None,
+        }
+    }
+
+    /// Picks the first waiter for the lock at `key`, released by a hold that came from
+    /// `streak` hand-overs in a row; `None` when nobody waits here or the streak is at the
+    /// limit (a global release is due).
+    pub(crate) fn choose(&self, key: &str, streak: u32) -> Option<Next> {
+        if streak >= self.limit {
+            return None;
+        }
+        let mut queues = sync::lock(&self.queues);
+        let queue = queues.get_mut(key)?;
+        let mut next = None;
+        while let Some(ticket) = queue.pop_front() {
+            let mut slot = sync::lock(&ticket.slot);
+            if matches!(*slot, Slot::Waiting | Slot::Retry) {
+                *slot = Slot::Chosen;
+                drop(slot);
+                next = Some(Next {
+                    ticket,
+                    streak: streak + 1,
+                });
+                break;
+            }
+        }
+        if queue.is_empty() {
+            queues.remove(key);
+        }
+        next
+    }
+
+    /// Tells the chosen waiter the outcome: `Some` with the grant's token and send time when
+    /// the release handed it the lock, `None` when it did not. Returns the grant to release
+    /// when the waiter is gone and nobody will take it.
+    pub(crate) fn deliver(
+        &self,
+        key: &str,
+        next: Next,
+        granted: Option<(u64, Instant)>,
+    ) -> Option<Orphan> {
+        let ticket = next.ticket;
+        let Some((token, sent)) = granted else {
+            // Back to the head of the queue, unless the waiter left meanwhile. The queue is
+            // locked first, as everywhere.
+            let mut queues = sync::lock(&self.queues);
+            let mut slot = sync::lock(&ticket.slot);
+            if matches!(*slot, Slot::Left { .. }) {
+                return None;
+            }
+            *slot = Slot::Retry;
+            drop(slot);
+            if self.limit > 0 {
+                queues
+                    .entry(key.to_owned())
+                    .or_default()
+                    .push_front(ticket.clone());
+            }
+            drop(queues);
+            ticket.notify.notify_one();
+            return None;
+        };
+        let mut slot = sync::lock(&ticket.slot);
+        if let Slot::Left { holds } = *slot {
+            return (!holds).then(|| Orphan {
+                owner: ticket.owner.clone(),
+                lease: ticket.lease,
+                streak: next.streak,
+            });
+        }
+        *slot = Slot::Granted(Grant {
+            token,
+            sent,
+            streak: next.streak,
+        });
+        drop(slot);
+        ticket.notify.notify_one();
+        None
+    }
+
+    fn remove(&self, key: &str, ticket: &Arc<Ticket>) {
+        let mut queues = sync::lock(&self.queues);
+        if let Some(queue) = queues.get_mut(key) {
+            queue.retain(|t| !Arc::ptr_eq(t, ticket));
+            if queue.is_empty() {
+                queues.remove(key);
+            }
+        }
+    }
+
+    /// Waiters queued, over every lock (for tests and stats).
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        sync::lock(&self.queues).values().map(VecDeque::len).sum()
+    }
+}
+
+impl Ticket {
+    /// Resolves once a release delivered an outcome to this waiter.
+    pub(crate) async fn delivered(&self) -> Delivery {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut slot = sync::lock(&self.slot);
+                match *slot {
+                    Slot::Granted(grant) => {
+                        *slot = Slot::Left { holds: true };
+                        return Delivery::Granted(grant);
+                    }
+                    Slot::Retry => {
+                        *slot = Slot::Waiting;
+                        return Delivery::Retry;
+                    }
+                    Slot::Waiting | Slot::Chosen | Slot::Left { .. } => {}
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Releases `owner`'s hold on `names` and hands the lock to `next`, and tells `next` how it
+/// went. Returns the release's reply and a grant nobody took (to release).
+///
+/// Cancellation-safe: dropped before the reply, the waiter is told to try on its own.
+pub(crate) async fn release_to(
+    backend: &dyn Backend,
+    handoffs: &HandOffs,
+    names: &LockNames,
+    owner: &str,
+    next: Next,
+    retention_ms: u64,
+) -> (RedisResult<Acked<Reply>>, Option<Orphan>) {
+    struct Undecided<'a> {
+        handoffs: &'a HandOffs,
+        key: &'a str,
+        next: Option<Next>,
+    }
+    impl Drop for Undecided<'_> {
+        fn drop(&mut self) {
+            if let Some(next) = self.next.take() {
+                self.handoffs.deliver(self.key, next, None);
+            }
+        }
+    }
+    let sent = Instant::now();
+    let mut undecided = Undecided {
+        handoffs,
+        key: &names.key,
+        next: Some(next),
+    };
+    let hand_off = undecided
+        .next
+        .as_ref()
+        .map(|next| next.hand_off(retention_ms));
+    let reply = backend.release(names, owner, hand_off).await;
+    let next = undecided.next.take().expect("taken only here");
+    let granted = match &reply {
+        Ok(Acked {
+            reply: Reply::HandedOff(token),
+            shortfall: None,
+        }) => Some((*token as u64, sent)),
+        _ => None,
+    };
+    let orphan = handoffs.deliver(&names.key, next, granted);
+    if granted.is_some() {
+        tracing::trace!(lock = %names.name, "handed over to a local waiter");
+    }
+    (reply, orphan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(s: &str) -> Arc<str> {
+        s.into()
+    }
+
+    #[test]
+    fn waiters_are_chosen_in_order_and_the_streak_is_bounded() {
+        let h = HandOffs::new(2);
+        let a = h.join("k", &owner("a"), Duration::from_secs(1));
+        let _b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let next = h.choose("k", 0).unwrap();
+        assert_eq!(&*next.ticket.owner, "a");
+        assert_eq!(next.streak, 1);
+        assert!(h.choose("k", 2).is_none(), "at the limit: a global release");
+        assert_eq!(h.queued(), 1, "the limit takes nobody out of the queue");
+        assert!(h.deliver("k", next, Some((7, Instant::now()))).is_none());
+        assert!(matches!(*a.slot.lock().unwrap(), Slot::Granted(g) if g.token == 7));
+        assert_eq!(&*h.choose("k", 1).unwrap().ticket.owner, "b");
+        assert!(h.choose("k", 0).is_none());
+        assert_eq!(h.queued(), 0);
+    }
+
+    #[test]
+    fn off_when_the_limit_is_zero() {
+        let h = HandOffs::new(0);
+        let _a = h.join("k", &owner("a"), Duration::from_secs(1));
+        assert!(h.choose("k", 0).is_none());
+        assert_eq!(h.queued(), 0);
+    }
+
+    #[test]
+    fn a_grant_for_a_waiter_that_left_comes_back_for_release() {
+        let h = HandOffs::new(4);
+        let a = h.join("k", &owner("a"), Duration::from_secs(1));
+        let next = h.choose("k", 0).unwrap();
+        assert_eq!(h.leave("k", &a, false), None);
+        let orphan = h.deliver("k", next, Some((1, Instant::now()))).unwrap();
+        assert_eq!(orphan.owner(), "a");
+        assert_eq!(orphan.streak, 1);
+        // Left holding the lock by its own attempt: the late grant is its own hold.
+        let b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let next = h.choose("k", 0).unwrap();
+        assert_eq!(h.leave("k", &b, true), None);
+        assert!(h.deliver("k", next, Some((2, Instant::now()))).is_none());
+        // Granted, then gone before taking it: `leave` hands the grant back.
+        let c = h.join("k", &owner("c"), Duration::from_secs(1));
+        let next = h.choose("k", 0).unwrap();
+        let at = Instant::now();
+        assert!(h.deliver("k", next, Some((3, at))).is_none());
+        assert_eq!(
+            h.leave("k", &c, false),
+            Some(Grant {
+                token: 3,
+                sent: at,
+                streak: 1
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_that_did_not_happen_requeues_the_waiter_first() {
+        let h = HandOffs::new(4);
+        let a = h.join("k", &owner("a"), Duration::from_secs(1));
+        let _b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let next = h.choose("k", 0).unwrap();
+        assert!(h.deliver("k", next, None).is_none());
+        assert_eq!(a.delivered().await, Delivery::Retry);
+        assert_eq!(&*h.choose("k", 0).unwrap().ticket.owner, "a");
+        // Delivered after the waiter started listening.
+        let c = h.join("j", &owner("c"), Duration::from_secs(1));
+        let listen = tokio::spawn({
+            let c = c.clone();
+            async move { c.delivered().await }
+        });
+        tokio::task::yield_now().await;
+        let at = Instant::now();
+        let next = h.choose("j", 3).unwrap();
+        h.deliver("j", next, Some((9, at)));
+        assert_eq!(
+            listen.await.unwrap(),
+            Delivery::Granted(Grant {
+                token: 9,
+                sent: at,
+                streak: 4
+            })
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! Local hand-off: a release grants the lock straight to a waiting task of the same client, in
+//! one round trip, fairly, without starving other processes, and without leaking a grant when
+//! the waiter is gone.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_tests::{RedisServer, TcpProxy};
+
+fn wait(d: Duration) -> LockOptions {
+    LockOptions::new().wait(d)
+}
+
+/// Subscribes to the lock's unlock channel with a plain connection, to see what is published.
+async fn listen(redis: &RedisServer, channel: &str) -> redis::aio::PubSub {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiting_task_without_letting_it_fall_free() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let first = locks.lock("h").acquire().await.unwrap();
+    let mut unlocks = listen(&redis, "lock:{h}:unlock").await;
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let guard = locks
+                .lock("h")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            let owner = guard.owner().to_owned();
+            let token = guard.fencing_token();
+            (guard, owner, token)
+        }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(2), || redis
+            .pubsub_channels("lock:*")
+            .iter()
+            .any(|c| c == "lock:{h}:unlock"))
+        .await
+    );
+    // Give the waiter time to queue after its first attempt.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    let (guard, owner, token) = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("handed over at once")
+        .unwrap();
+    assert!(token > first_token, "{token} > {first_token}");
+    // Redis holds it for the waiter's owner id, with the waiter's lease.
+    let fields = redis.cmd(&["HKEYS", "lock:{h}"]);
+    assert_eq!(fields.items().len(), 1);
+    assert_eq!(fields.items()[0].text(), Some(owner.as_str()));
+    let pttl = redis.cmd(&["PTTL", "lock:{h}"]).int().unwrap();
+    assert!(pttl > 25_000, "the waiter's own 30 s lease: {pttl}");
+    let stats = locks.stats();
+    assert_eq!(stats.handoffs, 1, "{stats:?}");
+    assert_eq!(stats.acquisitions, 2, "{stats:?}");
+    // The lock never fell free: nothing was published for the hand-over.
+    let mut messages = unlocks.on_message();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err(),
+        "no unlock message for a hand-over"
+    );
+    // With nobody waiting, the release lets it fall free and publishes.
+    guard.release().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), messages.next())
+            .await
+            .is_ok()
+    );
+    assert_eq!(redis.cmd(&["EXISTS", "lock:{h}"]).int(), Some(0));
+    drop(messages);
+    drop(unlocks);
+    common::assert_unsubscribed(&redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_hands_over_through_the_background_releaser() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let first = locks.lock("d").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("d")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(first);
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("handed over at once")
+        .unwrap()
+        .unwrap();
+    assert_eq!(locks.stats().handoffs, 1);
+    assert!(!guard.is_lost());
+}
+
+/// Tasks of one client are served in the order they queued, and each hand-over is a real
+/// owner change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_served_first_come_first_served() {
+    let redis = RedisServer::start();
+    let locks = lock_tests::client_with(&redis, |b| b.handoff_limit(100)).await;
+    let first = locks.lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let locks = locks.clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locks
+                .lock("fifo")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.unwrap();
+        }));
+        // Queue one after the other.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(locks.stats().handoffs, 5);
+}
+
+/// The cohorting bound: a client whose tasks keep a lock busy passes it on locally at most
+/// `limit` times in a row; then it falls free and a task of another process gets its turn
+/// (here within a second, although the lock is never idle and its lease is 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
+    let redis = RedisServer::start();
+    let busy = lock_tests::client_with(&redis, |b| b.handoff_limit(4)).await;
+    let other = common::client(&redis).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let mut hammer = Vec::new();
+    for _ in 0..4 {
+        let (busy, stop, rounds) = (busy.clone(), stop.clone(), rounds.clone());
+        hammer.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = busy
+                    .lock("hot")
+                    .acquire_with(
+                        LockOptions::new()
+                            .lease(Duration::from_secs(10))
+                            .wait(Duration::from_secs(10)),
+                    )
+                    .await
+                    .unwrap();
+                rounds.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
+            > 50)
+        .await
+    );
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let guard = other
+            .lock("hot")
+            .acquire_with(wait(Duration::from_secs(5)))
+            .await
+            .expect("another process gets its turn");
+        waits.push(start.elapsed());
+        guard.release().await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in hammer {
+        h.await.unwrap();
+    }
+    let stats = busy.stats();
+    assert!(stats.handoffs > 0, "{stats:?}");
+    // At most 4 hand-overs in a row: at least one acquisition in five came by its own attempt.
+    assert!(stats.handoffs * 5 <= stats.acquisitions * 4, "{stats:?}");
+    assert!(
+        waits.iter().all(|w| *w < Duration::from_secs(1)),
+        "{waits:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_zero_turns_hand_off_off() {
+    let redis = RedisServer::start();
+    let locks = lock_tests::client_with(&redis, |b| b.handoff_limit(0)).await;
+    let first = locks.lock("off").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("off")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(locks.stats().handoffs, 0);
+    guard.release().await.unwrap();
+}
+
+/// A waiter that gives up while the release handing it the lock is in flight: the grant
+/// that arrives for nobody is released in the background at once, not held for its 30 s
+/// lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
+    let redis = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let locks = LockClient::connect(&proxy.url()).await.unwrap();
+    let other = common::client(&redis).await;
+    let first = locks.lock("gone").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("gone")
+                .acquire_with(wait(Duration::from_secs(30)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every request and reply through the proxy now takes 300 ms each way.
+    proxy.set_latency(Duration::from_millis(300));
+    let release = tokio::spawn(async move { first.release().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let start = Instant::now();
+    let guard = other
+        .lock("gone")
+        .acquire_with(wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    release.await.unwrap().unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "released in the background, not after the lease: {waited:?}"
+    );
+    // Counted once its reply is back through the slow proxy.
+    assert!(
+        common::eventually(Duration::from_secs(3), || locks.stats().background_releases
+            >= 1)
+        .await
+    );
+    guard.release().await.unwrap();
+}
+
+/// The hand-off's grant keeps the fencing promise: tokens increase across a wiped counter, and
+/// foreign data at the counter is reported to the waiter, with nothing overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let spawn_waiter = |name: &'static str| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .lock(name)
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        })
+    };
+
+    let first = locks.lock("wiped").acquire().await.unwrap();
+    let waiter = spawn_waiter("wiped");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.cmd(&["DEL", "lock:{wiped}:fence"]);
+    let t1 = first.fencing_token();
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fencing_token() > t1);
+    assert_eq!(locks.stats().handoffs, 1);
+
+    let first = locks.lock("foreign").acquire().await.unwrap();
+    let waiter = spawn_waiter("foreign");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.cmd(&["SET", "lock:{foreign}:fence", "not a counter"]);
+    first.release().await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("told at once")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, LockError::ForeignData { .. }), "{err:?}");
+    assert_eq!(
+        redis.cmd(&["GET", "lock:{foreign}:fence"]).text(),
+        Some("not a counter")
+    );
+    assert_eq!(redis.cmd(&["EXISTS", "lock:{foreign}"]).int(), Some(0));
+    drop(second);
+}

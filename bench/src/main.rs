@@ -424,7 +424,10 @@ async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
     // The acquire script, loaded like ours, on random keys so every call takes a free lock.
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(include_str!("../../lock-runtime/src/script/acquire.lua"))
+        .arg(concat!(
+            include_str!("../../lock-runtime/src/script/grant.lua"),
+            include_str!("../../lock-runtime/src/script/acquire.lua")
+        ))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -663,8 +666,14 @@ pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
         .await
         .unwrap();
     let mut mc = client.get_multiplexed_async_connection().await.unwrap();
-    let acquire = redis::Script::new(include_str!("../../lock-runtime/src/script/acquire.lua"));
-    let release = redis::Script::new(include_str!("../../lock-runtime/src/script/release.lua"));
+    let acquire = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/script/grant.lua"),
+        include_str!("../../lock-runtime/src/script/acquire.lua")
+    ));
+    let release = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/script/grant.lua"),
+        include_str!("../../lock-runtime/src/script/release.lua")
+    ));
     let mut out = Vec::new();
     for (label, which) in [
         (
@@ -689,7 +698,7 @@ pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
                         .arg(10_000)
                         .arg(604_800_000u64);
                     let mut r = release.key("f:{k}");
-                    r.key("f:{k}:unlock").arg("o");
+                    r.key("f:{k}:unlock").key("f:{k}:fence").arg("o");
                     if which == 0 {
                         let _: redis::Value = a.invoke_async(&mut cm).await.unwrap();
                         let _: redis::Value = r.invoke_async(&mut cm).await.unwrap();

@@ -376,6 +376,40 @@ async fn a_release_cancelled_at_any_poll_leaves_nothing_behind() {
     .await;
 }
 
+/// A release that hands the lock to a waiting task of the same client (local hand-off),
+/// dropped at every await point: the waiter still gets the lock (or it is freed), and nothing
+/// is left behind once the waiter lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_cancelled_at_any_poll_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "handoff", |locks, name| async move {
+        let guard = locks.lock(&name).acquire().await.unwrap();
+        tokio::spawn({
+            let locks = locks.clone();
+            let name = name.clone();
+            async move {
+                // Errors are expected when the sweep cuts the connection.
+                let taken = locks
+                    .lock(&name)
+                    .acquire_with(LockOptions::new().wait(Duration::from_secs(10)))
+                    .await;
+                drop(taken);
+            }
+        });
+        // Queued for the hand-off before the release starts.
+        assert!(
+            common::eventually(Duration::from_secs(2), || locks.subscribed_channels() == 1).await
+        );
+        Case {
+            fut: Box::pin(async move { guard.release().await.unwrap() }),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cancelled_at_any_poll_leaves_nothing_behind() {
     let redis = RedisServer::start();

@@ -1,5 +1,8 @@
 //! The chaos suite: several worker processes contend on a few locks while faults are injected,
-//! then a checker proves exclusion, fencing and no lost updates from the records.
+//! then a checker proves exclusion, fencing and no lost updates from the records. A hot-key
+//! phase adds processes whose tasks all take one key, so most hand-overs there are local
+//! hand-offs (a release granting the lock to a waiting task of its own process) interleaved
+//! with global releases that other processes race for, under the same faults.
 //!
 //! Short mode (CI): every fault once, about a minute. Long mode: `CHAOS_LONG=1` (10 minutes of
 //! faults in a loop) or `CHAOS_SECONDS=<n>`.
@@ -15,6 +18,9 @@ use tokio::process::{Child, Command};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 const KEYS: usize = 3;
+/// Processes of the hot-key phase (every task on `chaos:0`), and how long it lasts.
+const HOT_PROCESSES: usize = 3;
+const HOT_PHASE: Duration = Duration::from_secs(20);
 const WATCHDOG_MS: u64 = 1500;
 
 #[derive(Debug, Clone, Copy)]
@@ -54,10 +60,22 @@ struct Worker {
 }
 
 fn spawn_worker(lock_url: &str, store_url: &str, tasks: usize, ms: u64, out: &Path) -> Worker {
+    spawn_worker_on(KEYS, lock_url, store_url, tasks, ms, out)
+}
+
+/// A worker whose tasks lock `chaos:0` … `chaos:<keys - 1>`.
+fn spawn_worker_on(
+    keys: usize,
+    lock_url: &str,
+    store_url: &str,
+    tasks: usize,
+    ms: u64,
+    out: &Path,
+) -> Worker {
     let child = Command::new(WORKER)
         .args(["chaos", lock_url, store_url])
         .args([
-            KEYS.to_string(),
+            keys.to_string(),
             tasks.to_string(),
             ms.to_string(),
             WATCHDOG_MS.to_string(),
@@ -129,6 +147,19 @@ async fn exclusion_and_fencing_hold_under_faults() {
     // Faults one after another, each while the workload runs, until 6 s before the end.
     let mut n = 0;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The hot-key phase, under whatever faults come next.
+    let hot: Vec<Worker> = (0..HOT_PROCESSES)
+        .map(|i| {
+            spawn_worker_on(
+                1,
+                &lock_url,
+                &store_url,
+                tasks,
+                HOT_PHASE.min(total / 2).as_millis() as u64,
+                &dir.join(format!("hot{i}.tsv")),
+            )
+        })
+        .collect();
     while started.elapsed() + Duration::from_secs(9) < total {
         let fault = FAULTS[n % FAULTS.len()];
         if !long && n == FAULTS.len() {
@@ -224,7 +255,14 @@ async fn exclusion_and_fencing_hold_under_faults() {
     // The workload ends by itself; collect the workers' leak reports.
     let mut records = Vec::new();
     let mut cancellations = 0usize;
-    for w in workers {
+    let mut handoffs = 0usize;
+    let hot_processes = hot.len();
+    let mut hot_handoffs = 0usize;
+    for (is_hot, w) in hot
+        .into_iter()
+        .map(|w| (true, w))
+        .chain(workers.into_iter().map(|w| (false, w)))
+    {
         let was_killed = w.child.id().is_none();
         let out = tokio::time::timeout(total + Duration::from_secs(60), w.child.wait_with_output())
             .await
@@ -236,11 +274,19 @@ async fn exclusion_and_fencing_hold_under_faults() {
                 stdout.contains("exit held=0 subscribed=0"),
                 "a worker leaked watchdog entries or subscriptions: {stdout}"
             );
-            cancellations += stdout
-                .split("cancelled=")
-                .nth(1)
-                .and_then(|n| n.trim().parse::<usize>().ok())
-                .unwrap_or(0);
+            let figure = |name: &str| {
+                stdout
+                    .split(name)
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0)
+            };
+            cancellations += figure("cancelled=");
+            handoffs += figure("handoffs=");
+            if is_hot {
+                hot_handoffs += figure("handoffs=");
+            }
         }
         records.extend(read_records(&w.out));
     }
@@ -329,8 +375,9 @@ async fn exclusion_and_fencing_hold_under_faults() {
     println!(
         "chaos: {seconds} s, {processes} processes × {tasks} tasks, {} faults injected ({:?}), \
          {} critical sections, {} commits, {} fenced off, {} saw lost(), {} overlaps excused \
-         (lost or wiped), {cancellations} operations cancelled at random points, max recovery \
-         after kill -9 {:?}, violations {}",
+         (lost or wiped), {cancellations} operations cancelled at random points, {handoffs} local \
+         hand-offs ({hot_handoffs} in the hot-key phase of {hot_processes} processes), max \
+         recovery after kill -9 {:?}, violations {}",
         injected.len(),
         {
             let mut counts: Vec<(String, usize)> = Vec::new();
@@ -364,6 +411,10 @@ async fn exclusion_and_fencing_hold_under_faults() {
     assert!(
         cancellations >= 1000,
         "only {cancellations} cancellations were exercised"
+    );
+    assert!(
+        hot_handoffs >= 500,
+        "only {hot_handoffs} local hand-offs in the hot-key phase"
     );
     if std::env::var("CHAOS_KEEP").is_ok() {
         println!(

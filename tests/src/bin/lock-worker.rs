@@ -281,9 +281,10 @@ mod chaos {
         // Give the background releaser a moment, then report what is left.
         tokio::time::sleep(Duration::from_millis(300)).await;
         println!(
-            "exit held={} subscribed={} cancelled={}",
+            "exit held={} subscribed={} handoffs={} cancelled={}",
             locks.held_locks(),
             locks.subscribed_channels(),
+            locks.stats().handoffs,
             cancelled.load(std::sync::atomic::Ordering::Relaxed)
         );
     }

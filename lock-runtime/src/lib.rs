@@ -72,6 +72,15 @@
 //! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
 //! acquisition, so two tasks of one process never share a hold by accident.
 //!
+//! A waiting task subscribes to the unlock channel before each attempt, so no release can slip
+//! between its attempt and its sleep. When the releasing task's own client has tasks waiting
+//! for the lock, the release does not publish: the script grants the lock to the
+//! longest-waiting of them at once (a *local hand-off*: one round trip per hand-over instead
+//! of release, message and acquire), at most
+//! [`handoff_limit`](LockClientBuilder::handoff_limit) times in a row before a release lets
+//! the lock fall free for every process. SAFETY.md states the fairness bound and the tests
+//! behind it.
+//!
 //! # Topologies
 //!
 //! The same [`Lock`] and [`LockGuard`] work on every deployment; only the builder differs.

@@ -42,10 +42,54 @@ pub(crate) struct Uncontended {
     pub(crate) pairs_per_s: f64,
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
+    /// Redis server CPU (`INFO cpu`, user + system of the main thread) per pair, in µs.
+    pub(crate) server_cpu_us: f64,
+    /// Command time (`INFO commandstats`, every command but INFO) per pair, in µs.
+    pub(crate) command_us: f64,
+}
+
+/// The Redis server's CPU seconds (main thread) and total command µs so far.
+async fn server_cost(conn: &mut redis::aio::MultiplexedConnection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO")
+        .arg("everything")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let cpu = match (
+        field("used_cpu_user_main_thread"),
+        field("used_cpu_sys_main_thread"),
+    ) {
+        (Some(u), Some(s)) => u + s,
+        _ => field("used_cpu_user").unwrap_or(0.0) + field("used_cpu_sys").unwrap_or(0.0),
+    };
+    let commands: f64 = info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| {
+            l.split("usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
+    (cpu, commands)
 }
 
 async fn uncontended(kind: Kind, url: &str, workers: usize, run: Duration) -> Uncontended {
     let locker = Locker::connect(kind, url).await;
+    let mut probe = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (cpu_before, commands_before) = server_cost(&mut probe).await;
     let samples = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();
     let mut handles = Vec::new();
@@ -68,11 +112,15 @@ async fn uncontended(kind: Kind, url: &str, workers: usize, run: Duration) -> Un
         h.await.unwrap();
     }
     let elapsed = start.elapsed();
+    let (cpu_after, commands_after) = server_cost(&mut probe).await;
     let mut s = std::mem::take(&mut *samples.lock().unwrap());
+    let pairs = s.len().max(1) as f64;
     Uncontended {
         pairs_per_s: s.len() as f64 / elapsed.as_secs_f64(),
         p50_us: stats::us(quantile(&mut s, 0.5)),
         p99_us: stats::us(quantile(&mut s, 0.99)),
+        server_cpu_us: (cpu_after - cpu_before) * 1e6 / pairs,
+        command_us: (commands_after - commands_before) / pairs,
     }
 }
 
@@ -85,6 +133,8 @@ pub(crate) struct Hot {
     pub(crate) wait_p99_us: f64,
     pub(crate) wait_max_us: f64,
     pub(crate) jain: f64,
+    /// Jain's index over processes (their workers' acquisitions summed); 1 process: 1.
+    pub(crate) jain_processes: f64,
     pub(crate) min_per_worker: u64,
     pub(crate) max_per_worker: u64,
 }
@@ -120,13 +170,17 @@ async fn hot_workers(kind: Kind, url: &str, tasks: usize, first: usize, until_ns
     std::mem::take(&mut *acqs.lock().unwrap())
 }
 
-fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, run: Duration) -> Hot {
+fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, per_process: usize, run: Duration) -> Hot {
     acqs.sort_by_key(|a| a.0);
     let changes = acqs.windows(2).filter(|w| w[0].1 != w[1].1).count();
     let mut counts = vec![0u64; workers];
     for a in &acqs {
         counts[a.1] += 1;
     }
+    let per_proc: Vec<u64> = counts
+        .chunks(per_process.max(1))
+        .map(|c| c.iter().sum())
+        .collect();
     let mut waits: Vec<Duration> = acqs.iter().map(|a| a.2).collect();
     let secs = run.as_secs_f64();
     Hot {
@@ -136,6 +190,7 @@ fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, run: Duration) -> Hot {
         wait_p99_us: stats::us(quantile(&mut waits, 0.99)),
         wait_max_us: stats::us(quantile(&mut waits, 1.0)),
         jain: jain(&counts),
+        jain_processes: jain(&per_proc),
         min_per_worker: counts.iter().copied().min().unwrap_or(0),
         max_per_worker: counts.iter().copied().max().unwrap_or(0),
     }
@@ -144,7 +199,7 @@ fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, run: Duration) -> Hot {
 async fn hot_in_process(kind: Kind, url: &str, workers: usize, run: Duration) -> Hot {
     let until = mono_ns() + run.as_nanos() as u64;
     let acqs = hot_workers(kind, url, workers, 0, until).await;
-    summarize_hot(acqs, workers, run)
+    summarize_hot(acqs, workers, workers, run)
 }
 
 async fn hot_processes(kind: Kind, url: &str, procs: usize, tasks: usize, run: Duration) -> Hot {
@@ -176,7 +231,7 @@ async fn hot_processes(kind: Kind, url: &str, procs: usize, tasks: usize, run: D
             }
         }
     }
-    summarize_hot(acqs, procs * tasks, run)
+    summarize_hot(acqs, procs * tasks, tasks, run)
 }
 
 async fn hot_child(args: &[String]) {
@@ -504,8 +559,8 @@ pub(crate) struct Results {
     pub(crate) wake: HashMap<&'static str, Wake>,
     pub(crate) watchdog: WatchdogFigures,
     pub(crate) memory: Memory,
-    /// (scenario, bare handler, with LockLayer)
-    pub(crate) tower: Vec<(&'static str, tower::TowerRun, tower::TowerRun)>,
+    /// Per scenario: the bare handler, the handler locking itself, the handler under LockLayer.
+    pub(crate) tower: Vec<(&'static str, tower::TowerRuns)>,
 }
 
 /// Runs `f` `reps` times and keeps the run with the median of `key`.
@@ -601,34 +656,45 @@ async fn main() {
         .await;
         r.wake.insert(n, w);
     }
-    let bare = tower::app(None).await;
-    let locked = tower::app(Some(
+    let tower_client = || async {
         LockClient::builder(&url)
             .prefix("bench-tower")
             .build()
             .await
-            .unwrap(),
-    ))
-    .await;
+            .unwrap()
+    };
+    let bare = tower::app(tower::Mode::Bare).await;
+    let manual = tower::app(tower::Mode::Manual(tower_client().await)).await;
+    let layered = tower::app(tower::Mode::Layer(tower_client().await)).await;
     for (scenario, hot) in [
         ("distinct ids, 64 connections", false),
         ("one hot id, 64 connections", true),
     ] {
-        progress(&format!("tower: {scenario}, bare handler"));
-        let b = median_of(
-            plan.reps,
-            |t: &tower::TowerRun| t.req_per_s,
-            || tower::load(bare, 64, plan.run, hot),
-        )
-        .await;
-        progress(&format!("tower: {scenario}, with LockLayer"));
-        let l = median_of(
-            plan.reps,
-            |t: &tower::TowerRun| t.req_per_s,
-            || tower::load(locked, 64, plan.run, hot),
-        )
-        .await;
-        r.tower.push((scenario, b, l));
+        let mut runs = Vec::new();
+        for (what, addr) in [
+            ("bare handler", bare),
+            ("handler locking itself", manual),
+            ("with LockLayer", layered),
+        ] {
+            progress(&format!("tower: {scenario}, {what}"));
+            runs.push(
+                median_of(
+                    plan.reps,
+                    |t: &tower::TowerRun| t.req_per_s,
+                    || tower::load(addr, 64, plan.run, hot),
+                )
+                .await,
+            );
+        }
+        let [bare, manual, layer] = <[tower::TowerRun; 3]>::try_from(runs).unwrap();
+        r.tower.push((
+            scenario,
+            tower::TowerRuns {
+                bare,
+                manual,
+                layer,
+            },
+        ));
     }
     progress("watchdog: 10,000 locks, 1 s watchdog");
     r.watchdog = watchdog(&redis, 10_000, plan.watchdog_hold).await;

@@ -1,12 +1,14 @@
-//! The tower scenario: an axum handler with and without `LockLayer`, under a small HTTP/1.1
-//! keep-alive load generator (no client library, so the client costs as little as possible).
+//! The tower scenario: an axum handler bare, locking itself (`acquire`/`release` in the
+//! handler), and under `LockLayer`, under a small HTTP/1.1 keep-alive load generator (no client
+//! library, so the client costs as little as possible).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::{Path, State};
 use axum::routing::post;
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockOptions};
 use lock_tower::LockLayer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -22,8 +24,46 @@ pub(crate) struct TowerRun {
     pub(crate) non_2xx: usize,
 }
 
+/// The three runs of one scenario.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TowerRuns {
+    pub(crate) bare: TowerRun,
+    pub(crate) manual: TowerRun,
+    pub(crate) layer: TowerRun,
+}
+
+/// How the route is served.
+pub(crate) enum Mode {
+    /// No lock: the HTTP stack alone.
+    Bare,
+    /// The handler builds `stock:<id>` and calls `acquire` / `release` itself.
+    Manual(LockClient),
+    /// `LockLayer::new(locks, "stock:<id>")` around the bare handler.
+    Layer(LockClient),
+}
+
+/// The longest a request waits for its lock, in every mode.
+const WAIT: Duration = Duration::from_secs(10);
+
 async fn handler() -> &'static str {
     "ok"
+}
+
+async fn locking_handler(
+    State(locks): State<LockClient>,
+    Path(id): Path<String>,
+) -> Result<&'static str, axum::http::StatusCode> {
+    let guard = locks
+        .lock(format!("stock:{id}"))
+        .acquire_with(LockOptions::new().wait(WAIT))
+        .await
+        .map_err(|_| axum::http::StatusCode::SERVICE_UNAVAILABLE)?;
+    let body = handler().await;
+    guard
+        .release()
+        .await
+        .map_err(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR)?;
+    Ok(body)
 }
 
 /// Serves the app on a free loopback port; returns its address.
@@ -34,13 +74,16 @@ async fn serve(app: Router) -> std::net::SocketAddr {
     addr
 }
 
-pub(crate) async fn app(locks: Option<LockClient>) -> std::net::SocketAddr {
-    let router = Router::new().route("/stock/{id}/reserve", post(handler));
-    let router = match locks {
-        Some(locks) => {
-            router.route_layer(LockLayer::new(locks, "stock:<id>").wait(Duration::from_secs(10)))
-        }
-        None => router,
+pub(crate) async fn app(mode: Mode) -> std::net::SocketAddr {
+    let route = "/stock/{id}/reserve";
+    let router = match mode {
+        Mode::Bare => Router::new().route(route, post(handler)),
+        Mode::Manual(locks) => Router::new()
+            .route(route, post(locking_handler))
+            .with_state(locks),
+        Mode::Layer(locks) => Router::new()
+            .route(route, post(handler))
+            .route_layer(LockLayer::new(locks, "stock:<id>").wait(WAIT)),
     };
     serve(router).await
 }

@@ -12,9 +12,13 @@
 //! client are served first come, first served, and a lock is passed on locally at most
 //! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)).
 //! The next release is a global one: the lock falls free, the unlock message wakes one waiter
-//! in every process that waits, and they race for it as they would without hand-off. So a
-//! process waiting elsewhere waits for at most `limit` local hand-overs per process ahead of it
-//! before it gets its chance.
+//! in every process that waits, and they race for it. In that race this client's own waiters
+//! hold back for about one round trip (the release's own), so a waiter of another process,
+//! woken by the same message, gets there first: without that courtesy the process that
+//! subscribed first would win nearly every race (Redis delivers a message to subscribers in
+//! subscription order). So a process waiting elsewhere waits for at most `limit` local
+//! hand-overs per process ahead of it, plus the race, before it gets its turn; when nobody
+//! else waits, the courtesy costs one round trip per `limit + 1` acquisitions.
 //!
 //! **Waiters** queue here for as long as they wait ([`HandOffs::join`]); a release picks the
 //! first ([`HandOffs::choose`]), and the outcome is delivered to it ([`HandOffs::deliver`]).
@@ -34,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::RedisResult;
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
+
 use tokio::time::Instant;
 
 use crate::backend::{Acked, Backend, HandOff, Reply};
@@ -45,20 +50,41 @@ use crate::sync;
 /// How many times in a row a lock is passed between the tasks of one client before a release
 /// lets it fall free for every process.
 pub(crate) const DEFAULT_LIMIT: u32 = 8;
+/// How long this client's waiters hold back after a global release before the release's reply
+/// tells how long a round trip took; and the longest they ever hold back.
+const MAX_COURTESY: Duration = Duration::from_millis(5);
 
 /// The waiting tasks of one client, per lock key.
 pub(crate) struct HandOffs {
     /// Hand-overs in a row per lock; 0 turns local hand-off off.
     limit: u32,
     queues: Mutex<HashMap<String, VecDeque<Arc<Ticket>>>>,
+    /// Locks this client let fall free at the hand-off limit, and until when its own waiters
+    /// leave them to other processes.
+    courtesy: Mutex<HashMap<String, Instant>>,
 }
 
-/// One waiting task's place.
+/// One waiting task's place. Kept small: every waiting task has one.
 pub(crate) struct Ticket {
     owner: Arc<str>,
     lease: Duration,
-    slot: Mutex<Slot>,
-    notify: Notify,
+    slot: Mutex<TicketState>,
+}
+
+/// A ticket's state and the waker of the task waiting on it.
+struct TicketState {
+    slot: Slot,
+    waker: Option<Waker>,
+}
+
+impl TicketState {
+    /// Sets the slot and wakes the waiting task.
+    fn set(&mut self, slot: Slot) {
+        self.slot = slot;
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
 }
 
 /// Where a ticket stands.
@@ -137,6 +163,7 @@ impl HandOffs {
         HandOffs {
             limit,
             queues: Mutex::new(HashMap::new()),
+            courtesy: Mutex::new(HashMap::new()),
         }
     }
 
@@ -145,8 +172,10 @@ impl HandOffs {
         let ticket = Arc::new(Ticket {
             owner: owner.clone(),
             lease,
-            slot: Mutex::new(Slot::Waiting),
-            notify: Notify::new(),
+            slot: Mutex::new(TicketState {
+                slot: Slot::Waiting,
+                waker: None,
+            }),
         });
         if self.limit > 0 {
             sync::lock(&self.queues)
@@ -161,8 +190,9 @@ impl HandOffs {
     /// which the caller must release.
     pub(crate) fn leave(&self, key: &str, ticket: &Arc<Ticket>, holds: bool) -> Option<Grant> {
         self.remove(key, ticket);
-        let mut slot = sync::lock(&ticket.slot);
-        let before = std::mem::replace(&mut *slot, Slot::Left { holds });
+        let mut place = sync::lock(&ticket.slot);
+        place.waker = None;
+        let before = std::mem::replace(&mut place.slot, Slot::Left { holds });
         match before {
             // Granted to the owner id it already holds the lock as: nothing to undo.
             Slot::Granted(grant) if !holds => Some(grant),
@@ -174,17 +204,28 @@ impl HandOffs {
     /// `streak` hand-overs in a row; `None` when nobody waits here or the streak is at the
     /// limit (a global release is due).
     pub(crate) fn choose(&self, key: &str, streak: u32) -> Option<Next> {
-        if streak >= self.limit {
-            return None;
-        }
         let mut queues = sync::lock(&self.queues);
         let queue = queues.get_mut(key)?;
+        if streak >= self.limit {
+            if self.limit > 0 {
+                // A global release while our own tasks wait: they hold back (see the module
+                // docs); `released` narrows this to one round trip.
+                drop(queues);
+                let mut courtesy = sync::lock(&self.courtesy);
+                let now = Instant::now();
+                if courtesy.len() >= 64 {
+                    courtesy.retain(|_, until| *until > now);
+                }
+                courtesy.insert(key.to_owned(), now + MAX_COURTESY);
+            }
+            return None;
+        }
         let mut next = None;
         while let Some(ticket) = queue.pop_front() {
-            let mut slot = sync::lock(&ticket.slot);
-            if matches!(*slot, Slot::Waiting | Slot::Retry) {
-                *slot = Slot::Chosen;
-                drop(slot);
+            let mut place = sync::lock(&ticket.slot);
+            if matches!(place.slot, Slot::Waiting | Slot::Retry) {
+                place.slot = Slot::Chosen;
+                drop(place);
                 next = Some(Next {
                     ticket,
                     streak: streak + 1,
@@ -212,38 +253,55 @@ impl HandOffs {
             // Back to the head of the queue, unless the waiter left meanwhile. The queue is
             // locked first, as everywhere.
             let mut queues = sync::lock(&self.queues);
-            let mut slot = sync::lock(&ticket.slot);
-            if matches!(*slot, Slot::Left { .. }) {
+            let mut place = sync::lock(&ticket.slot);
+            if matches!(place.slot, Slot::Left { .. }) {
                 return None;
             }
-            *slot = Slot::Retry;
-            drop(slot);
             if self.limit > 0 {
                 queues
                     .entry(key.to_owned())
                     .or_default()
                     .push_front(ticket.clone());
             }
-            drop(queues);
-            ticket.notify.notify_one();
+            place.set(Slot::Retry);
             return None;
         };
-        let mut slot = sync::lock(&ticket.slot);
-        if let Slot::Left { holds } = *slot {
+        let mut place = sync::lock(&ticket.slot);
+        if let Slot::Left { holds } = place.slot {
             return (!holds).then(|| Orphan {
                 owner: ticket.owner.clone(),
                 lease: ticket.lease,
                 streak: next.streak,
             });
         }
-        *slot = Slot::Granted(Grant {
+        place.set(Slot::Granted(Grant {
             token,
             sent,
             streak: next.streak,
-        });
-        drop(slot);
-        ticket.notify.notify_one();
+        }));
         None
+    }
+
+    /// A release of the lock at `key`, sent at `sent`, has been answered. After a global
+    /// release at the hand-off limit, this client's waiters hold back for as long again as it
+    /// took.
+    pub(crate) fn released(&self, key: &str, sent: Instant) {
+        let mut courtesy = sync::lock(&self.courtesy);
+        if let Some(until) = courtesy.get_mut(key) {
+            let now = Instant::now();
+            *until = (*until).min(now + (now - sent).min(MAX_COURTESY));
+        }
+    }
+
+    /// Until when this client's waiters leave the lock at `key` to other processes, if they do.
+    pub(crate) fn courtesy(&self, key: &str) -> Option<Instant> {
+        let mut courtesy = sync::lock(&self.courtesy);
+        let until = *courtesy.get(key)?;
+        if until <= Instant::now() {
+            courtesy.remove(key);
+            return None;
+        }
+        Some(until)
     }
 
     fn remove(&self, key: &str, ticket: &Arc<Ticket>) {
@@ -265,27 +323,27 @@ impl HandOffs {
 
 impl Ticket {
     /// Resolves once a release delivered an outcome to this waiter.
-    pub(crate) async fn delivered(&self) -> Delivery {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut slot = sync::lock(&self.slot);
-                match *slot {
-                    Slot::Granted(grant) => {
-                        *slot = Slot::Left { holds: true };
-                        return Delivery::Granted(grant);
+    pub(crate) fn delivered(&self) -> impl Future<Output = Delivery> + '_ {
+        std::future::poll_fn(|cx| {
+            let mut place = sync::lock(&self.slot);
+            match place.slot {
+                Slot::Granted(grant) => {
+                    place.slot = Slot::Left { holds: true };
+                    Poll::Ready(Delivery::Granted(grant))
+                }
+                Slot::Retry => {
+                    place.slot = Slot::Waiting;
+                    Poll::Ready(Delivery::Retry)
+                }
+                Slot::Waiting | Slot::Chosen | Slot::Left { .. } => {
+                    match &mut place.waker {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        waker => *waker = Some(cx.waker().clone()),
                     }
-                    Slot::Retry => {
-                        *slot = Slot::Waiting;
-                        return Delivery::Retry;
-                    }
-                    Slot::Waiting | Slot::Chosen | Slot::Left { .. } => {}
+                    Poll::Pending
                 }
             }
-            notified.await;
-        }
+        })
     }
 }
 
@@ -357,8 +415,15 @@ mod tests {
         assert_eq!(next.streak, 1);
         assert!(h.choose("k", 2).is_none(), "at the limit: a global release");
         assert_eq!(h.queued(), 1, "the limit takes nobody out of the queue");
+        let until = h.courtesy("k").expect("our waiters hold back");
+        assert!(until <= Instant::now() + MAX_COURTESY);
+        h.released("k", Instant::now());
+        assert!(
+            h.courtesy("k")
+                .is_none_or(|u| u <= Instant::now() + Duration::from_millis(1))
+        );
         assert!(h.deliver("k", next, Some((7, Instant::now()))).is_none());
-        assert!(matches!(*a.slot.lock().unwrap(), Slot::Granted(g) if g.token == 7));
+        assert!(matches!(a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
         assert_eq!(&*h.choose("k", 1).unwrap().ticket.owner, "b");
         assert!(h.choose("k", 0).is_none());
         assert_eq!(h.queued(), 0);

@@ -9,22 +9,26 @@
 -- Returns {1, token} when taken (retaking our own hold is idempotent, so a retried acquire
 -- after a timeout is safe), {0, pttl} when another owner holds it (pttl is -1 when a
 -- foreign key has no TTL), {-1, type} when a key holds data that is not ours (nothing written).
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local mine = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-  if type(mine) == 'table' then
-    if not string.find(mine.err, 'WRONGTYPE', 1, true) then
-      -- Not foreign data: READONLY (a demoted master), OOM, …; let the client see it.
-      return redis.error_reply(mine.err)
+local function acquire(lock, fence, owner, lease_ms, retention_ms)
+  if redis.call('EXISTS', lock) == 1 then
+    local mine = redis.pcall('HEXISTS', lock, owner)
+    if type(mine) == 'table' then
+      if not string.find(mine.err, 'WRONGTYPE', 1, true) then
+        -- Not foreign data: READONLY (a demoted master), OOM, …; let the client see it.
+        return redis.error_reply(mine.err)
+      end
+      return {-1, redis.call('TYPE', lock)['ok']}
     end
-    return {-1, redis.call('TYPE', KEYS[1])['ok']}
+    if mine == 0 then
+      return {0, redis.call('PTTL', lock)}
+    end
   end
-  if mine == 0 then
-    return {0, redis.call('PTTL', KEYS[1])}
+
+  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms)
+  if not token then
+    return reply
   end
+  return {1, token}
 end
 
-local token, reply = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
-if not token then
-  return reply
-end
-return {1, token}
+return acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])

@@ -13,25 +13,29 @@
 -- owner is left), {2, token} when released and handed to ARGV[2] with this fencing token (no
 -- message: the lock never fell free), {0, 0} when this owner does not hold the lock, {-1, type}
 -- for foreign data.
-local removed = redis.pcall('HDEL', KEYS[1], ARGV[1])
-if type(removed) == 'table' then
-  if not string.find(removed.err, 'WRONGTYPE', 1, true) then
-    -- READONLY (a demoted master), OOM, …: not foreign data; let the client see it.
-    return redis.error_reply(removed.err)
-  end
-  return {-1, redis.call('TYPE', KEYS[1])['ok']}
-end
-if removed == 0 then
-  return {0, 0}
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[2] then
-    local token = grant(KEYS[1], KEYS[3], ARGV[2], ARGV[3], ARGV[4])
-    if token then
-      return {2, token}
+local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms)
+  local removed = redis.pcall('HDEL', lock, owner)
+  if type(removed) == 'table' then
+    if not string.find(removed.err, 'WRONGTYPE', 1, true) then
+      -- READONLY (a demoted master), OOM, …: not foreign data; let the client see it.
+      return redis.error_reply(removed.err)
     end
-    -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
+    return {-1, redis.call('TYPE', lock)['ok']}
   end
-  redis.call('PUBLISH', KEYS[2], '0')
+  if removed == 0 then
+    return {0, 0}
+  end
+  if redis.call('EXISTS', lock) == 0 then
+    if heir then
+      local token = grant(lock, fence, heir, lease_ms, retention_ms)
+      if token then
+        return {2, token}
+      end
+      -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
+    end
+    redis.call('PUBLISH', channel, '0')
+  end
+  return {1, 0}
 end
-return {1, 0}
+
+return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])

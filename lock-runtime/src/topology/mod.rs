@@ -24,6 +24,7 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod group;
 mod operations;
 pub(crate) mod replica_ack;
 #[cfg(feature = "sentinel")]

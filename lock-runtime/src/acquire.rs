@@ -171,8 +171,6 @@ impl<'a> Acquire<'a> {
         // for it again, so an unconfirmable channel costs one short wait, then polling every
         // UNSUBSCRIBED_POLL.
         let mut was_subscribed = true;
-        // Whether an unlock message woke us.
-        let mut woken = false;
         loop {
             // Listen before looking at the channel's state: a lost connection marks it
             // unconfirmed and wakes the listeners registered at that moment, so a listener
@@ -196,12 +194,6 @@ impl<'a> Acquire<'a> {
                 // Queued behind local waiters: wait for our turn (bounded) before trying.
                 skip_attempt = false;
             } else {
-                if woken && let Some(until) = self.client.inner.handoffs.courtesy(&self.names.key) {
-                    // This client let the lock fall free at its hand-off limit: leave the
-                    // first try to the other processes the same message woke.
-                    let until = self.deadline.map_or(until, |d| d.min(until));
-                    tokio::time::sleep_until(until).await;
-                }
                 // Boxed: the round trip's future is large and only alive during the attempt;
                 // inline it would make every waiting task carry its size while it sleeps.
                 let attempt = Box::pin(self.attempt()).await;
@@ -234,12 +226,8 @@ impl<'a> Acquire<'a> {
             // A foreign key's TTL can be beyond what an `Instant` can represent.
             let sleep = sleep.min(crate::options::MAX_LEASE);
             let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
-            woken = false;
             tokio::select! {
-                _ = &mut notified => {
-                    baton.0 = Some(sub.notify());
-                    woken = true;
-                }
+                _ = &mut notified => baton.0 = Some(sub.notify()),
                 delivery = place.ticket.delivered() => match delivery {
                     Delivery::Granted(grant) => {
                         place.holds = true;

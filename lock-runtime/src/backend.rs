@@ -70,6 +70,10 @@ pub(crate) struct HandOff<'a> {
     pub(crate) lease_ms: u64,
     /// How long the fencing counter is kept after this grant.
     pub(crate) retention_ms: u64,
+    /// `Some` when the releasing client has handed the lock on as often as it may in a row:
+    /// if another process waits, the release lets the lock fall free instead (`Done`) and
+    /// refuses it to this client for this many milliseconds.
+    pub(crate) yield_ms: Option<u64>,
 }
 
 /// One release for [`Backend::release_many`].

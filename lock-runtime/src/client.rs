@@ -356,17 +356,18 @@ impl LockClientBuilder {
     }
 
     /// How many times in a row a lock may be handed straight from one task of this client to
-    /// another (default 8; 0 turns local hand-off off).
+    /// another while another process waits for it (default 8; 0 turns local hand-off off).
     ///
     /// When a task releases a lock that other tasks of the same client are waiting for, the
     /// release grants it to the longest-waiting of them in the same round trip (a fresh fencing
     /// token, that task's own lease): one round trip per hand-over instead of three steps
     /// (release, unlock message, the waiter's acquire), and the lock never falls free in
-    /// between. After `limit` such hand-overs in a row the next release lets the lock fall free
-    /// and wakes a waiter in every process, so tasks of other processes get their turn: a
-    /// higher limit gives more throughput on a hot lock, a lower one shorter waits for other
-    /// processes. Replica acknowledgement ([`replica_ack`](LockClientBuilder::replica_ack))
-    /// turns it off.
+    /// between. After `limit` such hand-overs in a row, a release that finds another process
+    /// waiting lets the lock fall free, wakes a waiter in every process and keeps the lock from
+    /// this client for a few milliseconds, so a task of another process gets its turn; with
+    /// nobody else waiting the hand-offs go on. A higher limit gives more throughput on a lock
+    /// that several processes want, a lower one shorter waits for the other processes. Replica
+    /// acknowledgement ([`replica_ack`](LockClientBuilder::replica_ack)) turns it off.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {

@@ -274,12 +274,7 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 }
                 reply
             }
-            None => {
-                let sent = Instant::now();
-                let reply = backend.release(&held.names, &held.owner, None).await;
-                inner.handoffs.released(&held.names.key, sent);
-                reply
-            }
+            None => backend.release(&held.names, &held.owner, None).await,
         };
         return match reply.map(|Acked { reply, shortfall }| (reply, shortfall)) {
             Ok((

@@ -11,14 +11,14 @@
 //! **Fairness** ("lock cohorting", Dice, Marathe and Shavit, PPoPP 2012): the tasks of one
 //! client are served first come, first served, and a lock is passed on locally at most
 //! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)).
-//! The next release is a global one: the lock falls free, the unlock message wakes one waiter
-//! in every process that waits, and they race for it. In that race this client's own waiters
-//! hold back for about one round trip (the release's own), so a waiter of another process,
-//! woken by the same message, gets there first: without that courtesy the process that
-//! subscribed first would win nearly every race (Redis delivers a message to subscribers in
-//! subscription order). So a process waiting elsewhere waits for at most `limit` local
-//! hand-overs per process ahead of it, plus the race, before it gets its turn; when nobody
-//! else waits, the courtesy costs one round trip per `limit + 1` acquisitions.
+//! From then on, every release that would hand the lock on locally asks Redis whether another
+//! process waits for it (more than this client subscribed to its unlock channel). If so, the
+//! lock falls free instead, the unlock message wakes one waiter in every process that waits,
+//! and for [`YIELD`] the lock refuses itself to this client's tasks (a mark on the fencing
+//! counter, cleared by the next grant), so a waiter of another process gets it, whatever the
+//! order in which Redis delivered the message. If nobody else waits, the local hand-offs go on.
+//! So a process waiting elsewhere waits for at most `limit` local hand-overs per process ahead
+//! of it.
 //!
 //! **Waiters** queue here for as long as they wait ([`HandOffs::join`]); a release picks the
 //! first ([`HandOffs::choose`]), and the outcome is delivered to it ([`HandOffs::deliver`]).
@@ -50,18 +50,16 @@ use crate::sync;
 /// How many times in a row a lock is passed between the tasks of one client before a release
 /// lets it fall free for every process.
 pub(crate) const DEFAULT_LIMIT: u32 = 8;
-/// How long this client's waiters hold back after a global release before the release's reply
-/// tells how long a round trip took; and the longest they ever hold back.
-const MAX_COURTESY: Duration = Duration::from_millis(5);
+/// How long a lock released at the hand-off limit refuses itself to the releasing client, so
+/// that a waiter of another process takes it. Long enough for a waiter on a busy machine to
+/// hear the unlock message and ask; if none does, the lock idles that long.
+pub(crate) const YIELD: Duration = Duration::from_millis(5);
 
 /// The waiting tasks of one client, per lock key.
 pub(crate) struct HandOffs {
     /// Hand-overs in a row per lock; 0 turns local hand-off off.
     limit: u32,
     queues: Mutex<HashMap<String, VecDeque<Arc<Ticket>>>>,
-    /// Locks this client let fall free at the hand-off limit, and until when its own waiters
-    /// leave them to other processes.
-    courtesy: Mutex<HashMap<String, Instant>>,
 }
 
 /// One waiting task's place. Kept small: every waiting task has one.
@@ -145,6 +143,8 @@ impl Orphan {
 pub(crate) struct Next {
     ticket: Arc<Ticket>,
     streak: u32,
+    /// The lock has been handed on `limit` times in a row: yield it if others wait.
+    at_limit: bool,
 }
 
 impl Next {
@@ -154,6 +154,7 @@ impl Next {
             owner: &self.ticket.owner,
             lease_ms: crate::options::ceil_millis(self.ticket.lease),
             retention_ms,
+            yield_ms: self.at_limit.then_some(YIELD.as_millis() as u64),
         }
     }
 }
@@ -163,7 +164,6 @@ impl HandOffs {
         HandOffs {
             limit,
             queues: Mutex::new(HashMap::new()),
-            courtesy: Mutex::new(HashMap::new()),
         }
     }
 
@@ -201,25 +201,11 @@ impl HandOffs {
     }
 
     /// Picks the first waiter for the lock at `key`, released by a hold that came from
-    /// `streak` hand-overs in a row; `None` when nobody waits here or the streak is at the
-    /// limit (a global release is due).
+    /// `streak` hand-overs in a row; `None` when nobody waits here or hand-off is off. At the
+    /// limit, the release hands over only if no other process waits.
     pub(crate) fn choose(&self, key: &str, streak: u32) -> Option<Next> {
         let mut queues = sync::lock(&self.queues);
         let queue = queues.get_mut(key)?;
-        if streak >= self.limit {
-            if self.limit > 0 {
-                // A global release while our own tasks wait: they hold back (see the module
-                // docs); `released` narrows this to one round trip.
-                drop(queues);
-                let mut courtesy = sync::lock(&self.courtesy);
-                let now = Instant::now();
-                if courtesy.len() >= 64 {
-                    courtesy.retain(|_, until| *until > now);
-                }
-                courtesy.insert(key.to_owned(), now + MAX_COURTESY);
-            }
-            return None;
-        }
         let mut next = None;
         while let Some(ticket) = queue.pop_front() {
             let mut place = sync::lock(&ticket.slot);
@@ -228,7 +214,9 @@ impl HandOffs {
                 drop(place);
                 next = Some(Next {
                     ticket,
-                    streak: streak + 1,
+                    // Stays at the limit: from there on every release asks whether others wait.
+                    streak: (streak + 1).min(self.limit),
+                    at_limit: streak >= self.limit,
                 });
                 break;
             }
@@ -280,28 +268,6 @@ impl HandOffs {
             streak: next.streak,
         }));
         None
-    }
-
-    /// A release of the lock at `key`, sent at `sent`, has been answered. After a global
-    /// release at the hand-off limit, this client's waiters hold back for as long again as it
-    /// took.
-    pub(crate) fn released(&self, key: &str, sent: Instant) {
-        let mut courtesy = sync::lock(&self.courtesy);
-        if let Some(until) = courtesy.get_mut(key) {
-            let now = Instant::now();
-            *until = (*until).min(now + (now - sent).min(MAX_COURTESY));
-        }
-    }
-
-    /// Until when this client's waiters leave the lock at `key` to other processes, if they do.
-    pub(crate) fn courtesy(&self, key: &str) -> Option<Instant> {
-        let mut courtesy = sync::lock(&self.courtesy);
-        let until = *courtesy.get(key)?;
-        if until <= Instant::now() {
-            courtesy.remove(key);
-            return None;
-        }
-        Some(until)
     }
 
     fn remove(&self, key: &str, ticket: &Arc<Ticket>) {
@@ -406,22 +372,14 @@ mod tests {
     }
 
     #[test]
-    fn waiters_are_chosen_in_order_and_the_streak_is_bounded() {
+    fn waiters_are_chosen_in_order() {
         let h = HandOffs::new(2);
         let a = h.join("k", &owner("a"), Duration::from_secs(1));
         let _b = h.join("k", &owner("b"), Duration::from_secs(1));
         let next = h.choose("k", 0).unwrap();
         assert_eq!(&*next.ticket.owner, "a");
         assert_eq!(next.streak, 1);
-        assert!(h.choose("k", 2).is_none(), "at the limit: a global release");
-        assert_eq!(h.queued(), 1, "the limit takes nobody out of the queue");
-        let until = h.courtesy("k").expect("our waiters hold back");
-        assert!(until <= Instant::now() + MAX_COURTESY);
-        h.released("k", Instant::now());
-        assert!(
-            h.courtesy("k")
-                .is_none_or(|u| u <= Instant::now() + Duration::from_millis(1))
-        );
+        assert_eq!(h.queued(), 1);
         assert!(h.deliver("k", next, Some((7, Instant::now()))).is_none());
         assert!(matches!(a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
         assert_eq!(&*h.choose("k", 1).unwrap().ticket.owner, "b");
@@ -435,6 +393,19 @@ mod tests {
         let _a = h.join("k", &owner("a"), Duration::from_secs(1));
         assert!(h.choose("k", 0).is_none());
         assert_eq!(h.queued(), 0);
+    }
+
+    #[test]
+    fn at_the_limit_a_hand_off_yields_to_other_processes() {
+        let h = HandOffs::new(2);
+        let _a = h.join("k", &owner("a:1"), Duration::from_secs(1));
+        let _b = h.join("k", &owner("a:2"), Duration::from_secs(1));
+        let next = h.choose("k", 1).unwrap();
+        assert_eq!(next.hand_off(1).yield_ms, None);
+        assert_eq!(next.streak, 2);
+        let next = h.choose("k", 2).unwrap();
+        assert_eq!(next.hand_off(1).yield_ms, Some(YIELD.as_millis() as u64));
+        assert_eq!(next.streak, 2, "stays at the limit");
     }
 
     #[test]

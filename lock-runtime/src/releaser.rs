@@ -178,18 +178,8 @@ async fn run(
         if jobs.is_empty() {
             continue;
         }
-        // Released (globally) below: this client's waiters may be holding back for them.
-        let batch_keys: Vec<String> = jobs
-            .iter()
-            .filter(|j| j.streak.is_some())
-            .map(|j| j.names.key.clone())
-            .collect();
-        let sent = Instant::now();
-        let outcome = release_all(&*backend, &mut jobs, response_timeout).await;
-        for job in &batch_keys {
-            hand_offs.handoffs.released(job, sent);
-        }
-        match outcome {
+
+        match release_all(&*backend, &mut jobs, response_timeout).await {
             Ok(released) => {
                 tracing::debug!(released, "background release done");
                 Counters::add(&counters.background_releases, released as u64);

@@ -1,7 +1,8 @@
 -- Shared by acquire.lua and release.lua (prepended to both): grant a free lock to an owner.
 --
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
--- data at the fencing counter, or a server error).
+-- data at the fencing counter, a server error, or {0, ms} while the owner's client yields the
+-- lock to other processes).
 --
 -- Tokens are never below the server clock in microseconds: they keep increasing when the
 -- counter is lost (first use, retention passed, a restart without persistence) and across a
@@ -19,15 +20,28 @@ local function grant(lock, fence, owner, lease_ms, retention_ms)
     return nil, {-1, redis.call('TYPE', fence)['ok']}
   end
   local now = redis.call('TIME')
-  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local token = clock
   if last then
-    -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles).
-    if not string.match(last, '^%-?%d+$') or string.len(last) > 17 then
+    -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
+    -- followed by a yield marker (see `yield` below).
+    local digits, client, untils = string.match(last, '^(%-?%d+):(%w+):(%d+)$')
+    if not digits then
+      digits = string.match(last, '^%-?%d+$')
+    end
+    if not digits or string.len(digits) > 17 then
       return nil, {-1, 'string'}
     end
-    local n = tonumber(last)
+    local n = tonumber(digits)
     if n >= 9007199254740991 or n <= -9007199254740991 then
       return nil, {-1, 'string'}
+    end
+    if client and client == string.match(owner, '^(.*):') then
+      local left = tonumber(untils) - clock
+      if left > 0 then
+        -- This owner's client let the lock go so that other processes get their turn.
+        return nil, {0, math.ceil(left / 1000)}
+      end
     end
     if n >= token then
       token = n + 1
@@ -37,5 +51,21 @@ local function grant(lock, fence, owner, lease_ms, retention_ms)
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease_ms)
   return token
+end
+
+-- Marks the fencing counter so that `grant` refuses the lock to owners of `owner`'s client for
+-- the next `yield_ms` milliseconds (the next grant, to anyone else, clears the mark). Used by a
+-- client that has handed a lock on locally as often as it may in a row, while other
+-- processes wait for it.
+local function yield(fence, owner, yield_ms)
+  local last = redis.pcall('GET', fence)
+  local digits = type(last) == 'string' and string.match(last, '^(%-?%d+)')
+  local client = string.match(owner, '^(.*):')
+  if not digits or not client then
+    return
+  end
+  local now = redis.call('TIME')
+  local untils = tonumber(now[1]) * 1000000 + tonumber(now[2]) + yield_ms * 1000
+  redis.call('SET', fence, digits .. ':' .. client .. ':' .. string.format('%d', untils), 'KEEPTTL')
 end
 

@@ -91,7 +91,12 @@ fn batch(single: &str, batch: &str) -> String {
 
 #[cfg(feature = "cluster")]
 fn sharded(code: &str) -> String {
-    let out = code.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+    let out = code
+        .replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+        .replace(
+            "redis.call('PUBSUB', 'NUMSUB'",
+            "redis.call('PUBSUB', 'SHARDNUMSUB'",
+        );
     debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
     out
 }
@@ -157,6 +162,9 @@ impl Call {
                 Arg::Int(next.lease_ms),
                 Arg::Int(next.retention_ms),
             ]);
+            if let Some(yield_ms) = next.yield_ms {
+                args.push(Arg::Int(yield_ms));
+            }
         }
         Call::new(publishing.release, &keys, args)
     }
@@ -333,6 +341,7 @@ mod tests {
             owner: "me:2",
             lease_ms: 500,
             retention_ms: 60_000,
+            yield_ms: None,
         };
         let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
         assert_eq!(

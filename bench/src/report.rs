@@ -367,11 +367,9 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
          release (owner check, emptiness check, publish). The same two scripts sent raw with no \
          client logic make {:.0} pairs/s here; lock-runtime makes {:.0}. rslock's acquire is a \
          plain `SET NX PX` and its release a two-command script, so Redis spends {:.1} µs of CPU \
-         per rslock pair against {:.1} µs for ours at 64 workers. Requests that queue while two \
-         calls are in flight go out as one batch call (group commit), which removes the per-call \
-         cost but not the per-lock work: six commands per grant (free check, counter read, clock, \
-         counter write, hash field, TTL) and three per release, against rslock's three commands \
-         per pair without fencing.",
+         per rslock pair against {:.1} µs for ours at 64 workers: six commands per grant (free \
+         check, counter read, clock, counter write, hash field, TTL) and three per release, \
+         against rslock's three commands per pair without fencing.",
         floor(0),
         u1.pairs_per_s,
         rs64.server_cpu_us,

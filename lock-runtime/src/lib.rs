@@ -80,11 +80,7 @@
 //! [`handoff_limit`](LockClientBuilder::handoff_limit) times in a row while another process
 //! waits, before a release lets the lock fall free for the other processes. SAFETY.md states the fairness bound and the tests
 //! behind it.
-//!
-//! On one server and behind Sentinel, acquires and releases of one client that queue while two
-//! calls are already in flight go out together as one script call (*group commit*), so a busy
-//! client costs Redis one call per batch instead of one per lock; a lone request goes out at
-//! once, as before.
+
 //!
 //! # Topologies
 //!

@@ -19,20 +19,6 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// Releases our hold and publishes the unlock message, or hands the lock to a local waiter.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&with_grant(include_str!("release.lua"))));
-/// Many acquires in one call (group commit, not on a cluster).
-pub(crate) static ACQUIRE_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&batch(
-        include_str!("acquire.lua"),
-        include_str!("acquire_batch.lua"),
-    ))
-});
-/// Many releases in one call (group commit, not on a cluster).
-pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&batch(
-        include_str!("release.lua"),
-        include_str!("release_batch.lua"),
-    ))
-});
 /// Renews many leases at once.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("renew.lua")));
@@ -76,17 +62,6 @@ impl Publishing {
 /// `grant.lua` (the one way a lock is granted) followed by `script`.
 fn with_grant(script: &str) -> String {
     [include_str!("grant.lua"), script].concat()
-}
-
-/// A batch script: `single`'s function (its last line, the call for one lock, left out), then
-/// `batch`'s loop over many locks.
-fn batch(single: &str, batch: &str) -> String {
-    let (function, entry) = single
-        .trim_end()
-        .rsplit_once('\n')
-        .expect("a script ends with its entry line");
-    debug_assert!(entry.starts_with("return "), "{entry}");
-    with_grant(&[function, "\n", batch].concat())
 }
 
 #[cfg(feature = "cluster")]
@@ -191,40 +166,6 @@ impl Call {
             &RENEW,
             &keys,
             std::iter::once(Arg::Int(lease_ms)).chain(owners),
-        )
-    }
-
-    /// `acquire_batch.lua`: many acquires (owner, lease) in one call; replies with one
-    /// acquire reply per lock.
-    pub(crate) fn acquire_batch<'a>(
-        locks: impl Iterator<Item = (&'a LockNames, &'a str, u64)> + Clone,
-        retention_ms: u64,
-    ) -> Call {
-        let keys: Vec<&str> = locks
-            .clone()
-            .flat_map(|(names, _, _)| [names.key.as_str(), &names.fence])
-            .collect();
-        let args = locks.flat_map(|(_, owner, lease_ms)| [Arg::Str(owner), Arg::Int(lease_ms)]);
-        Call::new(
-            &ACQUIRE_BATCH,
-            &keys,
-            std::iter::once(Arg::Int(retention_ms)).chain(args),
-        )
-    }
-
-    /// `release_batch.lua`: many releases in one call (no hand-off); replies with one release
-    /// reply per lock.
-    pub(crate) fn release_batch<'a>(
-        locks: impl Iterator<Item = (&'a LockNames, &'a str)> + Clone,
-    ) -> Call {
-        let keys: Vec<&str> = locks
-            .clone()
-            .flat_map(|(names, _)| [names.key.as_str(), &names.channel])
-            .collect();
-        Call::new(
-            &RELEASE_BATCH,
-            &keys,
-            locks.map(|(_, owner)| Arg::Str(owner)),
         )
     }
 

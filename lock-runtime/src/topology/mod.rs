@@ -24,7 +24,6 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
-mod group;
 mod operations;
 pub(crate) mod replica_ack;
 #[cfg(feature = "sentinel")]

@@ -10,7 +10,6 @@
 //! - **background releases**: one pipeline on one server; one call per lock on a cluster.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::Conn;
-use super::group::{self, Entry, Groups};
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, Release, Reply};
 use crate::names::LockNames;
@@ -33,11 +31,8 @@ pub(crate) struct RedisBackend {
     publishing: Publishing,
     ack: Option<ReplicaAck>,
     fails_over: bool,
-    /// Renew one slot per script call, and send no batches: the endpoint is a proxy in front
-    /// of a cluster.
-    per_slot: Arc<AtomicBool>,
-    /// Group commit of acquires and releases (`group.rs`).
-    groups: Arc<Groups>,
+    /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
+    per_slot: AtomicBool,
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: super::slots::SlotCache,
@@ -55,8 +50,7 @@ impl RedisBackend {
             publishing,
             ack,
             fails_over,
-            per_slot: Arc::default(),
-            groups: Arc::default(),
+            per_slot: AtomicBool::new(false),
             #[cfg(feature = "cluster")]
             slots: Default::default(),
         }
@@ -67,50 +61,6 @@ impl RedisBackend {
         let (reply, acked) = send::<Reply>(&mut self.conn.clone(), &call, self.ack).await?;
         let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
         Ok(Acked { reply, shortfall })
-    }
-
-    /// A single-lock write that may go out in a batch with others queued meanwhile (group
-    /// commit), where batches are possible: one server or a Sentinel master.
-    async fn write_grouped(
-        &self,
-        kind: group::Kind,
-        names: &LockNames,
-        owner: &str,
-        lease: (u64, u64),
-        call: impl FnOnce() -> Call,
-    ) -> RedisResult<Acked<Reply>> {
-        let groupable = match &self.conn {
-            Conn::Single(_) => true,
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(_) => true,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(_) => false,
-            #[cfg(test)]
-            Conn::Fake(_) => false,
-        };
-        if !groupable || self.per_slot.load(Ordering::Relaxed) {
-            return self.write(call()).await;
-        }
-        let sender = || group::Sender {
-            conn: self.conn.clone(),
-            ack: self.ack,
-            publishing: self.publishing,
-            per_slot: self.per_slot.clone(),
-        };
-        match self.groups.enter(kind, names, owner, lease, sender) {
-            Entry::Lead(lead) => {
-                let reply = self.write(call()).await;
-                drop(lead);
-                reply
-            }
-            Entry::Queued(rx) => rx.await.unwrap_or_else(|_| {
-                // The batch task is gone (the runtime is shutting down): outcome unknown.
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "lock request batch dropped",
-                )))
-            }),
-        }
     }
 
     /// A single-lock read (or an unacknowledged write).
@@ -190,13 +140,7 @@ impl Backend for RedisBackend {
         lease_ms: u64,
         retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write_grouped(
-            group::Kind::Acquire,
-            names,
-            owner,
-            (lease_ms, retention_ms),
-            move || Call::acquire(names, owner, lease_ms, retention_ms),
-        ))
+        Box::pin(self.write(Call::acquire(names, owner, lease_ms, retention_ms)))
     }
 
     fn release<'a>(

@@ -613,8 +613,12 @@ impl LockClient {
         tasks.push(demux.start(pubsub));
         let counters = Arc::new(Counters::default());
         let handoffs = Arc::new(HandOffs::new(config.handoff_limit));
-        let releaser =
-            Releaser::start(backend.clone(), handoffs.clone(), &config, counters.clone());
+        let releaser = Releaser::start(
+            backend.clone(),
+            handoffs.clone(),
+            (config.response_timeout, config.fence_retention),
+            counters.clone(),
+        );
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().simple().to_string().into(),
             watchdog: Watchdog::new(&config, renew_now),

@@ -270,7 +270,9 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 )
                 .await;
                 if let Some(orphan) = orphan {
-                    inner.releaser.submit(orphan.job(&held.names));
+                    inner
+                        .releaser
+                        .submit(ReleaseJob::orphan(&held.names, orphan));
                 }
                 reply
             }

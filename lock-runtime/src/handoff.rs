@@ -44,7 +44,6 @@ use tokio::time::Instant;
 
 use crate::backend::{Acked, Backend, HandOff, Reply};
 use crate::names::LockNames;
-use crate::releaser::ReleaseJob;
 use crate::sync;
 
 /// How many times in a row a lock is passed between the tasks of one client before a release
@@ -120,23 +119,13 @@ pub(crate) enum Delivery {
 }
 
 /// A grant whose waiter left before it arrived: the lock is held by an owner id nobody uses.
+/// Released in the background (`ReleaseJob::orphan`), which may pass it on to the next waiter.
 #[derive(Debug)]
 pub(crate) struct Orphan {
-    owner: Arc<str>,
-    lease: Duration,
-    streak: u32,
-}
-
-impl Orphan {
-    /// The background release of it (which may pass the lock on to the next waiter).
-    pub(crate) fn job(self, names: &Arc<LockNames>) -> ReleaseJob {
-        ReleaseJob::new(names, &self.owner, Instant::now() + self.lease).handing_off(self.streak)
-    }
-
-    #[cfg(test)]
-    fn owner(&self) -> &str {
-        &self.owner
-    }
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease: Duration,
+    /// Hand-overs in a row that led to the grant.
+    pub(crate) streak: u32,
 }
 
 /// The waiter a release hands the lock to.
@@ -415,7 +404,7 @@ mod tests {
         let next = h.choose("k", 0).unwrap();
         assert_eq!(h.leave("k", &a, false), None);
         let orphan = h.deliver("k", next, Some((1, Instant::now()))).unwrap();
-        assert_eq!(orphan.owner(), "a");
+        assert_eq!(&*orphan.owner, "a");
         assert_eq!(orphan.streak, 1);
         // Left holding the lock by its own attempt: the late grant is its own hold.
         let b = h.join("k", &owner("b"), Duration::from_secs(1));

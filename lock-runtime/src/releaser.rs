@@ -18,8 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Release};
-use crate::client::Config;
-use crate::handoff::{self, HandOffs, Next};
+use crate::handoff::{self, HandOffs, Next, Orphan};
 use crate::names::LockNames;
 use crate::stats::Counters;
 
@@ -49,6 +48,12 @@ impl ReleaseJob {
         }
     }
 
+    /// The release of a grant whose waiter left before it arrived; it may pass the lock on.
+    pub(crate) fn orphan(names: &Arc<LockNames>, orphan: Orphan) -> ReleaseJob {
+        ReleaseJob::new(names, &orphan.owner, Instant::now() + orphan.lease)
+            .handing_off(orphan.streak)
+    }
+
     /// The release of a held lock (not of a possible hold of an interrupted acquire): it may
     /// hand the lock to a waiting task. `streak`: local hand-overs in a row that led to it.
     pub(crate) fn handing_off(mut self, streak: u32) -> ReleaseJob {
@@ -65,25 +70,19 @@ impl Releaser {
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         handoffs: Arc<HandOffs>,
-        config: &Config,
+        (response_timeout, fence_retention): (Duration, Duration),
         counters: Arc<Counters>,
     ) -> Releaser {
         let (tx, rx) = mpsc::unbounded_channel();
         let hand_offs = HandOffTasks {
             backend: backend.clone(),
             handoffs,
-            retention_ms: config.fence_retention.as_millis() as u64,
+            retention_ms: fence_retention.as_millis() as u64,
             // Weak: the task exits once the client, the only strong sender, is gone.
             resubmit: tx.downgrade(),
             counters: counters.clone(),
         };
-        tokio::spawn(run(
-            backend,
-            hand_offs,
-            config.response_timeout,
-            rx,
-            counters,
-        ));
+        tokio::spawn(run(backend, hand_offs, response_timeout, rx, counters));
         Releaser { tx }
     }
 
@@ -135,7 +134,7 @@ impl HandOffTasks {
         };
         if let Some(orphan) = orphan {
             // The waiter left before its grant arrived: release it, or pass it on.
-            let _ = tx.send(orphan.job(&job.names));
+            let _ = tx.send(ReleaseJob::orphan(&job.names, orphan));
         }
         if reply.is_ok() {
             Counters::add(&self.counters.background_releases, 1);

@@ -108,16 +108,27 @@ impl Watchdog {
     }
 
     pub(crate) fn register(&self, id: u64, entry: Entry) {
+        let now = Instant::now();
+        let deadline = entry.loss_deadline(self.shared.margin);
+        if deadline.is_none_or(|d| now >= d) {
+            // The grant's answer came so late (a stalled connection, a paused server, a
+            // starved process) that its lease may be over, or is within the safety margin of
+            // it: lost before the holder runs anything under it.
+            let reason = if entry.renew {
+                LossReason::RenewalFailed
+            } else {
+                LossReason::LeaseExpired
+            };
+            entry.signal.declare(&entry.names.name, reason);
+            return;
+        }
         // The task wakes at least once per period (or round) and then looks at every entry, so
-        // it only needs a nudge for a deadline that comes sooner (a short explicit lease or max
-        // hold). Not waking it for every acquisition keeps the hot path free of a task switch.
-        let soon = Instant::now() + self.shared.period.max(self.shared.round);
-        // An explicit lease is due at its loss deadline (a margin before it ends).
-        let urgent = (!entry.renew
-            && entry
-                .loss_deadline(self.shared.margin)
-                .is_none_or(|d| d < soon))
-            || entry.max_hold_until.is_some_and(|t| t < soon);
+        // it only needs a nudge for a deadline that comes sooner (a short lease, a grant whose
+        // answer came late, a max hold). Not waking it for every acquisition keeps the hot path
+        // free of a task switch.
+        let soon = now + self.shared.period.max(self.shared.round);
+        let urgent =
+            deadline.is_some_and(|d| d < soon) || entry.max_hold_until.is_some_and(|t| t < soon);
         self.shared.lock().insert(id, entry);
         if urgent {
             self.shared.changed.notify_one();

@@ -214,3 +214,47 @@ async fn renewals_fall_back_to_one_slot_per_call_after_crossslot() {
     assert!(renewals[1..].iter().all(|c| c.keys().len() == 1));
     assert!(renewals.len() > 1 + 2 * names.len(), "{}", renewals.len());
 }
+
+/// A grant whose answer arrives after the lease could have ended (a stalled connection, a
+/// paused server) comes back already lost: the caller runs nothing under it, and the watchdog
+/// does not wait for its next round to say so.
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_after_its_lease_comes_back_lost() {
+    let fake = FakeRedis::new(|call| async move {
+        match call.script().as_str() {
+            "acquire" => {
+                // Answered 1.2 s after it was sent: past a 1 s lease.
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                Ok(reply(1, 7))
+            }
+            "renew" => Ok(renewed(&call)),
+            _ => Ok(reply(1, 0)),
+        }
+    });
+    let locks = client(fake, Duration::from_secs(1));
+    let guard = locks.lock("late").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), 7);
+    assert!(guard.is_lost(), "lost on arrival");
+    let ran = guard.run(async { "body" }).await;
+    assert_eq!(reason(ran.unwrap_err()), LossReason::RenewalFailed);
+    assert_eq!(locks.held_locks(), 0);
+    drop(guard);
+
+    // An explicit lease answered within its margin is lost on arrival too.
+    let locks = client(
+        FakeRedis::new(|call| async move {
+            if call.script() == "acquire" {
+                tokio::time::sleep(Duration::from_millis(95)).await;
+            }
+            Ok(reply(1, 7))
+        }),
+        Duration::from_secs(3),
+    );
+    let guard = locks
+        .lock("late")
+        .acquire_with(LockOptions::new().lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    assert!(guard.is_lost());
+    assert_eq!(reason(guard.lost().await), LossReason::LeaseExpired);
+}

@@ -231,7 +231,39 @@ impl<'a> Acquire<'a> {
                 delivery = place.ticket.delivered() => match delivery {
                     Delivery::Granted(grant) => {
                         place.holds = true;
-                        return Ok(self.hold(grant.token, grant.sent, grant.streak));
+                        if self.fresh(grant.sent) {
+                            return Ok(self.hold(grant.token, grant.sent, grant.streak));
+                        }
+                        // Handed over, but told so too late to trust the lease: take it again
+                        // with the same owner id (idempotent while it is still ours).
+                        tracing::debug!("hand-off answered too late; taking the lock again");
+                        match Box::pin(self.attempt()).await {
+                            Ok(Attempt::Taken { token, sent }) => {
+                                return Ok(self.hold(token, sent, 0));
+                            }
+                            // Held by another owner: our grant has ended. Queue again.
+                            Ok(Attempt::Busy(now_busy)) => {
+                                busy = Some(now_busy);
+                                place = Place {
+                                    acquire: self,
+                                    ticket: self.client.inner.handoffs.join(
+                                        &self.names.key,
+                                        &self.owner,
+                                        self.lease,
+                                    ),
+                                    holds: false,
+                                };
+                            }
+                            Err(e) => {
+                                // Giving up: whatever is left of the grant goes.
+                                self.client.inner.releaser.submit(ReleaseJob::new(
+                                    self.names,
+                                    &self.owner,
+                                    Instant::now() + self.lease,
+                                ));
+                                return Err(e);
+                            }
+                        }
                     }
                     // The release meant to hand it over did not: look for ourselves.
                     Delivery::Retry => {}
@@ -329,6 +361,20 @@ impl<'a> Acquire<'a> {
                     timeout,
                 });
             }
+            if !self.fresh(sent) {
+                // Taken, but answered so late (a stalled connection, a cluster retrying
+                // through a slot migration) that the lease may be over: take it again with
+                // the same owner id before anything runs under it. Still armed.
+                let late = redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "lock granted, but the answer came after its lease could have ended",
+                ));
+                if let Some(pause) = reconcile.retry_after(&late) {
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                return Err(LockError::backend("acquire", late));
+            }
             cleanup.job = None;
             tracing::debug!(token, "acquired");
             return Ok(Attempt::Taken {
@@ -336,6 +382,13 @@ impl<'a> Acquire<'a> {
                 sent,
             });
         }
+    }
+
+    /// Whether a grant whose request was sent at `sent` still has its lease, safety margin
+    /// included. An answer that took longer than that is not trusted: the watchdog would
+    /// declare the lock lost on arrival.
+    fn fresh(&self, sent: Instant) -> bool {
+        Instant::now() + crate::options::loss_margin(self.lease) < sent + self.lease
     }
 
     /// Sends the acquire once (acknowledged by replicas when the client asks for it).

@@ -480,7 +480,7 @@ async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(concat!(
-            include_str!("../../lock-runtime/src/script/grant.lua"),
+            include_str!("../../lock-runtime/src/script/prelude.lua"),
             include_str!("../../lock-runtime/src/script/acquire.lua")
         ))
         .query_async(&mut conn)
@@ -733,11 +733,11 @@ pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
         .unwrap();
     let mut mc = client.get_multiplexed_async_connection().await.unwrap();
     let acquire = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/script/grant.lua"),
+        include_str!("../../lock-runtime/src/script/prelude.lua"),
         include_str!("../../lock-runtime/src/script/acquire.lua")
     ));
     let release = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/script/grant.lua"),
+        include_str!("../../lock-runtime/src/script/prelude.lua"),
         include_str!("../../lock-runtime/src/script/release.lua")
     ));
     let mut out = Vec::new();

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::backend::Reply;
 use crate::backend::{Acked, Shortfall};
 use crate::error::{failover_symptom, outcome_unknown};
+use crate::family::{Family, Mode, PLACE_TTL};
 use crate::handoff::{Delivery, Ticket};
 use crate::hold::{Held, LossSignal};
 use crate::names::LockNames;
@@ -91,6 +92,7 @@ pub(crate) struct Acquire<'a> {
     client: &'a LockClient,
     names: &'a Arc<LockNames>,
     opts: LockOptions,
+    mode: Mode,
     acquisition: u64,
     owner: Arc<str>,
     lease: Duration,
@@ -104,6 +106,7 @@ impl<'a> Acquire<'a> {
         client: &'a LockClient,
         names: &'a Arc<LockNames>,
         opts: LockOptions,
+        mode: Mode,
     ) -> Acquire<'a> {
         let inner = &client.inner;
         let start = Instant::now();
@@ -111,8 +114,9 @@ impl<'a> Acquire<'a> {
         Acquire {
             client,
             names,
+            mode,
             acquisition,
-            owner: owner.into(),
+            owner: mode.owner(owner).into(),
             lease: opts.lease.unwrap_or(inner.config.watchdog_timeout),
             start,
             deadline: opts.wait.and_then(|w| start.checked_add(w)),
@@ -127,19 +131,29 @@ impl<'a> Acquire<'a> {
     /// straight back would otherwise win nearly every time: the waiter it woke needs a pub/sub
     /// delivery before it can even try.)
     pub(crate) async fn run(self) -> Result<LockGuard, LockError> {
+        // (A fair lock's queue is in Redis; its first attempt takes its place there.)
         let queue_first = self.opts.wait != Some(Duration::ZERO)
+            && self.names.family.hands_off()
             && self.client.inner.demux.has_waiters(&self.names.channel);
         let busy = if queue_first {
             None
         } else {
-            // Uncontended: one round trip, no subscription.
+            // Uncontended: one round trip, no subscription. A busy attempt may have taken a
+            // place in Redis (a fair lock's queue): removed if we stop here.
+            let mut place = Place::without_ticket(&self);
             let busy = match Box::pin(self.attempt()).await? {
-                Attempt::Taken { token, sent } => return Ok(self.hold(token, sent, 0)),
+                Attempt::Taken { token, sent } => {
+                    place.holds = true;
+                    return Ok(self.hold(token, sent, 0));
+                }
                 Attempt::Busy(busy) => busy,
             };
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.timeout(busy));
             }
+            // From here the waiting loop's own place keeps it (it is made before the loop's
+            // first await, so no cancellation falls in between).
+            place.in_redis = false;
             Some(busy)
         };
         let wait_span = tracing::debug_span!("lock.wait", queue_first);
@@ -154,16 +168,16 @@ impl<'a> Acquire<'a> {
     /// Waits for the lock to be free and takes it. `busy` is what the first attempt found;
     /// `None` when this waiter queued behind local waiters without trying.
     async fn wait_turn(&self, mut busy: Option<Busy>) -> Result<LockGuard, LockError> {
-        let sub = self.client.inner.demux.subscribe(&self.names.channel);
-        let mut place = Place {
-            acquire: self,
-            ticket: self
-                .client
-                .inner
-                .handoffs
-                .join(&self.names.key, &self.owner, self.lease),
-            holds: false,
+        let demux = &self.client.inner.demux;
+        let sub = if self.names.family == Family::Fair {
+            // Woken only when the message names us: our turn in the queue.
+            demux.subscribe_directed(&self.names.channel, &self.owner)
+        } else {
+            demux.subscribe(&self.names.channel)
         };
+        let mut place = Place::join(self);
+        // Unlock messages already acted on by passing a wake-up on (see below).
+        let mut passed_on = None;
         let mut baton = Baton(None);
         let mut skip_attempt = busy.is_none();
         tracing::debug!(?busy, "lock busy; waiting for an unlock message");
@@ -197,6 +211,7 @@ impl<'a> Acquire<'a> {
                 // Boxed: the round trip's future is large and only alive during the attempt;
                 // inline it would make every waiting task carry its size while it sleeps.
                 let attempt = Box::pin(self.attempt()).await;
+                let woken = baton.0.is_some();
                 if attempt.is_ok() {
                     // Decided: either ours, or taken by someone whose release will publish
                     // again.
@@ -209,6 +224,16 @@ impl<'a> Acquire<'a> {
                     }
                     Attempt::Busy(busy) => busy,
                 });
+                // A release wakes as many waiters as permits came free. One that wants more
+                // permits than are free would swallow a wake-up meant for a smaller request:
+                // it passes it on, once per message, so the chain ends.
+                if woken
+                    && matches!(self.mode, Mode::Permits(n) if n > 1)
+                    && passed_on != Some(sub.messages())
+                {
+                    passed_on = Some(sub.messages());
+                    sub.notify().notify_one();
+                }
             }
             let now = Instant::now();
             // Give up only after an attempt: a queued waiter whose deadline passed while it
@@ -223,12 +248,16 @@ impl<'a> Acquire<'a> {
             if !subscribed {
                 sleep = sleep.min(UNSUBSCRIBED_POLL);
             }
+            if place.in_redis {
+                // Refresh our place (a fair lock's queue entry, a writer's claim) in time.
+                sleep = sleep.min(PLACE_TTL / 3);
+            }
             // A foreign key's TTL can be beyond what an `Instant` can represent.
             let sleep = sleep.min(crate::options::MAX_LEASE);
             let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
             tokio::select! {
                 _ = &mut notified => baton.0 = Some(sub.notify()),
-                delivery = place.ticket.delivered() => match delivery {
+                delivery = place.delivered() => match delivery {
                     Delivery::Granted(grant) => {
                         place.holds = true;
                         if self.fresh(grant.sent) {
@@ -244,15 +273,7 @@ impl<'a> Acquire<'a> {
                             // Held by another owner: our grant has ended. Queue again.
                             Ok(Attempt::Busy(now_busy)) => {
                                 busy = Some(now_busy);
-                                place = Place {
-                                    acquire: self,
-                                    ticket: self.client.inner.handoffs.join(
-                                        &self.names.key,
-                                        &self.owner,
-                                        self.lease,
-                                    ),
-                                    holds: false,
-                                };
+                                place = Place::join(self);
                             }
                             Err(e) => {
                                 // Giving up: whatever is left of the grant goes.
@@ -332,6 +353,17 @@ impl<'a> Acquire<'a> {
                     return Err(LockError::ForeignData {
                         key: self.names.key.clone(),
                         found,
+                    });
+                }
+                Reply::Exceeds(capacity) => {
+                    cleanup.job = None;
+                    return Err(LockError::InvalidPermits {
+                        name: self.names.name.clone(),
+                        requested: match self.mode {
+                            Mode::Permits(n) => n,
+                            _ => 1,
+                        },
+                        capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
                     });
                 }
             };
@@ -454,27 +486,76 @@ impl<'a> Acquire<'a> {
     }
 }
 
-/// A waiter's place in the client's hand-off queue. Leaving it without taking a grant that
-/// arrived (cancelled, timed out, failed) releases that grant in the background, or passes it
-/// on to the next waiter.
+/// A waiter's place: in the client's hand-off queue (a mutex), and in Redis for the families
+/// whose waiters hold one there (a fair lock's queue, a waiting writer's claim).
+///
+/// Leaving without taking a hand-off that arrived (cancelled, timed out, failed) releases that
+/// grant in the background, or passes it on to the next waiter. Leaving without the lock
+/// removes the place in Redis in the background, at once, so a waiter that gives up never
+/// holds up the others.
 struct Place<'a> {
     acquire: &'a Acquire<'a>,
-    ticket: Arc<Ticket>,
+    ticket: Option<Arc<Ticket>>,
+    /// The waiter's attempts keep a place in Redis.
+    in_redis: bool,
     /// Set just before the waiter returns holding the lock.
     holds: bool,
+}
+
+impl<'a> Place<'a> {
+    fn join(acquire: &'a Acquire<'a>) -> Place<'a> {
+        let family = acquire.names.family;
+        let ticket = family.hands_off().then(|| {
+            acquire
+                .client
+                .inner
+                .handoffs
+                .join(&acquire.names.key, &acquire.owner, acquire.lease)
+        });
+        Place {
+            acquire,
+            ticket,
+            in_redis: family.waiters_hold_places(acquire.mode),
+            holds: false,
+        }
+    }
+
+    /// The place of a first attempt, made before any hand-off queue is joined.
+    fn without_ticket(acquire: &'a Acquire<'a>) -> Place<'a> {
+        Place {
+            acquire,
+            ticket: None,
+            in_redis: acquire.names.family.waiters_hold_places(acquire.mode),
+            holds: false,
+        }
+    }
+
+    /// A hand-off's outcome; pending for the families without local hand-off.
+    async fn delivered(&self) -> Delivery {
+        match &self.ticket {
+            Some(ticket) => ticket.delivered().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         let acquire = self.acquire;
         let inner = &acquire.client.inner;
-        if let Some(grant) = inner
-            .handoffs
-            .leave(&acquire.names.key, &self.ticket, self.holds)
+        if let Some(ticket) = &self.ticket
+            && let Some(grant) = inner.handoffs.leave(&acquire.names.key, ticket, self.holds)
         {
             tracing::debug!("left with a hand-off not taken; releasing it in the background");
             let job = ReleaseJob::new(acquire.names, &acquire.owner, grant.sent + acquire.lease);
             inner.releaser.submit(job.handing_off(grant.streak));
+        }
+        if self.in_redis && !self.holds {
+            // Releasing an owner that holds nothing removes its place (and wakes whoever
+            // it held up).
+            tracing::debug!("stopped waiting; leaving the queue in the background");
+            let job = ReleaseJob::new(acquire.names, &acquire.owner, Instant::now() + PLACE_TTL);
+            inner.releaser.submit(job);
         }
     }
 }

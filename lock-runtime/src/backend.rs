@@ -18,6 +18,7 @@ use std::time::Duration;
 use redis::RedisResult;
 
 use crate::names::LockNames;
+pub(crate) use crate::script::CapacityOp;
 
 #[cfg(test)]
 pub(crate) mod memory;
@@ -40,6 +41,9 @@ pub(crate) enum Reply {
     NotDone(i64),
     /// Released and handed to the next owner with this fencing token (see [`HandOff`]).
     HandedOff(i64),
+    /// Not done, and never will be as things stand: more permits were asked than the
+    /// semaphore's capacity (this one).
+    Exceeds(i64),
     /// The key holds data of this Redis type that is not a lock.
     Foreign(String),
 }
@@ -130,6 +134,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The lock's state: `Done(pttl)` when held, `NotDone` when free.
     fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
+
+    /// A semaphore's free permits or capacity (`Done(n)`), or a change of the capacity stored
+    /// for every client (which wakes every waiter).
+    fn semaphore_capacity<'a>(
+        &'a self,
+        names: &'a LockNames,
+        default_capacity: u32,
+        op: CapacityOp,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.

@@ -221,6 +221,44 @@ impl LockClient {
         Lock::new(self.clone(), name.as_ref())
     }
 
+    /// A fair lock by name: granted in the order the waiters first asked for it, across every
+    /// process (first come, first served), with everything [`lock`](LockClient::lock) has.
+    ///
+    /// Waiters queue in Redis. A release wakes only the waiter whose turn it is, wherever it
+    /// waits. The queue heals itself: a waiter that gives up or is cancelled leaves it at once;
+    /// one that died (killed, its process frozen) is dropped within five seconds, the time its
+    /// place lasts unless the waiter refreshes it, which a live waiter does while it waits.
+    ///
+    /// The lock is the mutex's hash: a plain [`lock`](LockClient::lock) of the same name
+    /// excludes it too, but does not queue (it may take the lock ahead of the queue).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// // First come, first served when the drop opens.
+    /// let guard = locks.fair_lock("drop:sneaker-42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl AsRef<str>) -> Lock {
+        Lock::of(
+            self.clone(),
+            name.as_ref(),
+            crate::family::Family::Fair,
+            crate::family::Mode::Exclusive,
+        )
+    }
+
+    /// A read/write lock by name: many readers or one writer; see [`RwLock`](crate::RwLock).
+    pub fn rw_lock(&self, name: impl AsRef<str>) -> crate::RwLock {
+        crate::RwLock::new(self, name.as_ref())
+    }
+
+    /// A counting semaphore by name with `capacity` permits (unless a capacity is stored in
+    /// Redis); see [`Semaphore`](crate::Semaphore).
+    pub fn semaphore(&self, name: impl AsRef<str>, capacity: u32) -> crate::Semaphore {
+        crate::Semaphore::new(self, name.as_ref(), capacity)
+    }
+
     /// This client's random id, the first part of every owner id it writes to Redis.
     pub fn id(&self) -> &str {
         &self.inner.id

@@ -7,16 +7,19 @@
 //!   commands, batched (one command with many channels, never a zero-argument unsubscribe) and
 //!   ordered, and marks channels ready once Redis has confirmed them;
 //! - the **router** callback ([`PushRouter`], called by the connection itself as each push arrives, so a
-//!   wake-up costs no extra task hop) routes pushes: an unlock message wakes **one** local
-//!   waiter of that channel (no thundering herd inside a process); a lost connection marks every
-//!   channel unconfirmed, wakes **every** waiter (messages sent during the gap are lost, so they
-//!   must retry) and asks the subscriber to resubscribe everything.
+//!   wake-up costs no extra task hop) routes pushes. An unlock message says whom to wake
+//!   ([`Wake`]): `0`/`1` (a mutex) wakes **one** local waiter of that channel (no thundering
+//!   herd inside a process), `n` (a semaphore's freed permits) up to `n`, `*` (a free read/write
+//!   lock) all of them, and an owner id (a fair lock's next turn) only that waiter, if it waits
+//!   here. A lost connection marks every channel unconfirmed, wakes **every** waiter (messages
+//!   sent during the gap are lost, so they must retry) and asks the subscriber to resubscribe
+//!   everything.
 //!
 //! redis 1.8's automatic resubscription is deliberately not used (it corrupts replies after a
 //! reconnect); the `ConnectionManager` still reconnects with backoff.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -60,12 +63,72 @@ struct State {
 struct Registered {
     refs: usize,
     channel: Arc<Channel>,
+    /// Waiters woken by name (a fair lock's), by owner id.
+    directed: HashMap<Arc<str>, Arc<Notify>>,
+}
+
+impl Registered {
+    /// Wakes every waiter of the channel.
+    fn wake_all(&self) {
+        self.channel.notify.notify_waiters();
+        for notify in self.directed.values() {
+            notify.notify_one();
+        }
+    }
+
+    /// Routes one unlock message.
+    fn wake(&self, wake: Wake<'_>) {
+        match wake {
+            Wake::All => self.wake_all(),
+            Wake::Some(n) => {
+                // Each call wakes one registered waiter (or leaves one wake-up for the next to
+                // register); never more calls than waiters.
+                for _ in 0..n.clamp(1, self.refs) {
+                    self.channel.notify.notify_one();
+                }
+                for notify in self.directed.values().take(n.max(1)) {
+                    notify.notify_one();
+                }
+            }
+            Wake::Owner(owner) => {
+                if let Some(notify) = self.directed.get(owner) {
+                    notify.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// Whom an unlock message wakes in each process, from its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake<'a> {
+    /// Up to this many waiters (`0` and `1`: one).
+    Some(usize),
+    /// Every waiter of the channel.
+    All,
+    /// The waiter with this owner id, wherever it waits.
+    Owner(&'a str),
+}
+
+impl<'a> Wake<'a> {
+    fn parse(payload: &'a [u8]) -> Wake<'a> {
+        match std::str::from_utf8(payload) {
+            Ok("*") => Wake::All,
+            Ok(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
+                Wake::Some(text.parse().unwrap_or(usize::MAX))
+            }
+            Ok(owner) if !owner.is_empty() => Wake::Owner(owner),
+            _ => Wake::Some(1),
+        }
+    }
 }
 
 /// One channel's waiters.
 pub(crate) struct Channel {
     notify: Notify,
     ready: AtomicBool,
+    /// Unlock messages received so far.
+    messages: AtomicU64,
 }
 
 /// A waiter's interest in one channel; unsubscribes when the last one drops.
@@ -73,6 +136,8 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     name: String,
     channel: Arc<Channel>,
+    /// `Some` for a waiter woken by name: its owner id and its own wake-up.
+    directed: Option<(Arc<str>, Arc<Notify>)>,
 }
 
 impl Demux {
@@ -101,22 +166,38 @@ impl Demux {
     /// Registers interest in `name`. Cheap and synchronous; wait for the server's confirmation
     /// with [`Subscription::ready`].
     pub(crate) fn subscribe(&self, name: &str) -> Subscription {
+        self.subscribe_as(name, None)
+    }
+
+    /// Registers interest in `name` as a waiter that only a message naming `owner` (or one
+    /// that wakes everybody) wakes: a fair lock's waiter, whose turn the message announces.
+    pub(crate) fn subscribe_directed(&self, name: &str, owner: &Arc<str>) -> Subscription {
+        self.subscribe_as(name, Some(owner))
+    }
+
+    fn subscribe_as(&self, name: &str, owner: Option<&Arc<str>>) -> Subscription {
         let mut state = self.shared.lock();
+        let directed = owner.map(|owner| (owner.clone(), Arc::new(Notify::new())));
         let channel = match state.channels.get_mut(name) {
             Some(reg) => {
                 reg.refs += 1;
+                if let Some((owner, notify)) = &directed {
+                    reg.directed.insert(owner.clone(), notify.clone());
+                }
                 reg.channel.clone()
             }
             None => {
                 let channel = Arc::new(Channel {
                     notify: Notify::new(),
                     ready: AtomicBool::new(false),
+                    messages: AtomicU64::new(0),
                 });
                 state.channels.insert(
                     name.to_owned(),
                     Registered {
                         refs: 1,
                         channel: channel.clone(),
+                        directed: directed.iter().cloned().collect(),
                     },
                 );
                 // Still subscribed from an earlier waiter whose UNSUBSCRIBE is pending: the
@@ -133,6 +214,7 @@ impl Demux {
             shared: self.shared.clone(),
             name: name.to_owned(),
             channel,
+            directed,
         }
     }
 
@@ -170,7 +252,7 @@ impl Shared {
         let names: Vec<String> = state.channels.keys().cloned().collect();
         for reg in state.channels.values() {
             reg.channel.ready.store(false, Ordering::Release);
-            reg.channel.notify.notify_waiters();
+            reg.wake_all();
         }
         state.dirty.extend(names);
         drop(state);
@@ -186,7 +268,7 @@ impl Shared {
             return;
         };
         reg.channel.ready.store(false, Ordering::Release);
-        reg.channel.notify.notify_waiters();
+        reg.wake_all();
         state.dirty.insert(name.to_owned());
         drop(state);
         self.work.notify_one();
@@ -213,9 +295,18 @@ impl Subscription {
         self.channel.ready.load(Ordering::Acquire)
     }
 
-    /// The wake-up of this channel: an unlock message (one waiter) or a lost connection (all).
+    /// This waiter's wake-up: the channel's, shared by its waiters (an unlock message wakes
+    /// as many as it says, a lost connection all), or its own for a waiter woken by name.
     pub(crate) fn notify(&self) -> &Notify {
-        &self.channel.notify
+        match &self.directed {
+            Some((_, notify)) => notify,
+            None => &self.channel.notify,
+        }
+    }
+
+    /// How many unlock messages the channel has received so far.
+    pub(crate) fn messages(&self) -> u64 {
+        self.channel.messages.load(Ordering::Relaxed)
     }
 }
 
@@ -225,6 +316,9 @@ impl Drop for Subscription {
         let last = match state.channels.get_mut(&self.name) {
             Some(reg) => {
                 reg.refs -= 1;
+                if let Some((owner, _)) = &self.directed {
+                    reg.directed.remove(owner);
+                }
                 reg.refs == 0
             }
             None => false,
@@ -254,8 +348,10 @@ impl AsyncPushSender for PushRouter {
                 };
                 let state = shared.lock();
                 if let Some(reg) = state.channels.get(msg.get_channel_name()) {
-                    tracing::trace!(channel = msg.get_channel_name(), "unlock message");
-                    reg.channel.notify.notify_one();
+                    let wake = Wake::parse(msg.get_payload_bytes());
+                    tracing::trace!(channel = msg.get_channel_name(), ?wake, "unlock message");
+                    reg.channel.messages.fetch_add(1, Ordering::Relaxed);
+                    reg.wake(wake);
                 }
             }
             PushKind::Disconnection => shared.connection_lost(),
@@ -339,7 +435,7 @@ async fn sync(
                 // Wake its waiters so they re-check after the resubscription.
                 if let Some(reg) = state.channels.get(name) {
                     reg.channel.ready.store(false, Ordering::Release);
-                    reg.channel.notify.notify_waiters();
+                    reg.wake_all();
                 }
             }
         };

@@ -167,6 +167,30 @@ pub enum LockError {
         #[source]
         last_error: Option<Box<LockError>>,
     },
+    /// A semaphore acquisition asked for no permits, or for more than the semaphore's capacity
+    /// (the capacity stored in Redis, if an operator set one, else the handle's). Nothing was
+    /// taken.
+    #[error(
+        "cannot take {requested} permit(s) of semaphore `{name}`, whose capacity is {capacity}"
+    )]
+    InvalidPermits {
+        /// The semaphore name.
+        name: String,
+        /// Permits asked for.
+        requested: u32,
+        /// The capacity in force.
+        capacity: u32,
+    },
+    /// Taking the lock here could only wait for a hold of the same task: the write side of a
+    /// read/write lock inside the scope of its own read guard (an upgrade), or a name held in
+    /// this scope as another primitive (a mutex taken as a semaphore, …). Nothing was sent.
+    #[error("cannot take `{name}` here: {reason}")]
+    WouldDeadlock {
+        /// The lock name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// No default client was installed with
     /// [`LockClient::install_default`](crate::LockClient::install_default).
     #[error(

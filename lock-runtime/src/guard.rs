@@ -75,7 +75,8 @@ impl LockGuard {
         &self.held.names.key
     }
 
-    /// The owner id written to Redis: `<client id>:<acquisition id>`.
+    /// The owner id written to Redis: `<client id>:<acquisition id>`, followed by `#r` or `#w`
+    /// for a side of a read/write lock and by `#<permits>` for a semaphore.
     pub fn owner(&self) -> &str {
         &self.held.owner
     }
@@ -84,6 +85,15 @@ impl LockGuard {
     /// acquisitions (re-entrant guards share their outermost guard's token).
     pub fn fencing_token(&self) -> u64 {
         self.held.token
+    }
+
+    /// The permits this guard holds: a semaphore's count, 1 for a lock or either side of a
+    /// read/write lock.
+    pub fn permits(&self) -> u32 {
+        match crate::family::Mode::of_owner(&self.held.owner) {
+            crate::family::Mode::Permits(n) => n,
+            _ => 1,
+        }
     }
 
     /// Whether this guard re-entered a lock held by an enclosing scope (it releases nothing).
@@ -255,7 +265,11 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     let inner = &held.client.inner;
     let backend = &inner.backend;
     let mut retried = false;
-    let mut next = inner.handoffs.choose(&held.names.key, held.streak);
+    let mut next = if held.names.family.hands_off() {
+        inner.handoffs.choose(&held.names.key, held.streak)
+    } else {
+        None
+    };
     loop {
         let reply = match next.take() {
             Some(next) => {
@@ -296,7 +310,7 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
             Ok((Reply::Done(_) | Reply::HandedOff(_), None)) => Ok(true),
             // After an unknown outcome, "not ours any more" means our first attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.
-            Ok((Reply::NotDone(_), _)) => Ok(retried),
+            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) => Ok(retried),
             Ok((Reply::Foreign(found), _)) => Err(LockError::ForeignData {
                 key: held.names.key.clone(),
                 found,

@@ -152,6 +152,7 @@ mod demux;
 mod error;
 #[cfg(test)]
 mod fake;
+mod family;
 mod guard;
 mod handoff;
 mod hold;
@@ -161,8 +162,10 @@ mod names;
 mod options;
 mod redlock;
 mod releaser;
+mod rwlock;
 mod scope;
 mod script;
+mod semaphore;
 mod stats;
 mod sync;
 mod topology;
@@ -178,6 +181,8 @@ pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
 pub use options::{LockOptions, MAX_LEASE};
 pub use redlock::{RedLock, RedLockGuard};
+pub use rwlock::RwLock;
+pub use semaphore::Semaphore;
 pub use stats::ClientStats;
 
 /// Runs the annotated `async fn` while holding a distributed lock.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::acquire::Acquire;
 use crate::backend::Reply;
+use crate::family::{Family, Mode};
 use crate::names::LockNames;
 use crate::stats::Counters;
 use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
@@ -28,21 +29,46 @@ use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
 ///     .await?;
 /// # drop(leased); Ok(()) }
 /// ```
+///
+/// The same type is the handle of a [fair lock](LockClient::fair_lock) and of either side of
+/// a [read/write lock](crate::RwLock): only the way Redis decides who may hold it differs.
 #[derive(Clone)]
 pub struct Lock {
     client: LockClient,
     names: Result<Arc<LockNames>, (String, &'static str)>,
+    mode: Mode,
 }
 
 impl Lock {
     pub(crate) fn new(client: LockClient, name: &str) -> Lock {
+        Lock::of(client, name, Family::Mutex, Mode::Exclusive)
+    }
+
+    /// A handle on `name` used as `family`, taken in `mode`.
+    pub(crate) fn of(client: LockClient, name: &str, family: Family, mode: Mode) -> Lock {
         let names = LockNames::new(&client.inner.config.prefix, name)
-            .map(Arc::new)
+            .map(|n| Arc::new(n.with_family(family)))
             .map_err(|e| match e {
                 LockError::InvalidName { name, reason } => (name, reason),
                 _ => (name.chars().take(64).collect(), "invalid lock name"),
             });
-        Lock { client, names }
+        Lock {
+            client,
+            names,
+            mode,
+        }
+    }
+
+    /// The same lock, taken in `mode` (a semaphore's permit count).
+    pub(crate) fn with_mode(&self, mode: Mode) -> Lock {
+        Lock {
+            mode,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
     }
 
     /// The order in which multi-lock acquisitions take locks, and what makes two members the
@@ -62,7 +88,7 @@ impl Lock {
         self.names().map(|_| ())
     }
 
-    fn names(&self) -> Result<&Arc<LockNames>, LockError> {
+    pub(crate) fn names(&self) -> Result<&Arc<LockNames>, LockError> {
         self.names
             .as_ref()
             .map_err(|(name, reason)| LockError::InvalidName {
@@ -105,6 +131,18 @@ impl Lock {
         let names = self.names()?;
         let inner = &self.client.inner;
         if let Some(held) = scope::find(&inner.id, &names.key) {
+            if !held.names.family.same_kind(names.family) {
+                return Err(LockError::WouldDeadlock {
+                    name: names.name.clone(),
+                    reason: "this scope holds the name as another kind of lock",
+                });
+            }
+            if !Mode::of_owner(&held.owner).covers(self.mode) {
+                return Err(LockError::WouldDeadlock {
+                    name: names.name.clone(),
+                    reason: "the write side cannot be taken inside the scope of a read guard of the same lock (it would wait for itself); release the read side first",
+                });
+            }
             if let Some(reason) = held.signal.get() {
                 return Err(LockError::Lost {
                     name: names.name.clone(),
@@ -115,11 +153,19 @@ impl Lock {
             Counters::add(&inner.counters.reentries, 1);
             return Ok(LockGuard::reentrant(held));
         }
-        let span = tracing::debug_span!("lock.acquire", lock = %names.name, wait = ?opts.wait);
-        tracing::Instrument::instrument(Acquire::new(&self.client, names, opts).run(), span).await
+        let span = tracing::debug_span!(
+            "lock.acquire",
+            lock = %names.name,
+            kind = names.family.describe(),
+            mode = ?self.mode,
+            wait = ?opts.wait
+        );
+        let acquire = Acquire::new(&self.client, names, opts, self.mode);
+        tracing::Instrument::instrument(acquire.run(), span).await
     }
 
-    /// Whether anyone holds the lock.
+    /// Whether anyone holds the lock (for a read/write lock or a semaphore: any reader, writer
+    /// or permit holder).
     pub async fn is_locked(&self) -> Result<bool, LockError> {
         Ok(matches!(self.inspect().await?, Reply::Done(_)))
     }
@@ -133,8 +179,9 @@ impl Lock {
         })
     }
 
-    /// Deletes the lock whoever holds it and wakes a waiter. The holder's guard reports the loss
-    /// at its next renewal. Returns whether a lock was deleted.
+    /// Deletes the lock whoever holds it and wakes its waiters. The holder's guard reports the
+    /// loss at its next renewal (for a read/write lock or a semaphore, every holder's). Returns
+    /// whether a lock was deleted.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         let names = self.names()?;
         let reply = self
@@ -173,7 +220,15 @@ impl Lock {
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name()).finish()
+        let mut d = f.debug_struct("Lock");
+        d.field("name", &self.name());
+        if let Ok(names) = &self.names
+            && names.family != Family::Mutex
+        {
+            d.field("kind", &names.family.describe())
+                .field("mode", &self.mode);
+        }
+        d.finish()
     }
 }
 

@@ -30,6 +30,7 @@
 //! can name the same keys, so give unrelated applications unrelated prefixes.
 
 use crate::LockError;
+use crate::family::Family;
 
 /// The longest lock name accepted, in bytes.
 ///
@@ -59,6 +60,8 @@ pub(crate) struct LockNames {
     pub(crate) key: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    /// The primitive the name is used as: decides the scripts that run on these keys.
+    pub(crate) family: Family,
 }
 
 impl LockNames {
@@ -72,6 +75,7 @@ impl LockNames {
                 key: format!("{prefix}:#{name}"),
                 fence: format!("{prefix}:fence:#{name}"),
                 channel: format!("{prefix}:unlock:#{name}"),
+                family: Family::Mutex,
             }
         } else {
             // Our own `}` closes the key, so the role can follow it.
@@ -85,9 +89,30 @@ impl LockNames {
                 fence: format!("{key}:fence"),
                 channel: format!("{key}:unlock"),
                 key,
+                family: Family::Mutex,
             }
         };
         Ok(names)
+    }
+
+    /// The same keys, used as `family`.
+    pub(crate) fn with_family(mut self, family: Family) -> LockNames {
+        self.family = family;
+        self
+    }
+
+    /// Another key of this name, for `role` (a fair lock's `queue`, a semaphore's stored
+    /// `capacity`, …): in the same slot, and no other name can produce it, by the same rule as
+    /// the fencing counter and the channel (the role follows the closing brace, or goes in
+    /// front of a name with its own hash tag).
+    pub(crate) fn role(&self, role: &str) -> String {
+        if hash_tag(&self.name).is_some() {
+            // `P:#N`: the role goes before the user's text.
+            let prefix = &self.key[..self.key.len() - self.name.len() - 2];
+            format!("{prefix}:{role}:#{}", self.name)
+        } else {
+            format!("{}:{role}", self.key)
+        }
     }
 }
 
@@ -267,7 +292,11 @@ mod tests {
         }
     }
 
-    /// Property: across many adversarial names, every derived key (lock, fence, channel) is
+    /// The extra keys of the lock family (see `family.rs`).
+    const ROLES: [&str; 4] = ["queue", "places", "writers", "capacity"];
+
+    /// Property: across many adversarial names, every derived key (lock, fence, channel, the
+    /// family's extra keys) is
     /// derived from exactly one name in exactly one role.
     #[test]
     fn derived_keys_of_distinct_names_never_meet() {
@@ -278,11 +307,17 @@ mod tests {
         for name in &names {
             let n = LockNames::new("lock", name)
                 .unwrap_or_else(|e| panic!("{name:?} must be laid out, not rejected: {e}"));
+            assert_eq!(n.role("fence"), n.fence, "{name:?}");
+            assert_eq!(n.role("unlock"), n.channel, "{name:?}");
+            let roles = ROLES.map(|role| (role, n.role(role)));
             for (role, key) in [
                 ("key", &n.key),
                 ("fence", &n.fence),
                 ("channel", &n.channel),
-            ] {
+            ]
+            .into_iter()
+            .chain(roles.iter().map(|(role, key)| (*role, key)))
+            {
                 if let Some((other, other_role)) = owner.insert(key.clone(), (name.clone(), role)) {
                     panic!("{key:?} is the {role} of {name:?} and the {other_role} of {other:?}");
                 }
@@ -325,6 +360,9 @@ mod tests {
                 n.key,
                 n.channel
             );
+            for role in ROLES {
+                assert_eq!(tag, hashed_part(&n.role(role)), "{name:?}: {role}");
+            }
             if hashed_part(name) != name.as_bytes() {
                 assert_eq!(
                     tag,

@@ -110,6 +110,7 @@ impl HandOffTasks {
         jobs.retain(|job| {
             let next = job
                 .streak
+                .filter(|_| job.names.family.hands_off())
                 .and_then(|streak| self.handoffs.choose(&job.names.key, streak));
             let Some(next) = next else {
                 return true;

@@ -15,7 +15,7 @@ use redis::aio::AsyncPushSender;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{Acked, Backend, BoxFuture, Channels, GroupDone, HandOff, Release, Reply};
+use super::{Acked, Backend, BoxFuture, CapacityOp, Channels, GroupDone, HandOff, Release, Reply};
 use crate::names::LockNames;
 use crate::sync;
 
@@ -245,6 +245,18 @@ impl Backend for MemoryBackend {
             None => Reply::NotDone(0),
         };
         ready(Ok(reply))
+    }
+
+    fn semaphore_capacity<'a>(
+        &'a self,
+        _names: &'a LockNames,
+        _default_capacity: u32,
+        _op: CapacityOp,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        ready(Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the in-memory backend has mutexes only",
+        ))))
     }
 
     fn fails_over(&self) -> bool {

@@ -1,6 +1,6 @@
--- Delete the lock whoever holds it, and wake a waiter.
+-- Delete the lock whoever holds it (every reader and permit holder too), and wake every waiter.
 --
--- KEYS[1]  lock hash
+-- KEYS[1]  lock hash, or the holders of a semaphore or read/write lock
 -- KEYS[2]  unlock channel
 --
 -- Returns {1, 0} when a lock was deleted, {0, 0} when it was free, {-1, type} for foreign data.
@@ -8,9 +8,9 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
   return {0, 0}
 end
-if kind ~= 'hash' then
+if kind ~= 'hash' and kind ~= 'zset' then
   return {-1, kind}
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], '0')
+redis.call('PUBLISH', KEYS[2], '*')
 return {1, 0}

@@ -11,37 +11,66 @@ use std::sync::LazyLock;
 use redis::{Cmd, Script, Value};
 
 pub(crate) use crate::backend::{HandOff, Reply};
+use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
+/// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(&with_prelude(include_str!($file))))
+    };
+}
+
 /// Takes (or idempotently re-takes) the lock and bumps the fencing counter.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&with_grant(include_str!("acquire.lua"))));
+pub(crate) static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
 /// Releases our hold and publishes the unlock message, or hands the lock to a local waiter.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&with_grant(include_str!("release.lua"))));
-/// Renews many leases at once.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("renew.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = script!("release.lua");
+/// Takes a fair lock when it is our turn, or keeps our place in its queue.
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = script!("fair_acquire.lua");
+/// Releases a fair lock (or leaves its queue) and wakes the next waiter by name.
+pub(crate) static FAIR_RELEASE: LazyLock<Script> = script!("fair_release.lua");
+/// Takes the read or write side of a read/write lock.
+pub(crate) static RW_ACQUIRE: LazyLock<Script> = script!("rw_acquire.lua");
+/// Takes permits of a semaphore.
+pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> = script!("semaphore_acquire.lua");
+/// Releases a read/write lock's side or a semaphore's permits.
+pub(crate) static HOLDERS_RELEASE: LazyLock<Script> = script!("holders_release.lua");
+/// Reads or changes a semaphore's capacity.
+pub(crate) static SEMAPHORE_CAPACITY: LazyLock<Script> = script!("semaphore_capacity.lua");
+/// Renews many leases at once, of any family.
+pub(crate) static RENEW: LazyLock<Script> = script!("renew.lua");
 /// Deletes the lock whoever holds it and publishes the unlock message.
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> = script!("force_unlock.lua");
 /// Reads the lock's state.
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("inspect.lua")));
-/// [`RELEASE`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
+pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
+
+/// The sharded twin of a publishing script (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
-pub(crate) static RELEASE_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&sharded(&with_grant(include_str!("release.lua")))));
-/// [`FORCE_UNLOCK`] publishing on the lock's shard channel (`SPUBLISH`), for Redis Cluster.
+macro_rules! sharded_script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(&sharded(&with_prelude(include_str!($file)))))
+    };
+}
+
 #[cfg(feature = "cluster")]
-pub(crate) static FORCE_UNLOCK_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&sharded(include_str!("force_unlock.lua"))));
+static RELEASE_SHARDED: LazyLock<Script> = sharded_script!("release.lua");
+#[cfg(feature = "cluster")]
+static FORCE_UNLOCK_SHARDED: LazyLock<Script> = sharded_script!("force_unlock.lua");
+#[cfg(feature = "cluster")]
+static FAIR_RELEASE_SHARDED: LazyLock<Script> = sharded_script!("fair_release.lua");
+#[cfg(feature = "cluster")]
+static HOLDERS_RELEASE_SHARDED: LazyLock<Script> = sharded_script!("holders_release.lua");
+#[cfg(feature = "cluster")]
+static SEMAPHORE_CAPACITY_SHARDED: LazyLock<Script> = sharded_script!("semaphore_capacity.lua");
 
 /// The scripts that publish unlock messages, for classic or sharded pub/sub.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Publishing {
     pub(crate) release: &'static LazyLock<Script>,
     pub(crate) force_unlock: &'static LazyLock<Script>,
+    pub(crate) fair_release: &'static LazyLock<Script>,
+    pub(crate) holders_release: &'static LazyLock<Script>,
+    pub(crate) semaphore_capacity: &'static LazyLock<Script>,
 }
 
 impl Publishing {
@@ -49,6 +78,9 @@ impl Publishing {
     pub(crate) const CLASSIC: Publishing = Publishing {
         release: &RELEASE,
         force_unlock: &FORCE_UNLOCK,
+        fair_release: &FAIR_RELEASE,
+        holders_release: &HOLDERS_RELEASE,
+        semaphore_capacity: &SEMAPHORE_CAPACITY,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -56,12 +88,24 @@ impl Publishing {
     pub(crate) const SHARDED: Publishing = Publishing {
         release: &RELEASE_SHARDED,
         force_unlock: &FORCE_UNLOCK_SHARDED,
+        fair_release: &FAIR_RELEASE_SHARDED,
+        holders_release: &HOLDERS_RELEASE_SHARDED,
+        semaphore_capacity: &SEMAPHORE_CAPACITY_SHARDED,
     };
 }
 
-/// `grant.lua` (the one way a lock is granted) followed by `script`.
-fn with_grant(script: &str) -> String {
-    [include_str!("grant.lua"), script].concat()
+impl Publishing {
+    /// Every release script, to reload after the server lost them (a pipeline of background
+    /// releases may mix the families).
+    pub(crate) fn releases(&self) -> [&'static Script; 3] {
+        [self.release, self.fair_release, self.holders_release].map(|s| &**s)
+    }
+}
+
+/// `prelude.lua` (the shared functions: the one way a lock is granted, the fencing counter,
+/// the sorted-set helpers) followed by `script`.
+fn with_prelude(script: &str) -> String {
+    [include_str!("prelude.lua"), script].concat()
 }
 
 #[cfg(feature = "cluster")]
@@ -74,6 +118,19 @@ fn sharded(code: &str) -> String {
         );
     debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
     out
+}
+
+/// What a semaphore capacity call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CapacityOp {
+    /// How many permits are free.
+    Free,
+    /// The capacity in force (stored, or the handle's).
+    Capacity,
+    /// Store a capacity for every client.
+    Set(u32),
+    /// Remove the stored capacity.
+    Clear,
 }
 
 /// One script invocation: the script (to reload it) and its `EVALSHA` command.
@@ -108,27 +165,75 @@ impl Call {
 
     /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept
     /// `retention_ms` after its last use).
+    ///
+    /// The script is the name's family's: a fair lock's also keeps the waiter's place in its
+    /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
     pub(crate) fn acquire(
         names: &LockNames,
         owner: &str,
         lease_ms: u64,
         retention_ms: u64,
     ) -> Call {
-        Call::new(
-            &ACQUIRE,
-            &[&names.key, &names.fence],
-            [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)],
-        )
+        let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
+        let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
+        match names.family {
+            Family::Mutex => Call::new(&ACQUIRE, &[&names.key, &names.fence], args),
+            Family::Fair => Call::new(
+                &FAIR_ACQUIRE,
+                &[
+                    &names.key,
+                    &names.fence,
+                    &names.role("queue"),
+                    &names.role("places"),
+                ],
+                args.into_iter().chain([place_ms]),
+            ),
+            Family::ReadWrite => Call::new(
+                &RW_ACQUIRE,
+                &[&names.key, &names.fence, &names.role("writers")],
+                args.into_iter().chain([place_ms]),
+            ),
+            Family::Semaphore { capacity } => Call::new(
+                &SEMAPHORE_ACQUIRE,
+                &[&names.key, &names.fence, &names.role("capacity")],
+                args.into_iter().chain([Arg::Int(capacity.into())]),
+            ),
+        }
     }
 
     /// `release.lua`: release `owner`'s hold and publish the unlock message, or, with `next`,
     /// hand the lock to that waiting owner.
+    ///
+    /// For the other families: release `owner`'s hold *and* its place among the waiters (a
+    /// fair lock's queue, a read/write lock's waiting writers), waking the waiters that can
+    /// now go. `next` is for the mutex only.
     pub(crate) fn release(
         publishing: Publishing,
         names: &LockNames,
         owner: &str,
         next: Option<&HandOff<'_>>,
     ) -> Call {
+        let owner_arg = [Arg::Str(owner)];
+        match names.family {
+            Family::Mutex => {}
+            Family::Fair => {
+                let keys = [
+                    names.key.as_str(),
+                    &names.channel,
+                    &names.role("queue"),
+                    &names.role("places"),
+                ];
+                return Call::new(publishing.fair_release, &keys, owner_arg);
+            }
+            Family::ReadWrite => {
+                let keys = [names.key.as_str(), &names.channel, &names.role("writers")];
+                return Call::new(publishing.holders_release, &keys, owner_arg);
+            }
+            Family::Semaphore { .. } => {
+                let keys = [names.key.as_str(), &names.channel];
+                return Call::new(publishing.holders_release, &keys, owner_arg);
+            }
+        }
         let keys = [names.key.as_str(), &names.channel, &names.fence];
         let mut args = vec![Arg::Str(owner)];
         if let Some(next) = next {
@@ -147,6 +252,32 @@ impl Call {
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
     pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
         Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
+    }
+
+    /// `semaphore_capacity.lua`: a semaphore's free permits or capacity, or a change of its
+    /// stored capacity (which wakes every waiter).
+    pub(crate) fn semaphore_capacity(
+        publishing: Publishing,
+        names: &LockNames,
+        default_capacity: u32,
+        op: CapacityOp,
+    ) -> Call {
+        let keys = [names.key.as_str(), &names.role("capacity"), &names.channel];
+        let (op, value) = match op {
+            CapacityOp::Free => ("free", 0),
+            CapacityOp::Capacity => ("capacity", 0),
+            CapacityOp::Set(n) => ("set", n),
+            CapacityOp::Clear => ("clear", 0),
+        };
+        Call::new(
+            publishing.semaphore_capacity,
+            &keys,
+            [
+                Arg::Int(default_capacity.into()),
+                Arg::Str(op),
+                Arg::Int(value.into()),
+            ],
+        )
     }
 
     /// `inspect.lua`: the lock's state.
@@ -182,7 +313,8 @@ impl Call {
 
 impl redis::FromRedisValue for Reply {
     /// The `{code, detail}` pair every single-key script returns: `{1, n}` done, `{0, n}` not
-    /// done, `{2, token}` released and handed over, `{-1, type}` foreign data.
+    /// done, `{2, token}` released and handed over, `{3, capacity}` more permits asked than a
+    /// semaphore has, `{-1, type}` foreign data.
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let (code, detail): (i64, Value) = redis::FromRedisValue::from_redis_value(v)?;
         let int = |v: Value| -> Result<i64, redis::ParsingError> {
@@ -192,6 +324,7 @@ impl redis::FromRedisValue for Reply {
             1 => Ok(Reply::Done(int(detail)?)),
             0 => Ok(Reply::NotDone(int(detail)?)),
             2 => Ok(Reply::HandedOff(int(detail)?)),
+            3 => Ok(Reply::Exceeds(int(detail)?)),
             -1 => Ok(Reply::Foreign(redis::FromRedisValue::from_redis_value(
                 detail,
             )?)),
@@ -301,6 +434,9 @@ mod tests {
         for (classic, sharded) in [
             (&RELEASE, &RELEASE_SHARDED),
             (&FORCE_UNLOCK, &FORCE_UNLOCK_SHARDED),
+            (&FAIR_RELEASE, &FAIR_RELEASE_SHARDED),
+            (&HOLDERS_RELEASE, &HOLDERS_RELEASE_SHARDED),
+            (&SEMAPHORE_CAPACITY, &SEMAPHORE_CAPACITY_SHARDED),
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());
         }

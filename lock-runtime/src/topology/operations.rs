@@ -20,7 +20,7 @@ use super::Conn;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, Release, Reply};
 use crate::names::LockNames;
-use crate::script::{self, Call, Publishing};
+use crate::script::{self, Call, CapacityOp, Publishing};
 
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
@@ -127,7 +127,7 @@ impl RedisBackend {
         for call in &calls {
             pipe.add_command(call.cmd().clone());
         }
-        query_reloading(&mut self.conn.clone(), &pipe, &[self.publishing.release]).await?;
+        query_reloading(&mut self.conn.clone(), &pipe, &self.publishing.releases()).await?;
         Ok(Vec::new())
     }
 }
@@ -175,6 +175,24 @@ impl Backend for RedisBackend {
 
     fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
         Box::pin(self.read(Call::inspect(names)))
+    }
+
+    fn semaphore_capacity<'a>(
+        &'a self,
+        names: &'a LockNames,
+        default_capacity: u32,
+        op: CapacityOp,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        let call = Call::semaphore_capacity(self.publishing, names, default_capacity, op);
+        match op {
+            CapacityOp::Set(_) | CapacityOp::Clear => Box::pin(self.write(call)),
+            CapacityOp::Free | CapacityOp::Capacity => Box::pin(async move {
+                Ok(Acked {
+                    reply: self.read(call).await?,
+                    shortfall: None,
+                })
+            }),
+        }
     }
 
     fn fails_over(&self) -> bool {

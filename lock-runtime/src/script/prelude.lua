@@ -1,4 +1,47 @@
--- Shared by acquire.lua and release.lua (prepended to both): grant a free lock to an owner.
+-- Shared functions, prepended to every script that grants, renews or releases: `next_token`
+-- (the fencing counter), `grant` (a free mutex to an owner), `now_ms`, `extend`, and the
+-- helpers of the lock family's sorted sets (`foreign`, `expire`, `first_end`).
+
+-- The server clock in milliseconds.
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+
+-- Makes `key` live at least `ms` more milliseconds (never shortens it).
+local function extend(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- The reply for a key that holds data of another type, or nil when `result` (a `pcall`'s) is
+-- no error. Errors other than WRONGTYPE (READONLY, OOM, …) are raised for the client to see.
+local function foreign(result, key)
+  if type(result) == 'table' and result.err then
+    if not string.find(result.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(result.err)
+    end
+    return {-1, redis.call('TYPE', key)['ok']}
+  end
+  return nil
+end
+
+-- Removes the holders (or waiters' places) of sorted set `set` whose lease (or place) ended.
+local function expire(set, now)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+end
+
+-- Milliseconds until the first entry of sorted set `set` ends, or nil when it is empty.
+local function first_end(set, now)
+  local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(1, tonumber(first[2]) - now)
+  end
+  return nil
+end
+
+-- Bumps the fencing counter for a grant to `owner`.
 --
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
 -- data at the fencing counter, a server error, or {0, ms} while the owner's client yields the
@@ -10,7 +53,7 @@
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
 -- the counter per grant (its retention is set by the same SET).
-local function grant(lock, fence, owner, lease_ms, retention_ms)
+local function next_token(fence, owner, retention_ms)
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then
     if not string.find(last.err, 'WRONGTYPE', 1, true) then
@@ -48,6 +91,15 @@ local function grant(lock, fence, owner, lease_ms, retention_ms)
     end
   end
   redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+  return token
+end
+
+-- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease.
+local function grant(lock, fence, owner, lease_ms, retention_ms)
+  local token, reply = next_token(fence, owner, retention_ms)
+  if not token then
+    return nil, reply
+  end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease_ms)
   return token

@@ -1,0 +1,83 @@
+//! `RwLock`: many readers or one writer, across processes.
+
+use std::fmt;
+
+use crate::family::{Family, Mode};
+use crate::{Lock, LockClient};
+
+/// A distributed read/write lock: any number of readers, or one writer. Made by
+/// [`LockClient::rw_lock`]; cheap to clone.
+///
+/// Each side is a [`Lock`] with everything a mutex has: waiting by pub/sub, the watchdog or an
+/// explicit lease, [`LockGuard::lost`](crate::LockGuard::lost), a fencing token (the counter
+/// is shared by both sides, so a writer's token is above every earlier reader's and writer's),
+/// cancellation safety, and reentrancy by scope:
+///
+/// - inside a writer's [`scope`](crate::LockGuard::scope), taking either side re-enters;
+/// - inside a reader's scope, the read side re-enters, and the write side is refused with
+///   [`LockError::WouldDeadlock`](crate::LockError::WouldDeadlock) (an upgrade would wait for
+///   itself).
+///
+/// **Writers go first.** While a writer waits, new readers wait too, so a stream of readers
+/// cannot starve it; readers already in finish, then the writer goes. (So readers can wait
+/// behind a stream of writers: the lock suits read-mostly data, not write-mostly.) A waiting
+/// writer's claim lasts five seconds unless it refreshes it, which it does while it waits: a
+/// writer that dies while waiting holds readers back for at most that long; one that gives up
+/// or is cancelled lets them go at once.
+///
+/// **Crashed holders.** Every reader and the writer has its own lease inside the lock: a
+/// reader that dies blocks a writer until its own lease ends (the watchdog timeout, 30 s by
+/// default), never longer.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// let stock = locks.rw_lock("stock:42");
+///
+/// // Many readers at once, in every process.
+/// let reading = stock.read().acquire().await?;
+/// // … read the stock level …
+/// reading.release().await?;
+///
+/// // A restock holds it alone; readers wait meanwhile.
+/// let writing = stock.write().acquire().await?;
+/// let token = writing.fencing_token(); // pass it to the store
+/// # let _ = token;
+/// writing.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl RwLock {
+    pub(crate) fn new(client: &LockClient, name: &str) -> RwLock {
+        let read = Lock::of(client.clone(), name, Family::ReadWrite, Mode::Read);
+        let write = read.with_mode(Mode::Write);
+        RwLock { read, write }
+    }
+
+    /// The lock name (as given, without prefix).
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+
+    /// The read side: shared with other readers, excluded by a writer.
+    pub fn read(&self) -> &Lock {
+        &self.read
+    }
+
+    /// The write side: excludes readers and other writers.
+    pub fn write(&self) -> &Lock {
+        &self.write
+    }
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.name())
+            .finish()
+    }
+}

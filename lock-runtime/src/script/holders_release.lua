@@ -1,0 +1,45 @@
+-- Release our hold of a semaphore or read/write lock, or stop waiting as a writer; wake as
+-- many waiters as can now go.
+--
+-- KEYS[1]  holders (see semaphore_acquire.lua and rw_acquire.lua)
+-- KEYS[2]  unlock channel
+-- KEYS[3]  (read/write lock only) waiting writers
+-- ARGV[1]  owner id
+--
+-- The message says how many waiters each process wakes: a semaphore's freed permits (never a
+-- thundering herd), or '*' (all of them) once a read/write lock is free or a waiting writer
+-- that held readers back is gone.
+--
+-- Returns {1, 0} when released, {0, 0} when this owner held nothing, {-1, type} for foreign
+-- data.
+local function release(set, channel, writers, owner)
+  local removed = redis.pcall('ZREM', set, owner)
+  local bad = foreign(removed, set)
+  if bad then
+    return bad
+  end
+  local left = 0
+  if writers then
+    left = redis.call('ZREM', writers, owner)
+  end
+  local wake = nil
+  if removed == 1 then
+    local permits = string.match(owner, '#(%d+)$')
+    if permits then
+      wake = permits
+    elseif redis.call('ZCARD', set) == 0 then
+      wake = '*'
+    end
+  elseif left == 1 and redis.call('ZCARD', writers) == 0 then
+    wake = '*'
+  end
+  if wake then
+    redis.call('PUBLISH', channel, wake)
+  end
+  if removed == 1 then
+    return {1, 0}
+  end
+  return {0, 0}
+end
+
+return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1])

@@ -1,0 +1,61 @@
+-- Take permits of a semaphore, or re-take our own (idempotent for the same owner id).
+--
+-- KEYS[1]  permit holders: a sorted set, member = owner id ending in `#<permits>`, score = the
+--          holder's lease end in server milliseconds
+-- KEYS[2]  fencing counter
+-- KEYS[3]  stored capacity (a decimal string without TTL), when an operator set one
+-- ARGV[1]  owner id
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  fencing counter retention in milliseconds
+-- ARGV[4]  the capacity while none is stored
+--
+-- Holders whose lease ended are removed first: a crashed process's permits come back when its
+-- lease ends. Returns {1, token} when taken, {0, ms} when too few permits are free (ms: until
+-- the first holder's lease ends), {3, capacity} when the request is larger than the capacity,
+-- {-1, type} when a key holds data that is not a semaphore (nothing written).
+local function permits_of(member)
+  return tonumber(string.match(member, '#(%d+)$')) or 1
+end
+
+local function acquire(set, fence, stored, owner, lease_ms, retention_ms, default_capacity)
+  local bad = foreign(redis.pcall('ZSCORE', set, owner), set)
+  if bad then
+    return bad
+  end
+  local capacity = tonumber(default_capacity)
+  local value = redis.pcall('GET', stored)
+  bad = foreign(value, stored)
+  if bad then
+    return bad
+  end
+  if value then
+    if not string.match(value, '^%d+$') or string.len(value) > 10 then
+      return {-1, 'string'}
+    end
+    capacity = tonumber(value)
+  end
+  local wanted = permits_of(owner)
+  if wanted > capacity then
+    return {3, capacity}
+  end
+  local now = now_ms()
+  expire(set, now)
+  if not redis.call('ZSCORE', set, owner) then
+    local used = 0
+    for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+      used = used + permits_of(member)
+    end
+    if used + wanted > capacity then
+      return {0, first_end(set, now) or 1}
+    end
+  end
+  local token, reply = next_token(fence, owner, retention_ms)
+  if not token then
+    return reply
+  end
+  redis.call('ZADD', set, now + tonumber(lease_ms), owner)
+  extend(set, lease_ms)
+  return {1, token}
+end
+
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])

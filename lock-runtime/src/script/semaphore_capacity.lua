@@ -1,0 +1,48 @@
+-- Read, store or clear a semaphore's capacity; how many permits are free.
+--
+-- KEYS[1]  permit holders (see semaphore_acquire.lua)
+-- KEYS[2]  stored capacity
+-- KEYS[3]  unlock channel
+-- ARGV[1]  the capacity while none is stored
+-- ARGV[2]  'free', 'capacity', 'set' or 'clear'
+-- ARGV[3]  the capacity to store ('set')
+--
+-- A change wakes every waiter (more permits may be free). Returns {1, capacity} for
+-- 'capacity', else {1, free permits} (never below 0); {-1, type} for foreign data (nothing
+-- written).
+local function capacity(set, stored, channel, default_capacity, op, value)
+  local bad = foreign(redis.pcall('ZCARD', set), set)
+  if bad then
+    return bad
+  end
+  local current = redis.pcall('GET', stored)
+  bad = foreign(current, stored)
+  if bad then
+    return bad
+  end
+  if current and (not string.match(current, '^%d+$') or string.len(current) > 10) then
+    return {-1, 'string'}
+  end
+  if op == 'set' then
+    redis.call('SET', stored, value)
+    current = value
+  elseif op == 'clear' then
+    redis.call('DEL', stored)
+    current = nil
+  end
+  local cap = tonumber(current or default_capacity)
+  if op == 'capacity' then
+    return {1, cap}
+  end
+  local now = now_ms()
+  local used = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf')) do
+    used = used + (tonumber(string.match(member, '#(%d+)$')) or 1)
+  end
+  if op == 'set' or op == 'clear' then
+    redis.call('PUBLISH', channel, '*')
+  end
+  return {1, math.max(0, cap - used)}
+end
+
+return capacity(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])

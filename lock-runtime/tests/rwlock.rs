@@ -1,0 +1,238 @@
+//! Read/write locks against a real redis-server: shared readers, an exclusive writer, writers
+//! first, reentrancy by scope, crashed and cancelled holders and waiters, bad input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockError, LockOptions};
+use lock_tests::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_writer_excludes_everyone() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let r1 = a.rw_lock("stock").read().acquire().await.unwrap();
+    let r2 = b
+        .rw_lock("stock")
+        .read()
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("readers share the lock");
+    let err = b
+        .rw_lock("stock")
+        .write()
+        .try_acquire(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = b.rw_lock("stock").write().acquire().await.unwrap();
+    for side in [
+        a.rw_lock("stock").read().clone(),
+        a.rw_lock("stock").write().clone(),
+    ] {
+        let err = side.try_acquire(Duration::ZERO).await.unwrap_err();
+        assert!(err.is_busy(), "{side:?}: {err:?}");
+    }
+    assert!(a.rw_lock("stock").read().is_locked().await.unwrap());
+    w.release().await.unwrap();
+    // Only the fencing counter stays (for its retention).
+    assert_eq!(redis.keys("lock:*"), ["lock:{stock}:fence"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_goes_before_new_readers() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let c = common::client(&redis).await;
+    let reader = a.rw_lock("hot").read().acquire().await.unwrap();
+    let writer = tokio::spawn(async move {
+        let w = b.rw_lock("hot").write().acquire().await.unwrap();
+        let at = Instant::now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        w.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A stream of new readers would starve the writer: they wait behind it instead.
+    let late = c.rw_lock("hot").read().clone();
+    let err = late
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    let late_reader = tokio::spawn(async move {
+        let r = late.acquire().await.unwrap();
+        let at = Instant::now();
+        r.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    reader.release().await.unwrap();
+    let wrote = writer.await.unwrap();
+    let read = late_reader.await.unwrap();
+    assert!(read > wrote, "the waiting writer went first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_may_read_in_its_scope_a_reader_may_not_write() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let rw = a.rw_lock("doc");
+    let w = rw.write().acquire().await.unwrap();
+    w.scope(async {
+        let r = rw.read().acquire().await.unwrap();
+        assert!(r.is_reentrant());
+        assert_eq!(r.fencing_token(), w.fencing_token());
+    })
+    .await;
+    w.release().await.unwrap();
+    let r = rw.read().acquire().await.unwrap();
+    r.scope(async {
+        let again = rw.read().acquire().await.unwrap();
+        assert!(again.is_reentrant());
+        let err = rw.write().acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::WouldDeadlock { .. }), "{err:?}");
+    })
+    .await;
+    r.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_reader_blocks_a_writer_for_its_lease_only() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let lease = Duration::from_millis(400);
+    let dead = a
+        .rw_lock("crashy")
+        .read()
+        .acquire_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let live = a.rw_lock("crashy").read().acquire().await.unwrap();
+    std::mem::forget(dead);
+    live.release().await.unwrap();
+    let start = Instant::now();
+    let w = b
+        .rw_lock("crashy")
+        .write()
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    w.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_lets_readers_in_at_once() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let reader = a.rw_lock("shy").read().acquire().await.unwrap();
+    // Cancelled while it waits (its claim would otherwise hold readers back for 5 s).
+    let writer = tokio::spawn(async move { b.rw_lock("shy").write().acquire().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(redis.cmd(&["ZCARD", "lock:{shy}:writers"]).int(), Some(1));
+    writer.abort();
+    let _ = writer.await;
+    let start = Instant::now();
+    let r = a
+        .rw_lock("shy")
+        .read()
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    // And one that timed out.
+    let b = common::client(&redis).await;
+    let err = b
+        .rw_lock("shy")
+        .write()
+        .try_acquire(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy());
+    assert!(
+        common::eventually(Duration::from_secs(1), || redis
+            .keys("lock:{shy}:writers")
+            .is_empty())
+        .await
+    );
+    reader.release().await.unwrap();
+    r.release().await.unwrap();
+    common::assert_unsubscribed(&redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_read_and_write_holds() {
+    let redis = RedisServer::start();
+    let a = common::client_with_watchdog(&redis, Duration::from_millis(300)).await;
+    let b = common::client(&redis).await;
+    let r = a.rw_lock("long").read().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!r.is_lost());
+    assert!(
+        b.rw_lock("long")
+            .write()
+            .try_acquire(Duration::ZERO)
+            .await
+            .is_err()
+    );
+    r.release().await.unwrap();
+    let w = a.rw_lock("long").write().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!w.is_lost());
+    assert!(
+        b.rw_lock("long")
+            .read()
+            .try_acquire(Duration::ZERO)
+            .await
+            .is_err()
+    );
+    // Forced open: the holder hears of it at its next renewal.
+    assert!(b.rw_lock("long").write().force_unlock().await.unwrap());
+    let err = tokio::time::timeout(Duration::from_secs(2), w.lost())
+        .await
+        .expect("loss reported");
+    assert!(err.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_of_other_kinds_and_foreign_data_are_typed_errors() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let mutex = a.lock("taken").acquire().await.unwrap();
+    for side in [
+        a.rw_lock("taken").read().clone(),
+        a.rw_lock("taken").write().clone(),
+    ] {
+        let err = side.acquire().await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::ForeignData { found, .. } if found == "hash"),
+            "{err:?}"
+        );
+    }
+    mutex.release().await.unwrap();
+    let permit = a.semaphore("sem", 1).acquire().await.unwrap();
+    // A semaphore's holders are a sorted set too: its permit is not a read hold.
+    let err = a.lock("sem").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::ForeignData { .. }), "{err:?}");
+    permit.release().await.unwrap();
+    redis.cmd(&["RPUSH", "lock:{list}:writers", "x"]);
+    let err = a.rw_lock("list").write().acquire().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::ForeignData { found, .. } if found == "list"),
+        "{err:?}"
+    );
+    assert_eq!(redis.cmd(&["LLEN", "lock:{list}:writers"]).int(), Some(1));
+}

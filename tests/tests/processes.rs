@@ -89,3 +89,263 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_within_its_lease() {
     assert!(guard.fencing_token() > token);
     guard.release().await.unwrap();
 }
+
+/// One critical section a `lock-worker family` process reported.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    write: bool,
+    asked: u64,
+    start: u64,
+    end: u64,
+}
+
+/// Runs `processes` workers of `lock-worker family` on one primitive and collects their
+/// sections (CLOCK_MONOTONIC, comparable across processes).
+async fn family_sections(
+    redis: &RedisServer,
+    kind: &str,
+    name: &str,
+    processes: usize,
+    tasks: usize,
+    rounds: usize,
+    hold_ms: u64,
+) -> Vec<Section> {
+    let mut children = Vec::new();
+    for _ in 0..processes {
+        children.push(
+            Command::new(WORKER)
+                .args(["family", &redis.url(), kind, name])
+                .args([tasks, rounds].map(|n| n.to_string()))
+                .arg(hold_ms.to_string())
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn lock-worker"),
+        );
+    }
+    let mut sections = Vec::new();
+    for child in children {
+        let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+            .await
+            .expect("worker finished in time")
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(text.lines().last(), Some("done"), "{text}");
+        for line in text.lines().filter(|l| l.starts_with("section ")) {
+            let f: Vec<&str> = line.split(' ').collect();
+            sections.push(Section {
+                write: f[1] == "write",
+                asked: f[2].parse().unwrap(),
+                start: f[3].parse().unwrap(),
+                end: f[4].parse().unwrap(),
+            });
+        }
+    }
+    assert_eq!(sections.len(), processes * tasks * rounds);
+    sections
+}
+
+/// The most sections inside at once, by sweeping their starts and ends.
+fn most_at_once(sections: &[Section]) -> usize {
+    let mut events: Vec<(u64, i32)> = sections
+        .iter()
+        .flat_map(|s| [(s.start, 1), (s.end, -1)])
+        .collect();
+    // At a tie an end comes first: touching sections do not overlap.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, delta) in events {
+        now += delta;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_never_hold_more_permits_than_the_capacity() {
+    let redis = RedisServer::start();
+    let sections = family_sections(&redis, "semaphore:3", "supplier", 3, 4, 15, 5).await;
+    let most = most_at_once(&sections);
+    assert!(most <= 3, "{most} permit holders at once");
+    assert_eq!(most, 3, "the capacity was used in full");
+    assert!(redis.keys("lock:{supplier}").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_never_overlap_a_writer_with_anyone() {
+    let redis = RedisServer::start();
+    let sections = family_sections(&redis, "rw", "stock", 3, 4, 12, 4).await;
+    let writes: Vec<&Section> = sections.iter().filter(|s| s.write).collect();
+    assert!(!writes.is_empty());
+    for w in &writes {
+        for other in &sections {
+            if std::ptr::eq(*w, other) {
+                continue;
+            }
+            assert!(
+                other.end <= w.start || other.start >= w.end,
+                "writer {w:?} overlaps {other:?}"
+            );
+        }
+    }
+    let readers = sections
+        .iter()
+        .filter(|s| !s.write)
+        .cloned()
+        .collect::<Vec<_>>();
+    assert!(most_at_once(&readers) > 1, "readers ran in parallel");
+    assert!(
+        redis
+            .keys("lock:{stock}*")
+            .iter()
+            .all(|k| k.ends_with(":fence"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_take_a_fair_lock_in_the_order_they_asked() {
+    // Everybody waits: each process's tasks ask again right after their turn, so the queue is
+    // never empty.
+    let redis = RedisServer::start();
+    let mut sections = family_sections(&redis, "fair", "drop", 3, 3, 12, 3).await;
+    sections.sort_by_key(|s| s.start);
+    assert!(most_at_once(&sections) == 1, "exclusive");
+    // Order: a section that asked well before another (more than the tolerance, which covers
+    // the round trip between asking and joining the queue on a busy machine) started first.
+    const TOLERANCE_NS: u64 = 20_000_000;
+    let mut pairs = 0u64;
+    let mut inversions = Vec::new();
+    for (i, a) in sections.iter().enumerate() {
+        for b in &sections[i + 1..] {
+            // `b` started later; it must not have asked clearly earlier than `a`...
+            if a.asked > b.start || b.asked > a.start {
+                // ...unless one asked after the other had started (no contention between them).
+                continue;
+            }
+            pairs += 1;
+            if b.asked + TOLERANCE_NS < a.asked {
+                inversions.push((a.asked - b.asked, *a, *b));
+            }
+        }
+    }
+    println!(
+        "fair order: {pairs} contended pairs, {} inversions beyond 20 ms",
+        inversions.len()
+    );
+    assert!(
+        pairs > 100,
+        "too little contention to judge the order: {pairs}"
+    );
+    assert!(
+        inversions.is_empty(),
+        "{:?}",
+        &inversions[..inversions.len().min(5)]
+    );
+}
+
+/// Spawns `lock-worker hold-family` and returns it with its stdout lines.
+async fn hold_family(
+    redis: &RedisServer,
+    kind: &str,
+    name: &str,
+    watchdog_ms: u64,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let mut child = Command::new(WORKER)
+        .args(["hold-family", &redis.url(), kind, name])
+        .arg(watchdog_ms.to_string())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn lock-worker");
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+async fn next_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a line in time")
+        .unwrap()
+        .expect("a line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_holder_killed_with_sigkill_gives_its_permit_back_within_its_lease() {
+    let redis = RedisServer::start();
+    let (mut holder, mut lines) = hold_family(&redis, "semaphore:1", "crash", 1000).await;
+    assert!(next_line(&mut lines).await.starts_with("held "));
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sem = locks.semaphore("crash", 1);
+    assert_eq!(sem.available().await.unwrap(), 0, "renewed past its lease");
+    holder.start_kill().unwrap();
+    holder.wait().await.unwrap();
+    let killed = Instant::now();
+    let permit = sem.try_acquire(Duration::from_secs(3)).await.unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_millis(2000),
+        "{:?}",
+        killed.elapsed()
+    );
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_killed_with_sigkill_blocks_a_writer_for_its_lease_only() {
+    let redis = RedisServer::start();
+    let (mut holder, mut lines) = hold_family(&redis, "read", "crash", 1000).await;
+    assert!(next_line(&mut lines).await.starts_with("held "));
+    holder.start_kill().unwrap();
+    holder.wait().await.unwrap();
+    let killed = Instant::now();
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    let w = locks
+        .rw_lock("crash")
+        .write()
+        .try_acquire(Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_millis(2000),
+        "{:?}",
+        killed.elapsed()
+    );
+    w.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_killed_with_sigkill_stops_blocking_the_queue_within_its_place() {
+    let redis = RedisServer::start();
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    let held = locks.fair_lock("queue").acquire().await.unwrap();
+    let (mut waiter, mut lines) = hold_family(&redis, "fair", "queue", 1000).await;
+    assert_eq!(next_line(&mut lines).await, "waiting");
+    assert_eq!(redis.cmd(&["ZCARD", "lock:{queue}:queue"]).int(), Some(1));
+    // A live waiter of this process queues behind the one about to die.
+    let other = locks.clone();
+    let behind = tokio::spawn(async move {
+        let g = other.fair_lock("queue").acquire().await.unwrap();
+        let at = Instant::now();
+        (g, at)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.start_kill().unwrap();
+    waiter.wait().await.unwrap();
+    let killed = Instant::now();
+    held.release().await.unwrap();
+    let (g, at) = tokio::time::timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("the queue healed")
+        .unwrap();
+    // The dead waiter's place lasts at most 5 s from its last refresh.
+    assert!(
+        at - killed < Duration::from_millis(5500),
+        "{:?}",
+        at - killed
+    );
+    g.release().await.unwrap();
+}

@@ -6,6 +6,15 @@
 //!     `done <n>` and exits.
 //! lock-worker hold <redis-url> <lock> <watchdog-ms>
 //!     takes <lock> with the watchdog, prints `held <fencing-token>`, then sleeps until killed.
+//! lock-worker family <redis-url> <kind> <name> <tasks> <rounds> <hold-ms>
+//!     <kind> is `semaphore:<capacity>`, `rw` (one section in four writes) or `fair`; each task
+//!     takes the primitive <rounds> times and holds it <hold-ms>; prints one line per section,
+//!     `section <read|write|permit|fair> <asked-ns> <start-ns> <end-ns>` (CLOCK_MONOTONIC,
+//!     comparable across processes), then `done`.
+//! lock-worker hold-family <redis-url> <kind> <name> <watchdog-ms>
+//!     takes <name> as <kind> (`semaphore:<capacity>`, `read`, `write`, `fair`) with the
+//!     watchdog, prints `held <fencing-token>`, then sleeps until killed; if it has to wait,
+//!     it prints `waiting` first.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
@@ -79,11 +88,104 @@ async fn run(args: Vec<&str>) {
             println!("held {}", guard.fencing_token());
             std::future::pending::<()>().await;
         }
+        ["family", url, kind, name, tasks, rounds, hold_ms] => {
+            family::sections(url, kind, name, tasks, rounds, hold_ms).await;
+        }
+        ["hold-family", url, kind, name, watchdog_ms] => {
+            family::hold(url, kind, name, watchdog_ms).await;
+        }
         ["chaos", rest @ ..] => chaos::workload(rest).await,
         _ => {
             eprintln!("usage: lock-worker count … | hold … | chaos … | block … (see the source)");
             std::process::exit(2);
         }
+    }
+}
+
+mod family {
+    use std::time::Duration;
+
+    use lock_runtime::{LockClient, LockError, LockGuard};
+    use lock_tests::mono_ns;
+
+    /// Takes `name` as `kind` once; `write` picks the write side of a read/write lock.
+    async fn take(
+        locks: &LockClient,
+        kind: &str,
+        name: &str,
+        write: bool,
+    ) -> Result<(LockGuard, &'static str), LockError> {
+        if let Some(capacity) = kind.strip_prefix("semaphore:") {
+            let capacity = capacity.parse().expect("capacity");
+            let guard = locks.semaphore(name, capacity).acquire().await?;
+            return Ok((guard, "permit"));
+        }
+        match kind {
+            "fair" => Ok((locks.fair_lock(name).acquire().await?, "fair")),
+            "rw" | "read" | "write" if write || kind == "write" => {
+                Ok((locks.rw_lock(name).write().acquire().await?, "write"))
+            }
+            "rw" | "read" => Ok((locks.rw_lock(name).read().acquire().await?, "read")),
+            other => panic!("unknown kind {other}"),
+        }
+    }
+
+    pub(super) async fn sections(
+        url: &str,
+        kind: &str,
+        name: &str,
+        tasks: &str,
+        rounds: &str,
+        hold_ms: &str,
+    ) {
+        let tasks: usize = tasks.parse().expect("tasks");
+        let rounds: usize = rounds.parse().expect("rounds");
+        let hold = Duration::from_millis(hold_ms.parse().expect("hold ms"));
+        let locks = LockClient::connect(url).await.expect("connect");
+        let mut handles = Vec::new();
+        for task in 0..tasks {
+            let (locks, kind, name) = (locks.clone(), kind.to_owned(), name.to_owned());
+            handles.push(tokio::spawn(async move {
+                let mut lines = Vec::new();
+                for round in 0..rounds {
+                    let write = (task + round) % 4 == 0;
+                    let asked = mono_ns();
+                    let (guard, what) = take(&locks, &kind, &name, write).await.expect("take");
+                    let start = mono_ns();
+                    tokio::time::sleep(hold).await;
+                    let end = mono_ns();
+                    assert!(!guard.is_lost(), "lost while held");
+                    guard.release().await.expect("release");
+                    lines.push(format!("section {what} {asked} {start} {end}"));
+                }
+                lines
+            }));
+        }
+        for handle in handles {
+            for line in handle.await.expect("task") {
+                println!("{line}");
+            }
+        }
+        println!("done");
+    }
+
+    pub(super) async fn hold(url: &str, kind: &str, name: &str, watchdog_ms: &str) {
+        let locks = LockClient::builder(url)
+            .watchdog_timeout(Duration::from_millis(watchdog_ms.parse().expect("ms")))
+            .build()
+            .await
+            .expect("connect");
+        let waiting = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            println!("waiting");
+            std::future::pending::<()>().await
+        };
+        let (guard, _) = tokio::select! {
+            taken = take(&locks, kind, name, false) => taken.expect("take"),
+            () = waiting => unreachable!(),
+        };
+        println!("held {}", guard.fencing_token());
+        std::future::pending::<()>().await;
     }
 }
 

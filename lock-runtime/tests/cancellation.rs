@@ -450,6 +450,86 @@ async fn a_scope_cancelled_at_any_poll_leaves_nothing_behind() {
     .await;
 }
 
+/// Takes `first`, then waits for `second` (another owner of the same lock) while `first` is
+/// released: the fast path, the wait (with its place in Redis for a fair lock or a writer) and
+/// the wake-up, in one future.
+async fn hand_over<A, B, FA, FB>(first: A, second: B)
+where
+    A: FnOnce() -> FA,
+    B: FnOnce() -> FB,
+    FA: Future<Output = Result<LockGuard, LockError>>,
+    FB: Future<Output = Result<LockGuard, LockError>>,
+{
+    let held = first().await.expect("first");
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        held.release().await.expect("release first");
+    };
+    let ((), taken) = tokio::join!(release, second());
+    taken
+        .expect("second")
+        .release()
+        .await
+        .expect("release second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_hand_over_cancelled_at_any_poll_leaves_no_hold_place_or_subscription() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "fair", |locks, name| async move {
+        let lock = locks.fair_lock(&name);
+        let fut = async move { hand_over(|| lock.acquire(), || lock.acquire()).await };
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_hand_over_cancelled_at_any_poll_leaves_no_hold_claim_or_subscription() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "rw", |locks, name| async move {
+        let rw = locks.rw_lock(&name);
+        let fut = async move {
+            // A reader holds; a writer waits (with its claim in Redis), then takes it.
+            hand_over(|| rw.read().acquire(), || rw.write().acquire()).await
+        };
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_hand_over_cancelled_at_any_poll_leaves_no_permit_or_subscription() {
+    let redis = RedisServer::start();
+    cancel_at_every_poll(&redis, "semaphore", |locks, name| async move {
+        let sem = locks.semaphore(&name, 2);
+        let fut = async move {
+            hand_over(
+                || sem.acquire_many(2, LockOptions::new()),
+                || sem.acquire_many(1, LockOptions::new()),
+            )
+            .await
+        };
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    })
+    .await;
+}
+
 /// The names of a three-lock MultiLock.
 fn three(name: &str) -> Vec<String> {
     (1..=3).map(|i| format!("{name}-{i}")).collect()

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod chaos;
 mod client;
+pub mod family;
 mod process;
 mod proxy;
 pub mod topology;

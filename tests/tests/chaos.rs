@@ -13,6 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_tests::chaos::{self, Outcome, Record, StoreState};
+use lock_tests::family::{Section, check_family};
 use lock_tests::{RedisServer, TcpProxy, mono_ns};
 use tokio::process::{Child, Command};
 
@@ -22,6 +23,8 @@ const KEYS: usize = 3;
 const HOT_PROCESSES: usize = 3;
 const HOT_PHASE: Duration = Duration::from_secs(20);
 const WATCHDOG_MS: u64 = 1500;
+/// Processes running the lock family's workload (semaphore, read/write, fair) meanwhile.
+const FAMILY_PROCESSES: usize = 3;
 
 #[derive(Debug, Clone, Copy)]
 enum Fault {
@@ -137,6 +140,22 @@ async fn exclusion_and_fencing_hold_under_faults() {
                 total.as_millis() as u64,
                 &dir.join(format!("w{i}.tsv")),
             )
+        })
+        .collect();
+    // The lock family, under the same faults, for the whole run.
+    let family: Vec<(Child, PathBuf)> = (0..FAMILY_PROCESSES)
+        .map(|i| {
+            let out = dir.join(format!("family{i}.tsv"));
+            let child = Command::new(WORKER)
+                .args(["family-chaos", &lock_url])
+                .arg(total.as_millis().to_string())
+                .arg(WATCHDOG_MS.to_string())
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn lock-worker");
+            (child, out)
         })
         .collect();
     let mut wiped: Vec<(u64, u64)> = Vec::new();
@@ -313,6 +332,22 @@ async fn exclusion_and_fencing_hold_under_faults() {
         records.extend(blocked);
     }
 
+    let mut sections = Vec::new();
+    for (child, out) in family {
+        let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("family worker finished")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&done.stdout);
+        assert!(done.status.success(), "family worker: {stdout}");
+        assert!(
+            stdout.contains("exit held=0 subscribed=0"),
+            "a family worker leaked holds or subscriptions: {stdout}"
+        );
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        sections.extend(text.lines().filter_map(Section::parse));
+    }
+
     // Nothing leaked on the lock server.
     let settled = {
         let mut ok = false;
@@ -372,6 +407,14 @@ async fn exclusion_and_fencing_hold_under_faults() {
         state.insert(key, StoreState { value, log });
     }
     let report = chaos::check(&records, &state, &wiped);
+    // The fair order is judged away from faults (and 2 s after each, for waiters to settle).
+    let fault_windows: Vec<(u64, u64)> = injected
+        .iter()
+        .map(|&(_, from, to)| (from, to + 2_000_000_000))
+        .chain(kills.iter().map(|&at| (at, at + 2_000_000_000)))
+        .collect();
+    let family_report = check_family(&sections, &wiped, &fault_windows);
+    println!("chaos, lock family: {family_report}");
     println!(
         "chaos: {seconds} s, {processes} processes × {tasks} tasks, {} faults injected ({:?}), \
          {} critical sections, {} commits, {} fenced off, {} saw lost(), {} overlaps excused \
@@ -403,6 +446,17 @@ async fn exclusion_and_fencing_hold_under_faults() {
         "violations:\n{}",
         report.violations.join("\n")
     );
+    assert!(
+        family_report.violations.is_empty(),
+        "lock family violations:\n{}",
+        family_report.violations.join("\n")
+    );
+    let [sem, read, write, fair] = family_report.sections;
+    assert!(
+        sem >= 200 && read >= 50 && write >= 20 && fair >= 100,
+        "too little lock-family work got done: {family_report}"
+    );
+    assert_eq!(family_report.most_permits, 2, "{family_report}");
     assert!(
         report.commits >= 200,
         "too little work got done: {}",

@@ -15,6 +15,12 @@
 //!     takes <name> as <kind> (`semaphore:<capacity>`, `read`, `write`, `fair`) with the
 //!     watchdog, prints `held <fencing-token>`, then sleeps until killed; if it has to wait,
 //!     it prints `waiting` first.
+//! lock-worker family-chaos <redis-url> <duration-ms> <watchdog-ms> <out>
+//!     the lock family under faults: six tasks, two on a semaphore of 2 permits, two on a
+//!     read/write lock (one section in four writes), two on a fair lock, each taking it again
+//!     and again until <duration-ms> passed, riding out errors; one line per section is
+//!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`;
+//!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
@@ -94,6 +100,9 @@ async fn run(args: Vec<&str>) {
         ["hold-family", url, kind, name, watchdog_ms] => {
             family::hold(url, kind, name, watchdog_ms).await;
         }
+        ["family-chaos", url, ms, watchdog_ms, out] => {
+            family::chaos(url, ms, watchdog_ms, out).await;
+        }
         ["chaos", rest @ ..] => chaos::workload(rest).await,
         _ => {
             eprintln!("usage: lock-worker count … | hold … | chaos … | block … (see the source)");
@@ -167,6 +176,81 @@ mod family {
             }
         }
         println!("done");
+    }
+
+    pub(super) async fn chaos(url: &str, ms: &str, watchdog_ms: &str, out: &str) {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+
+        let until = tokio::time::Instant::now() + Duration::from_millis(ms.parse().expect("ms"));
+        let locks = LockClient::builder(url)
+            .watchdog_timeout(Duration::from_millis(watchdog_ms.parse().expect("ms")))
+            .response_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .expect("connect");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out)
+            .expect("out file");
+        let file = Arc::new(Mutex::new(file));
+        let kinds = ["semaphore:2", "semaphore:2", "rw", "rw", "fair", "fair"];
+        let mut handles = Vec::new();
+        for (task, kind) in kinds.into_iter().enumerate() {
+            let (locks, file) = (locks.clone(), file.clone());
+            handles.push(tokio::spawn(async move {
+                let name = match kind {
+                    "rw" => "family:rw",
+                    "fair" => "family:fair",
+                    _ => "family:sem",
+                };
+                let mut sections = 0usize;
+                let mut round = 0usize;
+                while tokio::time::Instant::now() < until {
+                    round += 1;
+                    let write = (task + round) % 4 == 0;
+                    let asked = mono_ns();
+                    let taken = tokio::time::timeout(
+                        Duration::from_secs(3),
+                        take(&locks, kind, name, write),
+                    )
+                    .await;
+                    let Ok(Ok((guard, what))) = taken else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let start = mono_ns();
+                    tokio::time::sleep(Duration::from_millis(2 + (round % 4) as u64)).await;
+                    let end = mono_ns();
+                    let lost = guard.is_lost();
+                    let what = if what == "permit" { "semaphore" } else { what };
+                    {
+                        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+                        let _ = writeln!(f, "{what} {asked} {start} {end} {lost}");
+                    }
+                    sections += 1;
+                    let _ = guard.release().await;
+                }
+                sections
+            }));
+        }
+        let mut sections = 0;
+        for handle in handles {
+            sections += handle.await.expect("task");
+        }
+        // Let background releases and unsubscriptions settle.
+        for _ in 0..100 {
+            if locks.held_locks() == 0 && locks.subscribed_channels() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!(
+            "exit held={} subscribed={} sections={sections}",
+            locks.held_locks(),
+            locks.subscribed_channels()
+        );
     }
 
     pub(super) async fn hold(url: &str, kind: &str, name: &str, watchdog_ms: &str) {

@@ -56,6 +56,9 @@ async fn locks_on_a_cluster() {
     let t = Instant::now();
     prompt_wake_up_through_sharded_pub_sub(&cluster).await;
     eprintln!("wake-up: {:?}", t.elapsed());
+    let t = Instant::now();
+    the_lock_family_on_every_master(&cluster).await;
+    eprintln!("lock family: {:?}", t.elapsed());
     names_with_their_own_hash_tag(&cluster).await;
     names_with_braces_anywhere(&cluster).await;
     multilock_across_masters_and_script_flush(&cluster).await;
@@ -201,6 +204,69 @@ async fn prompt_wake_up_through_sharded_pub_sub(cluster: &RedisCluster) {
             "the release must publish on the shard channel"
         );
     }
+}
+
+/// Semaphores, read/write and fair locks on every master: their extra keys share the lock's
+/// slot, their wake-ups go out on the shard channel (a counted, a broadcast and a directed
+/// one), and the watchdog renews them with the node's batch.
+async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
+    let a = cluster_client(cluster, Duration::from_millis(900)).await;
+    let b = cluster_client(cluster, Duration::from_millis(900)).await;
+    // Long after the first lease: only renewal keeps the holds.
+    async fn wake_after<T: Send + 'static>(
+        release: impl std::future::Future<Output = ()>,
+        waiter: tokio::task::JoinHandle<T>,
+    ) -> T {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!waiter.is_finished(), "the waiter waits");
+        let released = Instant::now();
+        release.await;
+        let out = waiter.await.expect("waiter");
+        let delay = released.elapsed();
+        assert!(delay < Duration::from_millis(500), "woken after {delay:?}");
+        out
+    }
+    for name in names_on_every_master(cluster, "family-", 1) {
+        let sem = a.semaphore(&name, 2);
+        let p1 = sem.acquire().await.expect("permit");
+        let p2 = b.semaphore(&name, 2).acquire().await.expect("permit");
+        let waiter = tokio::spawn({
+            let sem = b.semaphore(&name, 2);
+            async move { sem.acquire().await.expect("permit after release") }
+        });
+        let p3 = wake_after(async { p1.release().await.expect("release") }, waiter).await;
+        assert!(!p2.is_lost());
+        drop((p2, p3));
+
+        let rw_name = format!("{name}-rw");
+        let reader = a.rw_lock(&rw_name).read().acquire().await.expect("read");
+        let writer = tokio::spawn({
+            let rw = b.rw_lock(&rw_name);
+            async move { rw.write().acquire().await.expect("write") }
+        });
+        let w = wake_after(async { reader.release().await.expect("release") }, writer).await;
+        w.release().await.expect("release write");
+
+        let fair_name = format!("{name}-fair");
+        let first = a.fair_lock(&fair_name).acquire().await.expect("fair");
+        let next = tokio::spawn({
+            let lock = b.fair_lock(&fair_name);
+            async move { lock.acquire().await.expect("fair after release") }
+        });
+        let f = wake_after(async { first.release().await.expect("release") }, next).await;
+        f.release().await.expect("release fair");
+    }
+    let left_behind = || {
+        cluster
+            .keys("lock:*")
+            .iter()
+            .all(|k| !k.contains("family-") || k.ends_with(":fence"))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(3), left_behind).await,
+        "{:?}",
+        cluster.keys("lock:*")
+    );
 }
 
 async fn names_with_their_own_hash_tag(cluster: &RedisCluster) {

@@ -208,3 +208,61 @@ async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
     );
     drop(lost_grant);
 }
+
+/// Semaphores, read/write and fair locks wait for the replica too, and an unacknowledged
+/// grant is rolled back with nothing left behind (no permit, hold, claim or queue place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_waits_for_the_replica_and_rolls_back_without_it() {
+    let mut pair = ReplicatedPair::start();
+    let locks = acked_client(&pair, Duration::from_secs(30)).await;
+    let permit = locks.semaphore("sem", 2).acquire().await.expect("permit");
+    let read = locks.rw_lock("rw").read().acquire().await.expect("read");
+    let fair = locks.fair_lock("fair").acquire().await.expect("fair");
+    for key in [permit.key(), read.key(), fair.key()] {
+        assert_eq!(pair.replica().cmd(&["EXISTS", key]).int(), Some(1), "{key}");
+    }
+    locks
+        .semaphore("sem", 2)
+        .set_capacity(3)
+        .await
+        .expect("acknowledged");
+    assert_eq!(
+        pair.replica().cmd(&["GET", "lock:{sem}:capacity"]).text(),
+        Some("3")
+    );
+    for guard in [permit, read, fair] {
+        guard.release().await.expect("acknowledged release");
+    }
+
+    pair.replica_mut().stop();
+    let tries = [
+        locks.semaphore("sem", 2).try_acquire(Duration::ZERO).await,
+        locks
+            .rw_lock("rw")
+            .write()
+            .try_acquire(Duration::ZERO)
+            .await,
+        locks.fair_lock("fair").try_acquire(Duration::ZERO).await,
+    ];
+    for result in tries {
+        let err = result.expect_err("no replica can acknowledge");
+        assert!(
+            matches!(err, LockError::ReplicaAck { op: "acquire", .. }),
+            "{err:?}"
+        );
+    }
+    let err = locks
+        .semaphore("sem", 2)
+        .set_capacity(1)
+        .await
+        .expect_err("unacknowledged");
+    assert!(matches!(err, LockError::ReplicaAck { .. }), "{err:?}");
+    assert_eq!(locks.held_locks(), 0);
+    let left: Vec<String> = pair
+        .master()
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence") && !k.ends_with(":capacity"))
+        .collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}

@@ -5,6 +5,7 @@
 //! `bash scripts/bench.sh --full` (3 repetitions per figure, medians reported). Writes
 //! `BENCHMARKS.md` and `bench/chart.svg`.
 
+mod family;
 mod impls;
 mod report;
 mod stats;
@@ -561,6 +562,7 @@ pub(crate) struct Results {
     pub(crate) memory: Memory,
     /// Per scenario: the bare handler, the handler locking itself, the handler under LockLayer.
     pub(crate) tower: Vec<(&'static str, tower::TowerRuns)>,
+    pub(crate) family: family::FamilyFigures,
 }
 
 /// Runs `f` `reps` times and keeps the run with the median of `key`.
@@ -696,6 +698,7 @@ async fn main() {
             },
         ));
     }
+    r.family = family::run(&url, plan.run, plan.wake_cycles).await;
     progress("watchdog: 10,000 locks, 1 s watchdog");
     r.watchdog = watchdog(&redis, 10_000, plan.watchdog_hold).await;
     progress("memory: 10,000 waiting tasks, 10,000 held locks");

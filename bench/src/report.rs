@@ -252,6 +252,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     } else {
         0.0
     };
+    s.push_str(&crate::family::markdown(&r.family));
     let _ = writeln!(s, "\n## Targets\n");
     let _ = writeln!(s, "| target | figure | status |\n|---|---|---|");
     let rs =

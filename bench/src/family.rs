@@ -1,0 +1,293 @@
+//! The lock family's benchmarks: semaphore throughput and wake-up, read-heavy read/write
+//! throughput, fair-lock hand-over rate and order, each next to the mutex on the same workload.
+//!
+//! No Rust crate on crates.io offers a Redis semaphore, read/write lock or fair lock with
+//! leases to compare against, so the reference is our own mutex (and, for the order, the
+//! mutex's arrival order on the same workload).
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Lock, LockClient, LockGuard, LockOptions};
+use lock_tests::mono_ns;
+
+use crate::stats::{self, quantile};
+
+/// The family's figures of one run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FamilyFigures {
+    /// 16 tasks taking one permit (capacity 4) vs the mutex: acquisitions/s.
+    pub(crate) sem_per_s: f64,
+    pub(crate) sem_mutex_per_s: f64,
+    /// One task, uncontended: acquire + release pairs/s, semaphore vs mutex.
+    pub(crate) sem_uncontended: f64,
+    pub(crate) mutex_uncontended: f64,
+    /// Release → waiter holding, p50 / p99 µs: semaphore vs mutex.
+    pub(crate) sem_wake: (f64, f64),
+    pub(crate) mutex_wake: (f64, f64),
+    /// 16 tasks, nine reads to one write, 1 ms each: operations/s, read/write lock vs mutex.
+    pub(crate) rw_per_s: f64,
+    pub(crate) rw_mutex_per_s: f64,
+    /// 4 clients × 2 tasks on one lock: hand-overs/s and order (share of grants in ask order
+    /// within 1 ms), fair lock vs mutex.
+    pub(crate) fair: Order,
+    pub(crate) fair_mutex: Order,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Order {
+    pub(crate) per_s: f64,
+    pub(crate) in_order: f64,
+    pub(crate) wait_p99_us: f64,
+}
+
+async fn client(url: &str) -> LockClient {
+    LockClient::builder(url)
+        .prefix("bench-family")
+        .build()
+        .await
+        .unwrap()
+}
+
+/// How a task takes the lock under test.
+#[derive(Clone)]
+enum Take {
+    Lock(Lock),
+    Permit(lock_runtime::Semaphore),
+}
+
+impl Take {
+    async fn take(&self) -> LockGuard {
+        match self {
+            Take::Lock(lock) => lock.acquire().await.unwrap(),
+            Take::Permit(sem) => sem.acquire().await.unwrap(),
+        }
+    }
+}
+
+/// `tasks` tasks taking and releasing as fast as they can for `run`: acquisitions/s.
+async fn churn(take: Take, tasks: usize, run: Duration) -> f64 {
+    let until = Instant::now() + run;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let take = take.clone();
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let g = take.take().await;
+                n += 1;
+                g.release().await.unwrap();
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.unwrap();
+    }
+    total as f64 / run.as_secs_f64()
+}
+
+/// Release → the waiting task of another client holding it, `cycles` times: p50, p99 µs.
+async fn wake(holder: Take, waiter: Take, cycles: usize) -> (f64, f64) {
+    let mut delays = Vec::new();
+    for _ in 0..cycles {
+        let held = holder.take().await;
+        let w = waiter.clone();
+        let task = tokio::spawn(async move {
+            let g = w.take().await;
+            let got = Instant::now();
+            g.release().await.unwrap();
+            got
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        held.release().await.unwrap();
+        let released = Instant::now();
+        delays.push(task.await.unwrap().saturating_duration_since(released));
+    }
+    (
+        stats::us(quantile(&mut delays, 0.5)),
+        stats::us(quantile(&mut delays, 0.99)),
+    )
+}
+
+/// 16 tasks over two clients, nine reads to one write, each held 1 ms: operations/s.
+async fn read_heavy(url: &str, rw: bool, run: Duration) -> f64 {
+    let clients = [client(url).await, client(url).await];
+    let until = Instant::now() + run;
+    let mut handles = Vec::new();
+    for t in 0..16usize {
+        let c = clients[t % 2].clone();
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let write = (n as usize + t) % 10 == 0;
+                let g = match (rw, write) {
+                    (true, true) => c.rw_lock("rw").write().acquire().await.unwrap(),
+                    (true, false) => c.rw_lock("rw").read().acquire().await.unwrap(),
+                    (false, _) => c.lock("rw-as-mutex").acquire().await.unwrap(),
+                };
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.unwrap();
+    }
+    total as f64 / run.as_secs_f64()
+}
+
+/// 4 clients × 2 tasks on one lock, each asking again at once: hand-overs/s and the share of
+/// grants that follow the ask order (a grant whose task asked more than 1 ms after another
+/// still-waiting task's is out of order).
+async fn order(url: &str, fair: bool, run: Duration) -> Order {
+    let until = Instant::now() + run;
+    let grants: Arc<Mutex<Vec<(u64, u64, Duration)>>> = Arc::default();
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let c = client(url).await;
+        for _ in 0..2 {
+            let (c, grants) = (c.clone(), grants.clone());
+            handles.push(tokio::spawn(async move {
+                let lock = if fair {
+                    c.fair_lock("order")
+                } else {
+                    c.lock("order-mutex")
+                };
+                let mut local = Vec::new();
+                while Instant::now() < until {
+                    let asked = mono_ns();
+                    let t = Instant::now();
+                    let g = lock
+                        .acquire_with(LockOptions::new().wait(Duration::from_secs(10)))
+                        .await
+                        .unwrap();
+                    local.push((asked, mono_ns(), t.elapsed()));
+                    g.release().await.unwrap();
+                }
+                grants.lock().unwrap().extend(local);
+            }));
+        }
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut grants = std::mem::take(&mut *grants.lock().unwrap());
+    grants.sort_by_key(|g| g.1);
+    // For each grant: was any task that asked clearly earlier still waiting (granted later)?
+    let mut in_order = 0usize;
+    for (i, g) in grants.iter().enumerate() {
+        let jumped = grants[i + 1..]
+            .iter()
+            .take(16)
+            .any(|later| later.0 + 1_000_000 < g.0);
+        if !jumped {
+            in_order += 1;
+        }
+    }
+    let mut waits: Vec<Duration> = grants.iter().map(|g| g.2).collect();
+    Order {
+        per_s: grants.len() as f64 / run.as_secs_f64(),
+        in_order: in_order as f64 / grants.len().max(1) as f64,
+        wait_p99_us: stats::us(quantile(&mut waits, 0.99)),
+    }
+}
+
+pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigures {
+    let a = client(url).await;
+    let b = client(url).await;
+    let mut f = FamilyFigures::default();
+    crate::progress("lock family: semaphore, 16 tasks, 4 permits");
+    f.sem_per_s = churn(Take::Permit(a.semaphore("sem", 4)), 16, run).await;
+    f.sem_mutex_per_s = churn(Take::Lock(a.lock("sem-mutex")), 16, run).await;
+    crate::progress("lock family: uncontended semaphore and mutex");
+    f.sem_uncontended = churn(Take::Permit(a.semaphore("sem-1", 4)), 1, run).await;
+    f.mutex_uncontended = churn(Take::Lock(a.lock("mutex-1")), 1, run).await;
+    crate::progress("lock family: semaphore and mutex wake-up");
+    f.sem_wake = wake(
+        Take::Permit(a.semaphore("sem-wake", 1)),
+        Take::Permit(b.semaphore("sem-wake", 1)),
+        cycles,
+    )
+    .await;
+    f.mutex_wake = wake(
+        Take::Lock(a.lock("mutex-wake")),
+        Take::Lock(b.lock("mutex-wake")),
+        cycles,
+    )
+    .await;
+    crate::progress("lock family: read-heavy read/write lock and mutex");
+    f.rw_per_s = read_heavy(url, true, run).await;
+    f.rw_mutex_per_s = read_heavy(url, false, run).await;
+    crate::progress("lock family: fair lock and mutex order, 4 clients × 2 tasks");
+    f.fair = order(url, true, run).await;
+    f.fair_mutex = order(url, false, run).await;
+    f
+}
+
+/// The report's section.
+pub(crate) fn markdown(f: &FamilyFigures) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n## Lock family\n");
+    let _ = writeln!(
+        s,
+        "Next to our mutex on the same workload (no crate on crates.io offers a Redis semaphore, \
+         read/write lock or fair lock with leases to compare against).\n"
+    );
+    let _ = writeln!(s, "| scenario | primitive | mutex | ratio |\n|---|---|---|---|");
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let _ = writeln!(
+        s,
+        "| 16 tasks, one permit each (semaphore of 4) vs one mutex: acquisitions/s | {:.0} | {:.0} | {:.2}× |",
+        f.sem_per_s,
+        f.sem_mutex_per_s,
+        ratio(f.sem_per_s, f.sem_mutex_per_s)
+    );
+    let _ = writeln!(
+        s,
+        "| 1 task, uncontended: acquire + release pairs/s | {:.0} | {:.0} | {:.2}× |",
+        f.sem_uncontended,
+        f.mutex_uncontended,
+        ratio(f.sem_uncontended, f.mutex_uncontended)
+    );
+    let _ = writeln!(
+        s,
+        "| wake-up, release → waiter of another client holding, p50 / p99 µs | {:.0} / {:.0} | {:.0} / {:.0} | {:.2}× (p50) |",
+        f.sem_wake.0,
+        f.sem_wake.1,
+        f.mutex_wake.0,
+        f.mutex_wake.1,
+        ratio(f.sem_wake.0, f.mutex_wake.0)
+    );
+    let _ = writeln!(
+        s,
+        "| read-heavy: 16 tasks, 9 reads : 1 write, 1 ms each (read/write lock vs mutex): operations/s | {:.0} | {:.0} | {:.2}× |",
+        f.rw_per_s,
+        f.rw_mutex_per_s,
+        ratio(f.rw_per_s, f.rw_mutex_per_s)
+    );
+    let _ = writeln!(
+        s,
+        "| 4 clients × 2 tasks on one lock (fair lock vs mutex): hand-overs/s | {:.0} | {:.0} | {:.2}× |",
+        f.fair.per_s,
+        f.fair_mutex.per_s,
+        ratio(f.fair.per_s, f.fair_mutex.per_s)
+    );
+    let _ = writeln!(
+        s,
+        "| same: grants in ask order (nobody who asked 1 ms earlier still waiting) | {:.1} % | {:.1} % | |",
+        100.0 * f.fair.in_order,
+        100.0 * f.fair_mutex.in_order
+    );
+    let _ = writeln!(
+        s,
+        "| same: wait p99 µs | {:.0} | {:.0} | |",
+        f.fair.wait_p99_us, f.fair_mutex.wait_p99_us
+    );
+    s
+}

@@ -122,7 +122,7 @@ async fn read_heavy(url: &str, rw: bool, run: Duration) -> f64 {
         handles.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < until {
-                let write = (n as usize + t) % 10 == 0;
+                let write = (n as usize + t).is_multiple_of(10);
                 let g = match (rw, write) {
                     (true, true) => c.rw_lock("rw").write().acquire().await.unwrap(),
                     (true, false) => c.rw_lock("rw").read().acquire().await.unwrap(),

@@ -157,7 +157,7 @@ mod family {
             handles.push(tokio::spawn(async move {
                 let mut lines = Vec::new();
                 for round in 0..rounds {
-                    let write = (task + round) % 4 == 0;
+                    let write = (task + round).is_multiple_of(4);
                     let asked = mono_ns();
                     let (guard, what) = take(&locks, &kind, &name, write).await.expect("take");
                     let start = mono_ns();
@@ -209,7 +209,7 @@ mod family {
                 let mut round = 0usize;
                 while tokio::time::Instant::now() < until {
                     round += 1;
-                    let write = (task + round) % 4 == 0;
+                    let write = (task + round).is_multiple_of(4);
                     let asked = mono_ns();
                     let taken = tokio::time::timeout(
                         Duration::from_secs(3),

@@ -185,6 +185,18 @@ struct Case {
     rival: Option<LockGuard>,
 }
 
+impl Case {
+    /// A future on one lock name, with no guard kept and no rival.
+    fn plain(fut: impl Future<Output = ()> + Send + 'static, name: String) -> Case {
+        Case {
+            fut: Box::pin(fut),
+            names: vec![name],
+            kept: None,
+            rival: None,
+        }
+    }
+}
+
 /// For k = 0, 1, 2, … (at most 40) builds the scenario afresh on a new client, polls its future
 /// k times, drops it, and checks that nothing is left behind: within ~2 s no lock hash in Redis,
 /// no hold or subscription in the client, no channel on the server, and another client gets
@@ -479,12 +491,7 @@ async fn a_fair_lock_hand_over_cancelled_at_any_poll_leaves_no_hold_place_or_sub
     cancel_at_every_poll(&redis, "fair", |locks, name| async move {
         let lock = locks.fair_lock(&name);
         let fut = async move { hand_over(|| lock.acquire(), || lock.acquire()).await };
-        Case {
-            fut: Box::pin(fut),
-            names: vec![name],
-            kept: None,
-            rival: None,
-        }
+        Case::plain(fut, name)
     })
     .await;
 }
@@ -498,12 +505,7 @@ async fn a_read_write_hand_over_cancelled_at_any_poll_leaves_no_hold_claim_or_su
             // A reader holds; a writer waits (with its claim in Redis), then takes it.
             hand_over(|| rw.read().acquire(), || rw.write().acquire()).await
         };
-        Case {
-            fut: Box::pin(fut),
-            names: vec![name],
-            kept: None,
-            rival: None,
-        }
+        Case::plain(fut, name)
     })
     .await;
 }
@@ -520,12 +522,7 @@ async fn a_semaphore_hand_over_cancelled_at_any_poll_leaves_no_permit_or_subscri
             )
             .await
         };
-        Case {
-            fut: Box::pin(fut),
-            names: vec![name],
-            kept: None,
-            rival: None,
-        }
+        Case::plain(fut, name)
     })
     .await;
 }

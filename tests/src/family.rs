@@ -36,6 +36,10 @@ pub struct Section {
 impl Section {
     /// Parses a line of `lock-worker family-chaos`.
     pub fn parse(line: &str) -> Option<Section> {
+        // `permit` is what the cross-process workload calls a semaphore's section.
+        let line = line
+            .strip_prefix("permit ")
+            .map_or(line.to_owned(), |rest| format!("semaphore {rest}"));
         let f: Vec<&str> = line.split(' ').collect();
         let kind = match *f.first()? {
             "semaphore" => "semaphore",
@@ -103,8 +107,8 @@ impl fmt::Display for FamilyReport {
     }
 }
 
-/// The most sections open at once.
-fn most_at_once(sections: &[&Section]) -> usize {
+/// The most sections open at once (touching sections do not overlap).
+pub fn most_at_once(sections: &[&Section]) -> usize {
     let mut events: Vec<(u64, i32)> = sections
         .iter()
         .flat_map(|s| [(s.start, 1), (s.end, -1)])

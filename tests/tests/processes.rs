@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::LockClient;
 use lock_tests::RedisServer;
+use lock_tests::family::{Section, most_at_once};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -90,15 +91,6 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_within_its_lease() {
     guard.release().await.unwrap();
 }
 
-/// One critical section a `lock-worker family` process reported.
-#[derive(Debug, Clone, Copy)]
-struct Section {
-    write: bool,
-    asked: u64,
-    start: u64,
-    end: u64,
-}
-
 /// Runs `processes` workers of `lock-worker family` on one primitive and collects their
 /// sections (CLOCK_MONOTONIC, comparable across processes).
 async fn family_sections(
@@ -132,41 +124,21 @@ async fn family_sections(
         assert!(out.status.success(), "{out:?}");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert_eq!(text.lines().last(), Some("done"), "{text}");
-        for line in text.lines().filter(|l| l.starts_with("section ")) {
-            let f: Vec<&str> = line.split(' ').collect();
-            sections.push(Section {
-                write: f[1] == "write",
-                asked: f[2].parse().unwrap(),
-                start: f[3].parse().unwrap(),
-                end: f[4].parse().unwrap(),
-            });
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("section ") {
+                sections.push(Section::parse(&format!("{rest} false")).expect("a section line"));
+            }
         }
     }
     assert_eq!(sections.len(), processes * tasks * rounds);
     sections
 }
 
-/// The most sections inside at once, by sweeping their starts and ends.
-fn most_at_once(sections: &[Section]) -> usize {
-    let mut events: Vec<(u64, i32)> = sections
-        .iter()
-        .flat_map(|s| [(s.start, 1), (s.end, -1)])
-        .collect();
-    // At a tie an end comes first: touching sections do not overlap.
-    events.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, delta) in events {
-        now += delta;
-        most = most.max(now);
-    }
-    most as usize
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_never_hold_more_permits_than_the_capacity() {
     let redis = RedisServer::start();
     let sections = family_sections(&redis, "semaphore:3", "supplier", 3, 4, 15, 5).await;
-    let most = most_at_once(&sections);
+    let most = most_at_once(&sections.iter().collect::<Vec<_>>());
     assert!(most <= 3, "{most} permit holders at once");
     assert_eq!(most, 3, "the capacity was used in full");
     assert!(redis.keys("lock:{supplier}").is_empty());
@@ -176,7 +148,7 @@ async fn three_processes_never_hold_more_permits_than_the_capacity() {
 async fn three_processes_never_overlap_a_writer_with_anyone() {
     let redis = RedisServer::start();
     let sections = family_sections(&redis, "rw", "stock", 3, 4, 12, 4).await;
-    let writes: Vec<&Section> = sections.iter().filter(|s| s.write).collect();
+    let writes: Vec<&Section> = sections.iter().filter(|s| s.kind == "write").collect();
     assert!(!writes.is_empty());
     for w in &writes {
         for other in &sections {
@@ -189,11 +161,7 @@ async fn three_processes_never_overlap_a_writer_with_anyone() {
             );
         }
     }
-    let readers = sections
-        .iter()
-        .filter(|s| !s.write)
-        .cloned()
-        .collect::<Vec<_>>();
+    let readers: Vec<&Section> = sections.iter().filter(|s| s.kind == "read").collect();
     assert!(most_at_once(&readers) > 1, "readers ran in parallel");
     assert!(
         redis
@@ -210,7 +178,10 @@ async fn three_processes_take_a_fair_lock_in_the_order_they_asked() {
     let redis = RedisServer::start();
     let mut sections = family_sections(&redis, "fair", "drop", 3, 3, 12, 3).await;
     sections.sort_by_key(|s| s.start);
-    assert!(most_at_once(&sections) == 1, "exclusive");
+    assert!(
+        most_at_once(&sections.iter().collect::<Vec<_>>()) == 1,
+        "exclusive"
+    );
     // Order: a section that asked well before another (more than the tolerance, which covers
     // the round trip between asking and joining the queue on a busy machine) started first.
     const TOLERANCE_NS: u64 = 20_000_000;

@@ -1,6 +1,7 @@
 -- Shared functions, prepended to every script that grants, renews or releases: `next_token`
--- (the fencing counter), `grant` (a free mutex to an owner), `now_ms`, `extend`, and the
--- helpers of the lock family's sorted sets (`foreign`, `expire`, `first_end`).
+-- (the fencing counter), `grant` (a free mutex to an owner), `grant_member` (a sorted-set lock),
+-- `now_ms`, `extend`, and the helpers of the lock family's sorted sets (`foreign`, `expire`,
+-- `first_end`).
 
 -- The server clock in milliseconds.
 local function now_ms()
@@ -102,6 +103,19 @@ local function grant(lock, fence, owner, lease_ms, retention_ms)
   end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease_ms)
+  return token
+end
+
+-- Grants the sorted-set lock `set` (a semaphore's or read/write lock's holders) to `owner`: a
+-- new fencing token, and the holder's entry with its lease end. Returns the token, or nil and a
+-- reply as `next_token` does.
+local function grant_member(set, fence, owner, lease_ms, retention_ms, now)
+  local token, reply = next_token(fence, owner, retention_ms)
+  if not token then
+    return nil, reply
+  end
+  redis.call('ZADD', set, now + tonumber(lease_ms), owner)
+  extend(set, lease_ms)
   return token
 end
 

@@ -40,13 +40,11 @@ local function acquire(set, fence, writers, owner, lease_ms, retention_ms, place
       end
     end
   end
-  local token, reply = next_token(fence, owner, retention_ms)
+  local token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now)
   if not token then
     return reply
   end
   redis.call('ZREM', writers, owner)
-  redis.call('ZADD', set, now + tonumber(lease_ms), owner)
-  extend(set, lease_ms)
   return {1, token}
 end
 

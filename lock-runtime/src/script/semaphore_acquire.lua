@@ -49,12 +49,10 @@ local function acquire(set, fence, stored, owner, lease_ms, retention_ms, defaul
       return {0, first_end(set, now) or 1}
     end
   end
-  local token, reply = next_token(fence, owner, retention_ms)
+  local token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now)
   if not token then
     return reply
   end
-  redis.call('ZADD', set, now + tonumber(lease_ms), owner)
-  extend(set, lease_ms)
   return {1, token}
 end
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 use redis::RedisResult;
 
 use crate::names::LockNames;
-pub(crate) use crate::script::CapacityOp;
 
 #[cfg(test)]
 pub(crate) mod memory;
@@ -78,6 +77,19 @@ pub(crate) struct HandOff<'a> {
     /// if another process waits, the release lets the lock fall free instead (`Done`) and
     /// refuses it to this client for this many milliseconds.
     pub(crate) yield_ms: Option<u64>,
+}
+
+/// What a semaphore capacity call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CapacityOp {
+    /// How many permits are free.
+    Free,
+    /// The capacity in force (stored, or the handle's).
+    Capacity,
+    /// Store a capacity for every client.
+    Set(u32),
+    /// Remove the stored capacity.
+    Clear,
 }
 
 /// One release for [`Backend::release_many`].

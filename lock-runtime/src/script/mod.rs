@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Script, Value};
 
-pub(crate) use crate::backend::{HandOff, Reply};
+pub(crate) use crate::backend::{CapacityOp, HandOff, Reply};
 use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
@@ -118,19 +118,6 @@ fn sharded(code: &str) -> String {
         );
     debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
     out
-}
-
-/// What a semaphore capacity call does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CapacityOp {
-    /// How many permits are free.
-    Free,
-    /// The capacity in force (stored, or the handle's).
-    Capacity,
-    /// Store a capacity for every client.
-    Set(u32),
-    /// Remove the stored capacity.
-    Clear,
 }
 
 /// One script invocation: the script (to reload it) and its `EVALSHA` command.

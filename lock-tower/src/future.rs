@@ -12,11 +12,22 @@ use lock_runtime::{LockError, LockGuard};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use crate::access::Access;
 use crate::body::ResponseBody;
 use crate::extension::HeldLock;
 use crate::rejection::{LockRejection, RejectionResponse};
 
-type AcquireFuture = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+pub(crate) type AcquireFuture = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+
+/// What a rejection needs to know about the request and the layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    /// The request is a gRPC call.
+    pub(crate) grpc: bool,
+    /// The layer takes semaphore permits
+    /// ([`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)).
+    pub(crate) permit: bool,
+}
 
 /// The inner call run by [`LockGuard::run`]: dropped if the lock is lost; hands the guard back.
 type LockedFuture<T> = Pin<Box<dyn Future<Output = (Result<T, LockError>, LockGuard)> + Send>>;
@@ -24,9 +35,10 @@ type LockedFuture<T> = Pin<Box<dyn Future<Output = (Result<T, LockError>, LockGu
 pin_project! {
     /// The response future of [`LockService`](crate::LockService).
     ///
-    /// Acquiring → calling: the lock is taken first, then the inner service is called inside
-    /// the guard's reentrancy scope with the guard riding in this future. Dropping the future
-    /// (a client that went away) drops the guard, which releases the lock at once.
+    /// Acquiring → calling: the lock (or permit) is taken first, then the inner service is
+    /// called inside the guard's reentrancy scope with the guard riding in this future. Dropping
+    /// the future (a client that went away) drops the guard, which releases the lock or gives
+    /// the permit back at once; dropped while it waits, it leaves nothing taken.
     pub struct ResponseFuture<S, ReqBody, R>
     where
         S: Service<Request<ReqBody>>,
@@ -35,7 +47,7 @@ pin_project! {
         state: State<S, ReqBody>,
         rejection: Arc<R>,
         hold_body: bool,
-        grpc: bool,
+        origin: Origin,
     }
 }
 
@@ -55,6 +67,7 @@ pin_project! {
             acquire: AcquireFuture,
             inner: Option<S>,
             request: Option<Request<ReqBody>>,
+            access: Option<Access>,
         },
         // The inner service runs under the lock.
         Calling {
@@ -76,7 +89,10 @@ where
             state: State::Unlocked { fut },
             rejection,
             hold_body: false,
-            grpc: false,
+            origin: Origin {
+                grpc: false,
+                permit: false,
+            },
         }
     }
 
@@ -84,28 +100,30 @@ where
         acquire: AcquireFuture,
         inner: S,
         request: Request<ReqBody>,
+        access: Option<Access>,
         rejection: Arc<R>,
         hold_body: bool,
-        grpc: bool,
+        origin: Origin,
     ) -> Self {
         ResponseFuture {
             state: State::Acquiring {
                 acquire,
                 inner: Some(inner),
                 request: Some(request),
+                access,
             },
             rejection,
             hold_body,
-            grpc,
+            origin,
         }
     }
 
-    pub(crate) fn rejected(error: LockError, rejection: Arc<R>, grpc: bool) -> Self {
+    pub(crate) fn rejected(error: LockError, rejection: Arc<R>, origin: Origin) -> Self {
         ResponseFuture {
             state: State::Rejected { error: Some(error) },
             rejection,
             hold_body: false,
-            grpc,
+            origin,
         }
     }
 }
@@ -131,18 +149,21 @@ where
                     acquire,
                     inner,
                     request,
+                    access,
                 } => {
                     let guard = match ready!(acquire.as_mut().poll(cx)) {
                         Ok(guard) => guard,
                         Err(error) => {
-                            return Poll::Ready(Ok(reject(&**this.rejection, error, *this.grpc)));
+                            return Poll::Ready(Ok(reject(&**this.rejection, error, *this.origin)));
                         }
                     };
                     let mut inner = inner.take().expect("polled after completion");
                     let mut request = request.take().expect("polled after completion");
-                    request
-                        .extensions_mut()
-                        .insert(HeldLock::new(guard.name(), guard.fencing_token()));
+                    request.extensions_mut().insert(HeldLock::new(
+                        guard.name(),
+                        guard.fencing_token(),
+                        *access,
+                    ));
                     // `inner` is the instance that went through `poll_ready`.
                     let fut = inner.call(request);
                     let fut: LockedFuture<_> = Box::pin(async move {
@@ -163,24 +184,29 @@ where
                             Ok(response.map(ResponseBody::new))
                         }
                         Ok(Err(error)) => Err(error),
-                        Err(lost) => Ok(reject(&**this.rejection, lost, *this.grpc)),
+                        Err(lost) => Ok(reject(&**this.rejection, lost, *this.origin)),
                     });
                 }
                 StateProj::Rejected { error } => {
                     let error = error.take().expect("polled after completion");
-                    return Poll::Ready(Ok(reject(&**this.rejection, error, *this.grpc)));
+                    return Poll::Ready(Ok(reject(&**this.rejection, error, *this.origin)));
                 }
             }
         }
     }
 }
 
-fn reject<R, B>(rejection: &R, error: LockError, grpc: bool) -> Response<ResponseBody<B>>
+fn reject<R, B>(rejection: &R, error: LockError, origin: Origin) -> Response<ResponseBody<B>>
 where
     R: RejectionResponse<B>,
 {
-    tracing::debug!(%error, grpc, "request rejected by the lock layer");
-    let rejection_info = LockRejection::new(error, grpc);
+    let Origin { grpc, permit } = origin;
+    tracing::debug!(%error, grpc, permit, "request rejected by the lock layer");
+    let rejection_info = if permit {
+        LockRejection::permit_limit(error, grpc)
+    } else {
+        LockRejection::new(error, grpc)
+    };
     let mut response = rejection.rejection_response(rejection_info.clone());
     response.extensions_mut().insert(rejection_info);
     response
@@ -200,7 +226,8 @@ where
         f.debug_struct("ResponseFuture")
             .field("state", &state)
             .field("hold_body", &self.hold_body)
-            .field("grpc", &self.grpc)
+            .field("grpc", &self.origin.grpc)
+            .field("permit", &self.origin.permit)
             .finish()
     }
 }

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
+use http::request::Parts;
 use lock_runtime::{LockClient, LockOptions};
 use tower_layer::Layer;
 
+use crate::access::{Access, Classifier};
 use crate::name::{DEFAULT_MAX_NAME_VALUE_LEN, IntoNameSource, NameSource};
 use crate::rejection::DefaultRejection;
-use crate::service::{LockService, Shared};
+use crate::service::{LockService, Primitive, Shared};
 
 /// How long a request waits for a busy lock unless [`LockLayer::wait`] says otherwise.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -19,8 +21,14 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 ///
 /// See the [crate docs](crate) for examples.
 ///
+/// The lock is a mutex ([`LockClient::lock`]): one request per name at a time. In
+/// [read/write mode](LockLayer::read_write) it is a read/write lock ([`LockClient::rw_lock`]):
+/// reading requests of one name run together, a writing one runs alone. For *N* requests per
+/// name at a time, see [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer).
+///
 /// | option | default |
 /// |---|---|
+/// | [`read_write`](LockLayer::read_write) / [`access`](LockLayer::access) | off: a mutex, every request alone |
 /// | [`wait`](LockLayer::wait) for a busy lock | [`DEFAULT_WAIT`] (10 s), then 423 |
 /// | [`retry_after`](LockLayer::retry_after): longest `Retry-After` of a 423 | 1 s |
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
@@ -42,10 +50,16 @@ impl<N: NameSource> LockLayer<N> {
     where
         T: IntoNameSource<Source = N>,
     {
+        LockLayer::of(client, names.into_name_source(), Primitive::Mutex)
+    }
+
+    /// A layer holding `primitive`, with the default options.
+    pub(crate) fn of(client: LockClient, names: N, primitive: Primitive) -> LockLayer<N> {
         LockLayer {
             shared: Arc::new(Shared {
                 client,
-                names: names.into_name_source(),
+                names,
+                primitive,
                 options: LockOptions::new().wait(DEFAULT_WAIT),
                 hold_body: false,
                 max_value_len: DEFAULT_MAX_NAME_VALUE_LEN,
@@ -53,6 +67,16 @@ impl<N: NameSource> LockLayer<N> {
             }),
             rejection: Arc::new(DefaultRejection::new()),
         }
+    }
+
+    /// Changes the default rejection.
+    pub(crate) fn map_rejection(
+        mut self,
+        f: impl FnOnce(DefaultRejection) -> DefaultRejection,
+    ) -> Self {
+        let r = Arc::make_mut(&mut self.rejection);
+        *r = f(*r);
+        self
     }
 
     /// The HTTP status for a busy lock (default 423 Locked; 409 Conflict is common too).
@@ -84,6 +108,99 @@ impl<N: NameSource> LockLayer<N> {
 impl<N: NameSource + Clone, R> LockLayer<N, R> {
     fn shared_mut(&mut self) -> &mut Shared<N> {
         Arc::make_mut(&mut self.shared)
+    }
+
+    /// Read/write mode: requests take a side of a read/write lock
+    /// ([`LockClient::rw_lock`]) of their lock name instead of a mutex. Safe methods (`GET`,
+    /// `HEAD`, `OPTIONS`, `TRACE`) take the read side and run together; every other method
+    /// takes the write side and runs alone ([`Access::of_request`]). Override the choice with
+    /// [`access`](LockLayer::access).
+    ///
+    /// Writers go first: while a writing request waits, new reading requests of the same name
+    /// wait behind it, so a stream of reads cannot starve a write. A reading request that
+    /// waits longer than [`wait`](LockLayer::wait) is answered as busy (423) like any other.
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use std::time::Duration;
+    /// use axum::{Router, routing::get};
+    /// use lock_tower::LockLayer;
+    ///
+    /// # async fn show() {} async fn update() {}
+    /// # fn demo(locks: lock_tower::LockClient) {
+    /// let app: Router = Router::new()
+    ///     // GETs of one document run side by side; a PUT waits for them and runs alone.
+    ///     .route("/docs/{id}", get(show).put(update))
+    ///     .route_layer(LockLayer::new(locks, "doc:<id>").read_write().wait(Duration::from_secs(2)));
+    /// # let _ = app; }
+    /// # }
+    /// ```
+    ///
+    /// **gRPC**: every call is a `POST`, so by method every call takes the write side (the
+    /// layer then behaves like a mutex). Classify gRPC calls by their path,
+    /// `/package.Service/Method`, with [`access`](LockLayer::access).
+    ///
+    /// **Reentrancy**: the handler runs inside its guard's scope. A handler holding the read
+    /// side may take the read side of the same name again (it re-enters), but taking the write
+    /// side fails at once with [`LockError::WouldDeadlock`](crate::LockError::WouldDeadlock)
+    /// (an upgrade would wait for itself): classify such requests as writes.
+    ///
+    /// **One primitive per name**: a read/write lock lives at the same Redis key as a mutex of
+    /// the same name, as another data type. Taking the name as a mutex elsewhere (another
+    /// `LockLayer` not in this mode, `LockClient::lock`, `#[distributed_lock]`) fails with
+    /// [`LockError::ForeignData`](crate::LockError::ForeignData) (answered 500) while the other
+    /// is held. When switching a running deployment to this mode, change the template's prefix
+    /// (`"doc-rw:<id>"`), so that old and new instances never meet on one key.
+    pub fn read_write(self) -> Self {
+        self.access(Access::of_request)
+    }
+
+    /// Read/write mode (see [`read_write`](LockLayer::read_write)) with your own classifier:
+    /// `classify` looks at each request's head and says which side of the read/write lock it
+    /// takes. It runs once per request that has a lock name, before the lock is taken, and
+    /// must not block.
+    ///
+    /// A tonic service whose query methods read:
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use lock_tower::{Access, LockLayer, name::Headers};
+    ///
+    /// # fn demo(locks: lock_tower::LockClient) {
+    /// let layer = LockLayer::new(locks, Headers::new("stock:<x-product-id>")).access(
+    ///     |call: &Parts| match call.uri.path() {
+    ///         "/inventory.Inventory/GetStock" | "/inventory.Inventory/ListReservations" => {
+    ///             Access::Read
+    ///         }
+    ///         _ => Access::Write,
+    ///     },
+    /// );
+    /// # let _ = layer; }
+    /// ```
+    ///
+    /// Or over HTTP, a `POST` that only computes a quote reads:
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use lock_tower::{Access, LockLayer, name::UriPattern};
+    ///
+    /// # fn demo(locks: lock_tower::LockClient) {
+    /// let layer = LockLayer::new(locks, UriPattern::new("/stock/{id}/{action}", "stock:<id>"))
+    ///     .access(|request: &Parts| {
+    ///         if request.uri.path().ends_with("/quote") {
+    ///             Access::Read
+    ///         } else {
+    ///             Access::of_request(request)
+    ///         }
+    ///     });
+    /// # let _ = layer; }
+    /// ```
+    pub fn access<F>(mut self, classify: F) -> Self
+    where
+        F: Fn(&Parts) -> Access + Send + Sync + 'static,
+    {
+        self.shared_mut().primitive = Primitive::ReadWrite(Classifier::new(classify));
+        self
     }
 
     /// How long a request waits for a busy lock before it is rejected as busy;
@@ -214,6 +331,11 @@ impl<N, R> LockLayer<N, R> {
     pub fn lock_options(&self) -> LockOptions {
         self.shared.options
     }
+
+    /// Whether the layer is in [read/write mode](LockLayer::read_write).
+    pub fn is_read_write(&self) -> bool {
+        matches!(self.shared.primitive, Primitive::ReadWrite(_))
+    }
 }
 
 impl<S, N, R> Layer<S> for LockLayer<N, R> {
@@ -238,6 +360,7 @@ impl<N: fmt::Debug, R> fmt::Debug for LockLayer<N, R> {
         f.debug_struct("LockLayer")
             .field("client", &self.shared.client)
             .field("names", &self.shared.names)
+            .field("primitive", &self.shared.primitive)
             .field("options", &self.shared.options)
             .field("hold_body", &self.shared.hold_body)
             .field("max_name_value_len", &self.shared.max_value_len)

@@ -1,15 +1,23 @@
-//! `LockLayer`: a [tower] middleware that serves each request while holding a distributed lock
-//! named after the request, with [`lock_runtime`].
+//! [tower] middleware that serves each request while holding a distributed lock or permit
+//! named after the request, with [`lock_runtime`]:
 //!
-//! Requests for the same lock name (the same product, account, document) are served one at a
-//! time across every instance of a service; requests for different names run in parallel. The lock
-//! is taken before the inner service is called, renewed by the watchdog while it runs, and
-//! released when the response is ready (or, opt-in, when its body has ended), when the inner
-//! service fails, or when the client goes away (the response future is dropped).
+//! | layer | requests per name at a time, across every instance | when busy |
+//! |---|---|---|
+//! | [`LockLayer`] | one (a mutex) | 423 Locked / `ABORTED` |
+//! | [`LockLayer`]`::read_write()` | any number of reads (`GET`, `HEAD`, …), or one write | 423 Locked / `ABORTED` |
+//! | [`KeyedConcurrencyLimitLayer`] | at most *N* (a semaphore): tower's `ConcurrencyLimitLayer`, per key and distributed | 429 Too Many Requests / `RESOURCE_EXHAUSTED` |
+//!
+//! Requests for the same lock name (the same product, account, document, tenant) are served
+//! one at a time (or as the table says) across every instance of a service; requests for
+//! different names run in parallel. The lock (or permit) is taken before the inner service is
+//! called, renewed by the watchdog while it runs, and released when the response is ready (or,
+//! opt-in, when its body has ended), when the inner service fails, or when the client goes
+//! away (the response future is dropped).
 //!
 //! # axum
 //!
 //! ```no_run
+//! # #[cfg(feature = "axum")] {
 //! use std::time::Duration;
 //! use axum::{Extension, Router, extract::Path, routing::post};
 //! use lock_tower::{HeldLock, LockClient, LockLayer};
@@ -28,6 +36,7 @@
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
+//! # }
 //! ```
 //!
 //! `"stock:<id>"` fills `<id>` from the matched route's path parameter `{id}` (feature `axum`,
@@ -58,8 +67,67 @@
 //!
 //! Calls without the metadata pass through unlocked, or with
 //! [`require_name`](LockLayer::require_name) get `INVALID_ARGUMENT`. A rejected call gets a proper gRPC status
-//! (`ABORTED` when busy, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad value),
-//! never an HTTP error page.
+//! (`ABORTED` when busy, `RESOURCE_EXHAUSTED` when a [`KeyedConcurrencyLimitLayer`] has no
+//! permit free, `UNAVAILABLE` when Redis is down, `INVALID_ARGUMENT` for a bad value), never an
+//! HTTP error page.
+//!
+//! # Read/write mode
+//!
+//! [`LockLayer::read_write`] serves reads of one name side by side and writes alone, with a
+//! read/write lock ([`RwLock`](lock_runtime::RwLock)): safe methods (`GET`, `HEAD`, `OPTIONS`,
+//! `TRACE`) take the read side, every other method the write side. Writers go first: a waiting
+//! write holds new reads back, so reads cannot starve it.
+//!
+//! ```no_run
+//! # #[cfg(feature = "axum")] {
+//! use std::time::Duration;
+//! use axum::{Extension, Router, extract::Path, routing::get};
+//! use lock_tower::{Access, HeldLock, LockClient, LockLayer};
+//!
+//! async fn show(Path(id): Path<String>) -> String {
+//!     format!("document {id}") // runs alongside other reads of this document
+//! }
+//!
+//! async fn update(Extension(held): Extension<HeldLock>) -> String {
+//!     assert_eq!(held.access(), Some(Access::Write)); // alone: no reader, no other writer
+//!     format!("saved with token {}", held.fencing_token())
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let app = Router::new()
+//!     .route("/docs/{id}", get(show).put(update))
+//!     .route_layer(LockLayer::new(locks, "doc:<id>").read_write().wait(Duration::from_secs(2)));
+//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! # axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! # }
+//! ```
+//!
+//! Override the classification with [`LockLayer::access`] (a closure over the request head
+//! returning an [`Access`]). gRPC calls are all `POST`s, which the default takes as writes:
+//! with tonic, classify by path (`/package.Service/Method`).
+//!
+//! # Keyed concurrency limit
+//!
+//! [`KeyedConcurrencyLimitLayer`] lets at most *N* requests per key run at once across every
+//! instance, with one permit of a distributed semaphore ([`Semaphore`](lock_runtime::Semaphore))
+//! per request; the key comes from the same [name sources](name) as a lock name. A request
+//! that finds no permit free waits up to [`wait`](KeyedConcurrencyLimitLayer::wait) for one,
+//! then is answered 429 with `Retry-After` (gRPC: `RESOURCE_EXHAUSTED`); 503 / `UNAVAILABLE`
+//! when Redis is down.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_tower::{KeyedConcurrencyLimitLayer, name::Headers};
+//!
+//! # fn demo(locks: lock_tower::LockClient) {
+//! // At most 8 requests per API key at a time, over all instances; no queueing.
+//! let limit = KeyedConcurrencyLimitLayer::new(locks, Headers::new("api-key:<x-api-key>"), 8)
+//!     .wait(Duration::ZERO)
+//!     .require_name();
+//! # let _ = limit; }
+//! ```
 //!
 //! # Lock names
 //!
@@ -84,19 +152,21 @@
 //!
 //! # Responses
 //!
-//! The layer never fails on its own: lock failures become responses ([`rejection`]): 423
+//! The layers never fail on their own: lock failures become responses ([`rejection`]): 423
 //! Locked with `Retry-After` (at most [`retry_after`](LockLayer::retry_after), default 1 s,
 //! less when the holder's lease ends sooner) when the lock stays busy for the whole [`wait`](LockLayer::wait)
-//! (409 or anything else with [`busy_status`](LockLayer::busy_status)), 503 when Redis is
-//! unavailable, 503 when the lock is lost while the handler runs (the handler is dropped first;
+//! (409 or anything else with [`busy_status`](LockLayer::busy_status)); 429 Too Many Requests
+//! with `Retry-After` when no permit of a [`KeyedConcurrencyLimitLayer`] comes free
+//! ([`limited_status`](KeyedConcurrencyLimitLayer::limited_status)); 503 when Redis is
+//! unavailable; 503 when the lock is lost while the handler runs (the handler is dropped first;
 //! [`lost_status`](LockLayer::lost_status)). Replace them with
 //! [`with_rejection_response`](LockLayer::with_rejection_response). Rejection responses carry
 //! a [`LockRejection`] (with the [`LockError`]) in their extensions.
 //!
-//! Handlers find the lock they run under, with its fencing token, in the request extensions
-//! as [`HeldLock`]. They run inside the guard's reentrancy scope: taking the same lock again
-//! with the same client (for example through `#[distributed_lock]`) re-enters instead of
-//! deadlocking.
+//! Handlers find the lock (or permit) they run under, with its fencing token, in the request
+//! extensions as [`HeldLock`]. They run inside the guard's reentrancy scope: taking the same
+//! lock again with the same client (for example through `#[distributed_lock]`) re-enters
+//! instead of deadlocking.
 //!
 //! # Caveats
 //!
@@ -111,24 +181,31 @@
 //!   after `Retry-After`.
 //! - A lock on one Redis primary is only as safe as that primary; pass the fencing token to
 //!   the storage you protect.
+//! - A mutex, a read/write lock and a semaphore of the same name share one Redis key, as
+//!   different data types: use each name (each template prefix) for one kind only. A name
+//!   taken as two kinds is answered 500 ([`LockError::ForeignData`]) while the other is held.
 //!
 //! [tower]: https://docs.rs/tower
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod access;
 mod body;
 mod extension;
 pub mod future;
 #[deprecated(since = "0.2.0", note = "renamed to `lock_tower::name`")]
 pub mod key;
 mod layer;
+mod limit;
 pub mod name;
 pub mod rejection;
 mod service;
 
+pub use access::Access;
 pub use body::{BoxError, ResponseBody};
 pub use extension::HeldLock;
 pub use layer::{DEFAULT_WAIT, LockLayer};
+pub use limit::KeyedConcurrencyLimitLayer;
 pub use lock_runtime::{LockClient, LockError, LockOptions};
 pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};
 pub use service::LockService;

@@ -6,8 +6,9 @@
 //! | [`RejectionKind`] | HTTP | gRPC (trailers-only) |
 //! |---|---|---|
 //! | `Busy`: still held by another owner after `wait` | 423 Locked (configurable, e.g. 409) + `Retry-After` (see [`DefaultRejection::retry_after`]) | `ABORTED` |
+//! | `Limited`: no permit of the key came free within `wait` ([`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)) | 429 Too Many Requests (configurable) + `Retry-After` | `RESOURCE_EXHAUSTED` |
 //! | `Unavailable`: Redis unreachable or too slow | 503 Service Unavailable | `UNAVAILABLE` |
-//! | `Lost`: the lock was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
+//! | `Lost`: the lock (or permit) was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
 //! | `InvalidName`: an empty, over-long or otherwise unusable value for the lock name | 400 Bad Request | `INVALID_ARGUMENT` |
 //! | `Internal`: anything else (a misconfiguration) | 500 Internal Server Error | `INTERNAL` |
 //!
@@ -16,7 +17,8 @@
 //! headers, empty body), never an HTTP error page. gRPC rejections carry no retry hint (gRPC
 //! has no `Retry-After`; clients retry by their own policy).
 //!
-//! Replace the default with [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response):
+//! Replace the default with [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response)
+//! (or [`KeyedConcurrencyLimitLayer::with_rejection_response`](crate::KeyedConcurrencyLimitLayer::with_rejection_response)):
 //! any `Fn(LockRejection) -> Response<B> + Send + Sync + 'static` (where `B` is the inner
 //! service's response body) or your own [`RejectionResponse`]. Whatever produced it, the layer
 //! inserts the [`LockRejection`] into the response's extensions, so outer layers can inspect
@@ -33,7 +35,8 @@ use lock_runtime::LockError;
 
 use crate::body::ResponseBody;
 
-/// Why a request was not served under its lock; cheap to clone (the error is shared).
+/// Why a request was not served under its lock (or permit); cheap to clone (the error is
+/// shared).
 ///
 /// Passed to the [`RejectionResponse`] and inserted into the rejection response's extensions.
 ///
@@ -53,6 +56,7 @@ use crate::body::ResponseBody;
 pub struct LockRejection {
     error: Arc<LockError>,
     grpc: bool,
+    permit: bool,
 }
 
 /// The classes of [`LockRejection`], each with its own default response.
@@ -61,6 +65,12 @@ pub struct LockRejection {
 pub enum RejectionKind {
     /// The lock stayed held by another owner for the whole wait.
     Busy,
+    /// Every permit of the key stayed taken for the whole wait: the request would exceed the
+    /// [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)'s limit. Also when
+    /// an operator stored a capacity of 0 for the key
+    /// ([`Semaphore::set_capacity`](lock_runtime::Semaphore::set_capacity)), which turns all of
+    /// its requests away.
+    Limited,
     /// Redis could not be reached or did not answer in time.
     Unavailable,
     /// The lock was lost while the inner service ran; its future was dropped.
@@ -82,17 +92,32 @@ pub enum RejectionKind {
 }
 
 impl LockRejection {
-    /// A rejection for `error`; `grpc` says whether the request was a gRPC call.
+    /// A rejection for `error` by a [`LockLayer`](crate::LockLayer); `grpc` says whether the
+    /// request was a gRPC call.
     pub fn new(error: LockError, grpc: bool) -> LockRejection {
         LockRejection {
             error: Arc::new(error),
             grpc,
+            permit: false,
+        }
+    }
+
+    /// A rejection for `error` by a
+    /// [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer), whose busy errors
+    /// are [`Limited`](RejectionKind::Limited) rather than [`Busy`](RejectionKind::Busy); `grpc`
+    /// says whether the request was a gRPC call.
+    pub fn permit_limit(error: LockError, grpc: bool) -> LockRejection {
+        LockRejection {
+            permit: true,
+            ..LockRejection::new(error, grpc)
         }
     }
 
     /// The class of failure.
     pub fn kind(&self) -> RejectionKind {
         match &*self.error {
+            e if e.is_busy() && self.permit => RejectionKind::Limited,
+            LockError::InvalidPermits { .. } if self.permit => RejectionKind::Limited,
             e if e.is_busy() => RejectionKind::Busy,
             e if e.is_unavailable() => RejectionKind::Unavailable,
             e if e.is_lost() => RejectionKind::Lost,
@@ -112,7 +137,8 @@ impl LockRejection {
     }
 
     /// For [`Busy`](RejectionKind::Busy): when a retry may succeed, the holder's remaining
-    /// lease.
+    /// lease. For [`Limited`](RejectionKind::Limited): when the first permit holder's lease
+    /// ends.
     pub fn retry_after(&self) -> Option<Duration> {
         self.error.retry_after()
     }
@@ -120,6 +146,13 @@ impl LockRejection {
     /// Whether the request was a gRPC call (`content-type: application/grpc…`).
     pub fn is_grpc(&self) -> bool {
         self.grpc
+    }
+
+    /// Whether a [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer) rejected
+    /// the request (the error is about one of its permits), rather than a
+    /// [`LockLayer`](crate::LockLayer).
+    pub fn is_permit_limit(&self) -> bool {
+        self.permit
     }
 }
 
@@ -149,16 +182,17 @@ where
 
 /// The default rejection responses (see the [module docs](crate::rejection) for the table).
 ///
-/// HTTP responses carry the error as a `text/plain` body; busy ones a `Retry-After` header:
-/// the smaller of the [`retry_after`](DefaultRejection::retry_after) hint (default
-/// [`DEFAULT_RETRY_AFTER`], 1 s) and the holder's remaining TTL when it is known, rounded up
-/// to whole seconds, at least 1.
+/// HTTP responses carry the error as a `text/plain` body; busy and limited ones a
+/// `Retry-After` header: the smaller of the [`retry_after`](DefaultRejection::retry_after)
+/// hint (default [`DEFAULT_RETRY_AFTER`], 1 s) and the holder's remaining TTL when it is known,
+/// rounded up to whole seconds, at least 1.
 ///
 /// The holder's TTL alone would be a poor hint: a lock renewed by the watchdog always has
 /// about the watchdog timeout (30 s) left, however soon it is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DefaultRejection {
     busy_status: StatusCode,
+    limited_status: StatusCode,
     lost_status: StatusCode,
     retry_after: Duration,
 }
@@ -167,17 +201,18 @@ pub struct DefaultRejection {
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl DefaultRejection {
-    /// 423 for busy, 503 for lost.
+    /// 423 for busy, 429 for limited, 503 for lost.
     pub const fn new() -> DefaultRejection {
         DefaultRejection {
             busy_status: StatusCode::LOCKED,
+            limited_status: StatusCode::TOO_MANY_REQUESTS,
             lost_status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after: DEFAULT_RETRY_AFTER,
         }
     }
 
-    /// The longest `Retry-After` a busy response suggests (default [`DEFAULT_RETRY_AFTER`],
-    /// 1 s). The header says the smaller of this and the holder's remaining TTL when known,
+    /// The longest `Retry-After` a busy or limited response suggests (default
+    /// [`DEFAULT_RETRY_AFTER`], 1 s). The header says the smaller of this and the holder's remaining TTL when known,
     /// rounded up to whole seconds, never 0.
     pub const fn retry_after(mut self, hint: Duration) -> DefaultRejection {
         self.retry_after = hint;
@@ -187,6 +222,13 @@ impl DefaultRejection {
     /// The HTTP status for a busy lock (default 423 Locked; 409 Conflict is common too).
     pub const fn busy_status(mut self, status: StatusCode) -> DefaultRejection {
         self.busy_status = status;
+        self
+    }
+
+    /// The HTTP status when no permit came free (default 429 Too Many Requests; 503 Service
+    /// Unavailable suits load shedding too).
+    pub const fn limited_status(mut self, status: StatusCode) -> DefaultRejection {
+        self.limited_status = status;
         self
     }
 
@@ -211,6 +253,7 @@ impl<B> RejectionResponse<B> for DefaultRejection {
         }
         let status = match rejection.kind() {
             RejectionKind::Busy => self.busy_status,
+            RejectionKind::Limited => self.limited_status,
             RejectionKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             RejectionKind::Lost => self.lost_status,
             #[allow(deprecated)]
@@ -224,7 +267,10 @@ impl<B> RejectionResponse<B> for DefaultRejection {
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        if rejection.kind() == RejectionKind::Busy {
+        if matches!(
+            rejection.kind(),
+            RejectionKind::Busy | RejectionKind::Limited
+        ) {
             headers.insert(
                 RETRY_AFTER,
                 retry_after_secs(self.retry_after, rejection.retry_after()).into(),
@@ -246,11 +292,13 @@ fn retry_after_secs(hint: Duration, ttl: Option<Duration>) -> u64 {
 /// gRPC status codes (grpc/doc/statuscodes.md) used by the default rejection.
 fn grpc_code(kind: RejectionKind) -> u16 {
     const INVALID_ARGUMENT: u16 = 3;
+    const RESOURCE_EXHAUSTED: u16 = 8;
     const ABORTED: u16 = 10;
     const INTERNAL: u16 = 13;
     const UNAVAILABLE: u16 = 14;
     match kind {
         RejectionKind::Busy | RejectionKind::Lost => ABORTED,
+        RejectionKind::Limited => RESOURCE_EXHAUSTED,
         RejectionKind::Unavailable => UNAVAILABLE,
         #[allow(deprecated)]
         RejectionKind::InvalidName | RejectionKind::InvalidKey => INVALID_ARGUMENT,
@@ -363,6 +411,54 @@ mod tests {
             assert_eq!(res.headers()[CONTENT_TYPE], "application/grpc");
             assert!(res.headers().contains_key("grpc-message"));
         }
+    }
+
+    #[test]
+    fn a_permit_limits_busy_error_is_429_with_retry_after_and_resource_exhausted() {
+        let r = LockRejection::permit_limit(busy(Some(Duration::from_secs(30))), false);
+        assert_eq!(r.kind(), RejectionKind::Limited);
+        assert!(r.is_permit_limit());
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(r.clone());
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()[RETRY_AFTER], "1");
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .limited_status(StatusCode::SERVICE_UNAVAILABLE)
+            .retry_after(Duration::from_secs(5))
+            .rejection_response(r);
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[RETRY_AFTER], "5");
+
+        // A stored capacity of 0 turns every request away the same way.
+        let zero = LockError::InvalidPermits {
+            name: "tenant:1".into(),
+            requested: 1,
+            capacity: 0,
+        };
+        let r = LockRejection::permit_limit(zero, false);
+        assert_eq!(r.kind(), RejectionKind::Limited);
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(r);
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()[RETRY_AFTER], "1");
+
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .rejection_response(LockRejection::permit_limit(busy(None), true));
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["grpc-status"], "8");
+
+        // Other failures of a permit are classified as for a lock.
+        let r = LockRejection::permit_limit(
+            LockError::ResponseTimeout {
+                op: "acquire",
+                timeout: Duration::from_secs(1),
+            },
+            false,
+        );
+        assert_eq!(r.kind(), RejectionKind::Unavailable);
+        // A lock layer's busy error stays busy.
+        assert_eq!(
+            LockRejection::new(busy(None), false).kind(),
+            RejectionKind::Busy
+        );
     }
 
     #[test]

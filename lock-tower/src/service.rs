@@ -9,23 +9,74 @@ use http::{Request, Response};
 use lock_runtime::{LockClient, LockError, LockOptions};
 use tower_service::Service;
 
-use crate::future::ResponseFuture;
+use crate::access::{Access, Classifier};
+use crate::future::{AcquireFuture, Origin, ResponseFuture};
 use crate::name::NameSource;
-use crate::rejection::{RejectionResponse, is_grpc};
+use crate::rejection::{DefaultRejection, RejectionResponse, is_grpc};
 
 /// What a layer and its services share.
 #[derive(Debug, Clone)]
 pub(crate) struct Shared<N> {
     pub(crate) client: LockClient,
     pub(crate) names: N,
+    pub(crate) primitive: Primitive,
     pub(crate) options: LockOptions,
     pub(crate) hold_body: bool,
     pub(crate) max_value_len: usize,
     pub(crate) require_name: bool,
 }
 
+/// What a request holds while it is served.
+#[derive(Debug, Clone)]
+pub(crate) enum Primitive {
+    /// [`LockClient::lock`]: one request per name at a time.
+    Mutex,
+    /// A side of [`LockClient::rw_lock`], chosen per request by the classifier.
+    ReadWrite(Classifier),
+    /// One permit of [`LockClient::semaphore`] with this capacity.
+    Semaphore {
+        /// The capacity while none is stored in Redis.
+        limit: u32,
+    },
+}
+
+impl<N> Shared<N> {
+    /// Starts acquiring what a request named `name` (classified as `access`) needs.
+    fn acquire(&self, name: String, access: Option<Access>) -> AcquireFuture {
+        let options = self.options;
+        match &self.primitive {
+            Primitive::Mutex => {
+                let lock = self.client.lock(name);
+                Box::pin(async move { lock.acquire_with(options).await })
+            }
+            Primitive::ReadWrite(_) => {
+                let rw = self.client.rw_lock(name);
+                let side = match access {
+                    Some(Access::Read) => rw.read().clone(),
+                    _ => rw.write().clone(),
+                };
+                Box::pin(async move { side.acquire_with(options).await })
+            }
+            Primitive::Semaphore { limit } => {
+                let semaphore = self.client.semaphore(name, *limit);
+                Box::pin(async move { semaphore.acquire_with(options).await })
+            }
+        }
+    }
+
+    /// How rejections of this layer are classified.
+    fn origin(&self, grpc: bool) -> Origin {
+        Origin {
+            grpc,
+            permit: matches!(self.primitive, Primitive::Semaphore { .. }),
+        }
+    }
+}
+
 /// Serves each request while holding the lock its name source names; made by
-/// [`LockLayer`](crate::LockLayer).
+/// [`LockLayer`](crate::LockLayer) (a mutex, or a side of a read/write lock), and by
+/// [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer) (one permit of a
+/// semaphore).
 ///
 /// See the [crate docs](crate) for examples.
 ///
@@ -33,7 +84,7 @@ pub(crate) struct Shared<N> {
 /// response future and called once the lock is held, so in a generic tower stack a request
 /// waiting for its lock keeps one ready inner service (axum and tonic treat services as always
 /// ready, so there this costs nothing).
-pub struct LockService<S, N, R> {
+pub struct LockService<S, N, R = DefaultRejection> {
     inner: S,
     shared: Arc<Shared<N>>,
     rejection: Arc<R>,
@@ -82,11 +133,15 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
-        let grpc = is_grpc(&parts.headers);
+        let origin = self.shared.origin(is_grpc(&parts.headers));
         let name = self
             .shared
             .names
             .lock_name(&mut parts, self.shared.max_value_len);
+        let access = match &self.shared.primitive {
+            Primitive::ReadWrite(classifier) => Some(classifier.classify(&parts)),
+            Primitive::Mutex | Primitive::Semaphore { .. } => None,
+        };
         let request = Request::from_parts(parts, body);
         let rejection = self.rejection.clone();
         match name {
@@ -100,7 +155,7 @@ where
                     name: String::new(),
                     reason: "the request carries no value for the lock key",
                 };
-                ResponseFuture::rejected(error, rejection, grpc)
+                ResponseFuture::rejected(error, rejection, origin)
             }
             Ok(None) => {
                 tracing::debug!(
@@ -110,22 +165,21 @@ where
                 );
                 ResponseFuture::unlocked(self.inner.call(request), rejection)
             }
-            Err(error) => ResponseFuture::rejected(error, rejection, grpc),
+            Err(error) => ResponseFuture::rejected(error, rejection, origin),
             Ok(Some(name)) => {
                 // The instance that went through `poll_ready` goes into the future; a fresh
                 // clone stays here (tower-service, "Be careful when cloning inner services").
                 let clone = self.inner.clone();
                 let inner = mem::replace(&mut self.inner, clone);
-                let lock = self.shared.client.lock(name);
-                let options = self.shared.options;
-                let acquire = Box::pin(async move { lock.acquire_with(options).await });
+                let acquire = self.shared.acquire(name, access);
                 ResponseFuture::acquiring(
                     acquire,
                     inner,
                     request,
+                    access,
                     rejection,
                     self.shared.hold_body,
-                    grpc,
+                    origin,
                 )
             }
         }

@@ -1,6 +1,7 @@
-//! Cancellation of the layer's futures against a real `redis-server`: a `LockService` response
-//! future dropped after k polls (k = 0, 1, 2, … until it completes), while it waits for a busy
-//! lock and while the handler runs, and a held response body dropped after j frames, never
+//! Cancellation of the layers' futures against a real `redis-server`: a `LockService` response
+//! future (of a `LockLayer`, one in read/write mode, or a `KeyedConcurrencyLimitLayer`) dropped
+//! after k polls (k = 0, 1, 2, … until it completes), while it waits for a busy lock (or
+//! permit) and while the handler runs, and a held response body dropped after j frames, never
 //! leaves a lock behind: the lock key is gone from Redis within 2 s and the client tracks no
 //! held lock.
 
@@ -15,9 +16,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use lock_runtime::LockGuard;
 use lock_tests::RedisServer;
 use lock_tower::name::UriPattern;
-use lock_tower::{LockClient, LockLayer, LockOptions};
+use lock_tower::{KeyedConcurrencyLimitLayer, LockClient, LockLayer, LockOptions, LockService};
 use tower::{Layer, Service, ServiceExt};
 
 /// How long a reply may take before it counts as lost.
@@ -128,23 +130,71 @@ async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
     poll_fn(|cx| Poll::Ready(Pin::new(&mut *fut).poll(cx))).await
 }
 
+/// What the layer under test takes (and its rival holds).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// `LockLayer`: a mutex against a mutex.
+    Mutex,
+    /// `LockLayer::read_write`: the GET's read side against a writer.
+    Read,
+    /// `KeyedConcurrencyLimitLayer` with a limit of 1: a permit against the only other one.
+    Permit,
+}
+
+/// The layer of `kind` around `inner`.
+fn service_of<S>(locks: &LockClient, kind: Kind, inner: S) -> LockService<S, UriPattern> {
+    let names = || UriPattern::new("/stock/{id}", "stock:<id>");
+    let wait = Duration::from_secs(10);
+    match kind {
+        Kind::Mutex => layer(locks).layer(inner),
+        Kind::Read => LockLayer::new(locks.clone(), names())
+            .read_write()
+            .wait(wait)
+            .layer(inner),
+        Kind::Permit => KeyedConcurrencyLimitLayer::new(locks.clone(), names(), 1)
+            .wait(wait)
+            .layer(inner),
+    }
+}
+
+/// The rival's hold that excludes the layer's request, for 5 s at most.
+async fn rival_hold(rival: &LockClient, kind: Kind) -> LockGuard {
+    let options = LockOptions::new().lease(Duration::from_secs(5));
+    match kind {
+        Kind::Mutex => rival.lock(NAME).acquire_with(options).await,
+        Kind::Read => rival.rw_lock(NAME).write().acquire_with(options).await,
+        Kind::Permit => rival.semaphore(NAME, 1).acquire_with(options).await,
+    }
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_future_dropped_after_any_number_of_polls_leaves_no_lock() {
+    dropped_after_any_number_of_polls_leaves_nothing(Kind::Mutex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_side_future_dropped_after_any_number_of_polls_leaves_no_hold() {
+    dropped_after_any_number_of_polls_leaves_nothing(Kind::Read).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_future_dropped_after_any_number_of_polls_leaves_no_permit() {
+    dropped_after_any_number_of_polls_leaves_nothing(Kind::Permit).await;
+}
+
+async fn dropped_after_any_number_of_polls_leaves_nothing(kind: Kind) {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let rival = common::client(&redis, RESPONSE_TIMEOUT).await;
-        let mut service = layer(&locks).layer(handler(Duration::from_millis(40), 1));
+        let mut service = service_of(&locks, kind, handler(Duration::from_millis(40), 1));
         let mut states = Vec::new();
         let mut completed = false;
         for k in 0..=MAX_STEPS {
             // A rival holds the lock for the first 40 ms: the future first waits, then the
             // handler runs for 40 ms, then it completes.
-            let held = rival
-                .lock(NAME)
-                .acquire_with(LockOptions::new().lease(Duration::from_secs(5)))
-                .await
-                .unwrap();
+            let held = rival_hold(&rival, kind).await;
             assert!(!lock_keys(&redis).is_empty(), "lock keys are not seen");
             let release = tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(40)).await;
@@ -167,21 +217,34 @@ async fn response_future_dropped_after_any_number_of_polls_leaves_no_lock() {
                 let response = out.unwrap();
                 assert_eq!(response.status(), StatusCode::OK);
                 drop(response);
-                assert_clean(&redis, &locks, &format!("completed after {k} polls")).await;
+                assert_clean(
+                    &redis,
+                    &locks,
+                    &format!("{kind:?}: completed after {k} polls"),
+                )
+                .await;
                 completed = true;
                 break;
             }
             states.push(state.clone());
-            assert_clean(&redis, &locks, &format!("dropped after {k} polls: {state}")).await;
+            assert_clean(
+                &redis,
+                &locks,
+                &format!("{kind:?}: dropped after {k} polls: {state}"),
+            )
+            .await;
         }
-        assert!(completed, "never completed within {MAX_STEPS} polls");
+        assert!(
+            completed,
+            "{kind:?}: never completed within {MAX_STEPS} polls"
+        );
         assert!(
             states.iter().any(|s| s.contains("\"acquiring\"")),
-            "never dropped while waiting: {states:?}"
+            "{kind:?}: never dropped while waiting: {states:?}"
         );
         assert!(
             states.iter().any(|s| s.contains("\"calling\"")),
-            "never dropped while the handler ran: {states:?}"
+            "{kind:?}: never dropped while the handler ran: {states:?}"
         );
     })
     .await;

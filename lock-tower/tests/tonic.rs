@@ -1,6 +1,7 @@
-//! `LockLayer` in tonic 0.14's `Server::builder().layer(…)` against a real `redis-server`:
-//! calls keyed on `x-product-id` metadata serialise, and rejections are gRPC statuses
-//! (`ABORTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`). The service is written by hand (no protoc).
+//! `LockLayer` and `KeyedConcurrencyLimitLayer` in tonic 0.14's `Server::builder().layer(…)`
+//! against a real `redis-server`: calls keyed on `x-product-id` metadata serialise (or run at
+//! most N at a time), and rejections are gRPC statuses (`ABORTED`, `RESOURCE_EXHAUSTED`,
+//! `UNAVAILABLE`, `INVALID_ARGUMENT`). The service is written by hand (no protoc).
 
 mod common;
 
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use http::uri::PathAndQuery;
 use lock_tests::RedisServer;
 use lock_tower::name::Headers;
-use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions};
+use lock_tower::{HeldLock, KeyedConcurrencyLimitLayer, LockClient, LockLayer, LockOptions};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Status};
@@ -110,6 +111,21 @@ impl tower::Service<http::Request<tonic::body::Body>> for Inventory {
 }
 
 async fn serve(layer: LockLayer<Headers>, service: Inventory) -> SocketAddr {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(service)
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
+async fn serve_limited(
+    layer: KeyedConcurrencyLimitLayer<Headers>,
+    service: Inventory,
+) -> SocketAddr {
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = incoming.local_addr().unwrap();
     tokio::spawn(
@@ -293,6 +309,56 @@ async fn require_name_rejects_calls_without_the_metadata_as_invalid_argument() {
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert_eq!(probe.calls.load(Ordering::SeqCst), 0, "served unlocked");
         assert_eq!(reserve(addr, Some("3")).await.unwrap().lock, "stock:3");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_keyed_concurrency_limit_is_resource_exhausted_when_full() {
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::from_millis(800),
+        };
+        let limit = |locks: LockClient| {
+            KeyedConcurrencyLimitLayer::new(locks, Headers::new("calls:<x-product-id>"), 2)
+                .wait(Duration::ZERO)
+        };
+        let a = serve_limited(limit(locks.clone()), service.clone()).await;
+        let b = serve_limited(
+            limit(common::client(&redis, RESPONSE_TIMEOUT).await),
+            service,
+        )
+        .await;
+        let calls: Vec<_> = (0..2)
+            .map(|i| tokio::spawn(reserve(if i == 0 { a } else { b }, Some("42"))))
+            .collect();
+        assert!(
+            common::eventually(Duration::from_secs(5), || probe.now.load(Ordering::SeqCst)
+                == 2)
+            .await,
+            "two calls did not run together"
+        );
+        // Both permits of `calls:42` are taken, on two servers: a third call is turned away.
+        let status = reserve(a, Some("42")).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().contains("calls:42"),
+            "{}",
+            status.message()
+        );
+        // Another key has its own permits.
+        assert_eq!(reserve(b, Some("7")).await.unwrap().lock, "calls:7");
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().lock, "calls:42");
+        }
+        // At most the two calls on `calls:42` and the one on `calls:7` ran together.
+        let max = probe.max.load(Ordering::SeqCst);
+        assert!((2..=3).contains(&max), "{max} calls at once");
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 3);
     })
     .await;
 }

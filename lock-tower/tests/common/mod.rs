@@ -22,3 +22,70 @@ pub async fn client(redis: &RedisServer, response_timeout: Duration) -> LockClie
     })
     .await
 }
+
+/// Counts how many holders are inside at once (now, the most ever) and how many entered.
+#[derive(Debug, Default)]
+pub struct Gauge {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+    entered: std::sync::atomic::AtomicUsize,
+    left: std::sync::atomic::AtomicUsize,
+}
+
+/// One holder inside a [`Gauge`]; counted out on drop (completion or cancellation).
+#[derive(Debug)]
+pub struct Inside(std::sync::Arc<Gauge>);
+
+impl Gauge {
+    pub fn new() -> std::sync::Arc<Gauge> {
+        std::sync::Arc::default()
+    }
+
+    /// Counts one holder in until the returned value is dropped.
+    pub fn enter(self: &std::sync::Arc<Self>) -> Inside {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.max.fetch_max(now, SeqCst);
+        self.entered.fetch_add(1, SeqCst);
+        Inside(self.clone())
+    }
+
+    pub fn now(&self) -> usize {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn max(&self) -> usize {
+        self.max.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn entered(&self) -> usize {
+        self.entered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Holders that left (finished or were dropped).
+    pub fn left(&self) -> usize {
+        self.left.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0.now.fetch_sub(1, SeqCst);
+        self.0.left.fetch_add(1, SeqCst);
+    }
+}
+
+/// Waits (polling every 5 ms) until `condition` holds; false if it does not within `limit`.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

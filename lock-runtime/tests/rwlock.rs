@@ -236,3 +236,37 @@ async fn names_of_other_kinds_and_foreign_data_are_typed_errors() {
     );
     assert_eq!(redis.cmd(&["LLEN", "lock:{list}:writers"]).int(), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_died_waiting_holds_readers_back_for_its_claim_only() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let reader = a.rw_lock("stale").read().acquire().await.unwrap();
+    // The claim of a writer that died while waiting: it ends in 1 s and nobody refreshes it.
+    let now_ms = {
+        let t = redis.cmd(&["TIME"]);
+        let secs: u64 = t.items()[0].text().unwrap().parse().unwrap();
+        let micros: u64 = t.items()[1].text().unwrap().parse().unwrap();
+        secs * 1000 + micros / 1000
+    };
+    redis.cmd(&[
+        "ZADD",
+        "lock:{stale}:writers",
+        &(now_ms + 1000).to_string(),
+        "dead:1#w",
+    ]);
+    let b = common::client(&redis).await;
+    let start = Instant::now();
+    // The reader's lease is 30 s: only the claim's end lets the new reader in this soon.
+    let r = b
+        .rw_lock("stale")
+        .read()
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(800), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    r.release().await.unwrap();
+    reader.release().await.unwrap();
+}

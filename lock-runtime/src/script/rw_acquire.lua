@@ -36,7 +36,14 @@ local function acquire(set, fence, writers, owner, lease_ms, retention_ms, place
       local first = redis.call('ZRANGE', set, 0, 0)[1]
       local writing = first and string.sub(first, -2) == '#w'
       if writing or redis.call('ZCARD', writers) > 0 then
-        return {0, first_end(set, now) or first_end(writers, now) or 1}
+        -- Until the first lease or writer's claim that holds us back ends (a claim of a writer
+        -- that died ends long before a holder's renewed lease).
+        local wait = first_end(set, now)
+        local claim = first_end(writers, now)
+        if claim and (not wait or claim < wait) then
+          wait = claim
+        end
+        return {0, wait or 1}
       end
     end
   end

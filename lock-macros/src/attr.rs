@@ -2,13 +2,17 @@
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, Index, LitStr, Member, Path, Token};
+use syn::{Expr, Ident, Index, LitInt, LitStr, Member, Path, Token};
 
 mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(key);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(max_hold);
+    syn::custom_keyword!(mode);
+    syn::custom_keyword!(permits);
+    syn::custom_keyword!(capacity);
     syn::custom_keyword!(client);
     syn::custom_keyword!(on_lost);
     syn::custom_keyword!(abort);
@@ -16,7 +20,15 @@ mod kw {
 }
 
 /// The argument names, for error messages.
-const VALID_ARGS: &str = "`name`, `wait`, `lease`, `client`, `on_lost`, `crate`";
+const VALID_ARGS: &str = "`name`, `mode`, `permits`, `capacity`, `wait`, `lease`, `max_hold`, \
+                          `client`, `on_lost`, `crate`";
+
+/// The values of `mode = "…"`, for error messages.
+const VALID_MODES: &str = "\"read\", \"write\", \"fair\"";
+
+/// The longest `max_hold` the runtime accepts (`lock_runtime::MAX_LEASE`, 10 years of 365
+/// days), in milliseconds.
+const MAX_HOLD_MILLIS: u64 = 10 * 365 * 24 * 3_600_000;
 
 /// The parsed arguments. Only `name` is required; that is checked by [`LockArgs::name`] so
 /// that the other arguments can be reported first.
@@ -28,6 +40,10 @@ pub(crate) struct LockArgs {
     pub(crate) deprecated_key: Option<Span>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
+    pub(crate) max_hold: Option<DurationArg>,
+    pub(crate) mode: Option<ModeArg>,
+    pub(crate) permits: Option<CountArg>,
+    pub(crate) capacity: Option<CountArg>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_lost: Option<OnLost>,
     pub(crate) krate: Option<Path>,
@@ -43,6 +59,39 @@ pub(crate) enum OnLost {
 /// A duration given as a string literal, in milliseconds.
 pub(crate) struct DurationArg {
     pub(crate) millis: u64,
+}
+
+/// `mode = "read" | "write" | "fair"`.
+pub(crate) struct ModeArg {
+    pub(crate) mode: Mode,
+    /// The span of the `mode` token.
+    pub(crate) span: Span,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+    Fair,
+}
+
+/// `permits = N` or `capacity = N`: an integer literal of at least 1.
+pub(crate) struct CountArg {
+    pub(crate) value: u32,
+    /// The span of the argument's name.
+    pub(crate) span: Span,
+    /// The span of the literal.
+    pub(crate) lit_span: Span,
+}
+
+/// Which primitive the fn takes, from `mode`, `permits` and `capacity`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Mutex,
+    Fair,
+    Read,
+    Write,
+    Semaphore { permits: u32, capacity: u32 },
 }
 
 /// A lock name template: literal text and `<param.field>` placeholders.
@@ -128,6 +177,70 @@ impl LockArgs {
         }
         Ok(())
     }
+
+    /// The primitive to take. The combinations were checked by [`LockArgs::check`]:
+    /// `capacity` alone means one permit per call.
+    pub(crate) fn kind(&self) -> Kind {
+        match (&self.mode, &self.capacity) {
+            (_, Some(capacity)) => Kind::Semaphore {
+                permits: self.permits.as_ref().map_or(1, |p| p.value),
+                capacity: capacity.value,
+            },
+            (None, None) => Kind::Mutex,
+            (Some(mode), None) => match mode.mode {
+                Mode::Read => Kind::Read,
+                Mode::Write => Kind::Write,
+                Mode::Fair => Kind::Fair,
+            },
+        }
+    }
+
+    /// The rules between arguments, each reported where it applies (all at once).
+    fn check(&self) -> syn::Result<()> {
+        let mut errors: Option<syn::Error> = None;
+        let mut push = |error: syn::Error| match &mut errors {
+            Some(all) => all.combine(error),
+            None => errors = Some(error),
+        };
+        if let Some(mode) = &self.mode {
+            let given: Vec<&str> = [("`permits`", &self.permits), ("`capacity`", &self.capacity)]
+                .into_iter()
+                .filter_map(|(name, arg)| arg.as_ref().map(|_| name))
+                .collect();
+            if !given.is_empty() {
+                push(syn::Error::new(
+                    mode.span,
+                    format!(
+                        "`mode` cannot be combined with {}: a lock with `permits` or `capacity` \
+                         is a semaphore, which has no read, write or fair mode",
+                        given.join(" and ")
+                    ),
+                ));
+            }
+        }
+        match (&self.permits, &self.capacity) {
+            (Some(permits), None) => push(syn::Error::new(
+                permits.span,
+                format!(
+                    "`permits` needs `capacity`, the number of permits the semaphore has: \
+                     e.g. `permits = {}, capacity = 10`",
+                    permits.value
+                ),
+            )),
+            (Some(permits), Some(capacity)) if permits.value > capacity.value => {
+                push(syn::Error::new(
+                    permits.lit_span,
+                    format!(
+                        "`permits = {}` is more than `capacity = {}`: a call could never get \
+                         its permits",
+                        permits.value, capacity.value
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        errors.map_or(Ok(()), Err)
+    }
 }
 
 impl Parse for LockArgs {
@@ -153,6 +266,26 @@ impl Parse for LockArgs {
                 input.parse::<Token![=]>()?;
                 let lease = DurationArg::parse(input, "lease")?;
                 args.lease = Some(lease);
+            } else if lookahead.peek(kw::max_hold) {
+                let name = input.parse::<kw::max_hold>()?;
+                no_duplicate(&args.max_hold, name.span, "max_hold")?;
+                input.parse::<Token![=]>()?;
+                args.max_hold = Some(DurationArg::parse(input, "max_hold")?);
+            } else if lookahead.peek(kw::mode) {
+                let name = input.parse::<kw::mode>()?;
+                no_duplicate(&args.mode, name.span, "mode")?;
+                input.parse::<Token![=]>()?;
+                args.mode = Some(ModeArg::parse(input, name.span)?);
+            } else if lookahead.peek(kw::permits) {
+                let name = input.parse::<kw::permits>()?;
+                no_duplicate(&args.permits, name.span, "permits")?;
+                input.parse::<Token![=]>()?;
+                args.permits = Some(CountArg::parse(input, "permits", name.span)?);
+            } else if lookahead.peek(kw::capacity) {
+                let name = input.parse::<kw::capacity>()?;
+                no_duplicate(&args.capacity, name.span, "capacity")?;
+                input.parse::<Token![=]>()?;
+                args.capacity = Some(CountArg::parse(input, "capacity", name.span)?);
             } else if lookahead.peek(kw::client) {
                 let name = input.parse::<kw::client>()?;
                 no_duplicate(&args.client, name.span, "client")?;
@@ -191,6 +324,7 @@ impl Parse for LockArgs {
             }
             input.parse::<Token![,]>()?;
         }
+        args.check()?;
         Ok(args)
     }
 }
@@ -232,6 +366,88 @@ impl OnLost {
     }
 }
 
+impl ModeArg {
+    fn parse(input: ParseStream<'_>, span: Span) -> syn::Result<Self> {
+        let lit = string_value(input, "mode", &format!("one of {VALID_MODES}"))?;
+        let mode = match lit.value().as_str() {
+            "read" => Mode::Read,
+            "write" => Mode::Write,
+            "fair" => Mode::Fair,
+            other => {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "unknown mode {other:?}; expected one of: {VALID_MODES} (omit `mode` \
+                         for a plain mutex, give `capacity` for a semaphore)"
+                    ),
+                ));
+            }
+        };
+        Ok(ModeArg { mode, span })
+    }
+}
+
+impl CountArg {
+    fn parse(input: ParseStream<'_>, name: &str, span: Span) -> syn::Result<Self> {
+        if !input.peek(LitInt) {
+            let found: Expr = input.parse()?;
+            let message = match &found {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(_),
+                    ..
+                }) => {
+                    format!("`{name}` takes an integer literal, not a string: write `{name} = 2`")
+                }
+                Expr::Lit(_) => format!("`{name}` takes an integer literal, like `{name} = 2`"),
+                _ => format!(
+                    "`{name}` takes an integer literal, like `{name} = 2` (a constant or an \
+                     expression cannot be checked at compile time)"
+                ),
+            };
+            return Err(syn::Error::new_spanned(found, message));
+        }
+        let lit: LitInt = input.parse()?;
+        let digits = lit.base10_digits();
+        if digits.starts_with('-') {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("`{name} = {digits}` is negative: it must be at least 1"),
+            ));
+        }
+        if !matches!(lit.suffix(), "" | "u32") {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{name}` is a `u32`: write it without the suffix `{}`, like `{name} = 2`",
+                    lit.suffix()
+                ),
+            ));
+        }
+        let value: u32 = lit.base10_parse().map_err(|_| {
+            syn::Error::new(
+                lit.span(),
+                format!("`{name} = {digits}` is too large: at most {}", u32::MAX),
+            )
+        })?;
+        if value == 0 {
+            let why = if name == "permits" {
+                "every call takes at least one permit"
+            } else {
+                "a semaphore without permits could never be taken"
+            };
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("`{name}` must be at least 1: {why}"),
+            ));
+        }
+        Ok(CountArg {
+            value,
+            span,
+            lit_span: lit.span(),
+        })
+    }
+}
+
 impl DurationArg {
     fn parse(input: ParseStream<'_>, name: &str) -> syn::Result<Self> {
         let lit = string_value(
@@ -245,10 +461,25 @@ impl DurationArg {
                 format!("invalid `{name}` duration {:?}: {msg}", lit.value()),
             )
         })?;
-        if name == "lease" && millis == 0 {
+        if name == "lease" && !(10..=MAX_HOLD_MILLIS).contains(&millis) {
             return Err(syn::Error::new(
                 lit.span(),
-                "`lease` must be at least 1ms (omit `lease` to have the watchdog renew the lock)",
+                "`lease` must be between 10ms and 87600h (10 years), the leases the runtime \
+                 accepts (omit `lease` to have the watchdog renew the lock)",
+            ));
+        }
+        if name == "max_hold" && millis == 0 {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`max_hold` must be at least 1ms (omit `max_hold` to hold the lock for as long \
+                 as the body runs)",
+            ));
+        }
+        if name == "max_hold" && millis > MAX_HOLD_MILLIS {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`max_hold` must be at most 87600h (10 years), the longest hold the runtime \
+                 accepts (omit `max_hold` to hold the lock for as long as the body runs)",
             ));
         }
         Ok(DurationArg { millis })
@@ -491,6 +722,112 @@ mod tests {
                 })
                 .collect(),
         })
+    }
+
+    fn args(text: &str) -> syn::Result<LockArgs> {
+        syn::parse_str(text)
+    }
+
+    fn error(text: &str) -> String {
+        match args(text) {
+            Ok(_) => panic!("{text:?} should be rejected"),
+            Err(e) => e
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    #[test]
+    fn modes_and_semaphores_pick_the_kind() {
+        for (text, kind) in [
+            (r#"name = "a""#, Kind::Mutex),
+            (r#"name = "a", mode = "fair""#, Kind::Fair),
+            (r#"mode = "read", name = "a""#, Kind::Read),
+            (r#"name = "a", mode = "write", wait = "1s""#, Kind::Write),
+            (
+                r#"name = "a", capacity = 3"#,
+                Kind::Semaphore {
+                    permits: 1,
+                    capacity: 3,
+                },
+            ),
+            (
+                r#"name = "a", permits = 2, capacity = 3"#,
+                Kind::Semaphore {
+                    permits: 2,
+                    capacity: 3,
+                },
+            ),
+            (
+                r#"capacity = 4294967295u32, name = "a", permits = 4294967295"#,
+                Kind::Semaphore {
+                    permits: u32::MAX,
+                    capacity: u32::MAX,
+                },
+            ),
+        ] {
+            let parsed = args(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(parsed.kind(), kind, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn max_hold_is_a_duration_of_at_least_1ms() {
+        let parsed = args(r#"name = "a", max_hold = "1m30s""#).unwrap();
+        assert_eq!(parsed.max_hold.map(|d| d.millis), Some(90_000));
+        assert!(args(r#"name = "a", max_hold = "1ms""#).is_ok());
+        assert!(args(r#"name = "a", max_hold = "87600h""#).is_ok());
+        assert!(error(r#"name = "a", max_hold = "0ms""#).contains("at least 1ms"));
+        assert!(error(r#"name = "a", max_hold = "87600h1ms""#).contains("at most 87600h"));
+        assert!(error(r#"name = "a", max_hold = "5""#).contains("has no unit"));
+        // With a fixed lease too: whichever ends first ends the hold.
+        assert!(args(r#"name = "a", lease = "5s", max_hold = "1s""#).is_ok());
+        assert!(error(r#"name = "a", lease = "5ms""#).contains("between 10ms"));
+    }
+
+    #[test]
+    fn bad_modes_and_counts_are_rejected() {
+        for (text, expected) in [
+            (r#"name = "a", mode = "mutex""#, r#"unknown mode "mutex""#),
+            (r#"name = "a", mode = read"#, "takes a string literal"),
+            (
+                r#"name = "a", capacity = 0"#,
+                "`capacity` must be at least 1",
+            ),
+            (
+                r#"name = "a", permits = 0, capacity = 1"#,
+                "`permits` must be at least 1",
+            ),
+            (r#"name = "a", permits = -2, capacity = 1"#, "is negative"),
+            (r#"name = "a", capacity = 4294967296"#, "too large"),
+            (r#"name = "a", capacity = 2i64"#, "suffix `i64`"),
+            (r#"name = "a", capacity = "2""#, "not a string"),
+            (
+                r#"name = "a", capacity = N"#,
+                "cannot be checked at compile time",
+            ),
+            (r#"name = "a", permits = 2"#, "`permits` needs `capacity`"),
+            (
+                r#"name = "a", permits = 3, capacity = 2"#,
+                "more than `capacity = 2`",
+            ),
+            (
+                r#"name = "a", capacity = 2, capacity = 2"#,
+                "duplicate argument `capacity`",
+            ),
+            (
+                r#"name = "a", mode = "read", capacity = 2"#,
+                "`mode` cannot be combined",
+            ),
+        ] {
+            let message = error(text);
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+        // All the rules between arguments are reported together.
+        let message = error(r#"name = "a", mode = "fair", permits = 2, capacity = 1"#);
+        assert_eq!(message.lines().count(), 2, "{message}");
     }
 
     #[test]

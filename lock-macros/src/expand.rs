@@ -11,7 +11,7 @@ use syn::{
     AttrStyle, Block, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
+use crate::attr::{Kind, LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
 
 /// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
 /// written next to the error, so the rest of the crate (and the IDE) keeps working.
@@ -162,8 +162,9 @@ fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<Toke
     let (name_var, client_var, span_var) = (local("name"), local("client"), local("span"));
 
     let client = gen_client(args, &private);
+    let kind = gen_kind(args, &private);
     let options = gen_options(args, &private);
-    let locked = quote!(#client_var, #name_var, #options);
+    let locked = quote!(#client_var, #name_var, #kind, #options);
     let tail = gen_tail(&private, locked, block, return_type, &span_var);
     let fn_name = LitStr::new(&sig.ident.to_string(), sig.ident.span());
     let deprecations = args.deprecated_key.map(deprecated_key);
@@ -219,6 +220,19 @@ fn gen_client(args: &LockArgs, private: &TokenStream) -> TokenStream {
     }
 }
 
+/// The `Kind` value: which primitive `run_locked` takes.
+fn gen_kind(args: &LockArgs, private: &TokenStream) -> TokenStream {
+    match args.kind() {
+        Kind::Mutex => quote!(#private::Kind::Mutex),
+        Kind::Fair => quote!(#private::Kind::Fair),
+        Kind::Read => quote!(#private::Kind::Read),
+        Kind::Write => quote!(#private::Kind::Write),
+        Kind::Semaphore { permits, capacity } => quote! {
+            #private::Kind::Semaphore { permits: #permits, capacity: #capacity }
+        },
+    }
+}
+
 /// The `LockOptions` expression and the `OnLost` value, as two arguments of `run_locked`.
 fn gen_options(args: &LockArgs, private: &TokenStream) -> TokenStream {
     let mut options = quote!(#private::LockOptions::new());
@@ -229,6 +243,10 @@ fn gen_options(args: &LockArgs, private: &TokenStream) -> TokenStream {
     if let Some(lease) = &args.lease {
         let ms = lease.millis;
         options.extend(quote!(.lease(::core::time::Duration::from_millis(#ms))));
+    }
+    if let Some(max_hold) = &args.max_hold {
+        let ms = max_hold.millis;
+        options.extend(quote!(.max_hold(::core::time::Duration::from_millis(#ms))));
     }
     let on_lost = match args.on_lost.unwrap_or(OnLost::Abort) {
         OnLost::Abort => quote!(#private::OnLost::Abort),

@@ -24,7 +24,9 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// Each call formats the lock [name](#name) from the arguments, acquires the lock of that name,
+/// Each call formats the lock [name](#name) from the arguments, acquires the lock of that name
+/// (a mutex by default; the read or write side of a read/write lock, a fair lock, or permits of
+/// a semaphore with [`mode`](#mode) and [`permits`/`capacity`](#permits-and-capacity)),
 /// runs the body inside the guard's reentrancy scope, and releases the lock when the body is
 /// done. While the body runs, the lock's lease is renewed by the client's watchdog (unless a
 /// fixed [`lease`](#lease) is given), and if the lock is lost anyway, the body is dropped and
@@ -72,8 +74,12 @@ use proc_macro::TokenStream;
 /// | option | default | |
 /// |---|---|---|
 /// | [`name = "…"`](#name) | required | the lock name, a template over the parameters |
+/// | [`mode = "read" \| "write" \| "fair"`](#mode) | a mutex | a read/write lock's side, or a fair lock |
+/// | [`permits = N`](#permits-and-capacity) | `1` | permits of a semaphore taken per call |
+/// | [`capacity = M`](#permits-and-capacity) | not a semaphore | makes the lock a semaphore of `M` permits |
 /// | [`wait = "…"`](#wait) | wait indefinitely | how long to wait for a busy lock |
 /// | [`lease = "…"`](#lease) | watchdog renewal | a fixed lease instead of renewal |
+/// | [`max_hold = "…"`](#max_hold) | no limit | stop renewing and give the lock up after this long |
 /// | [`client = <expr>`](#client) | the process-wide default | which `LockClient` to use |
 /// | [`on_lost = abort \| ignore`](#on_lost) | `abort` | what a lost lock does to the body |
 /// | [`crate = "…"`](#crate) | `"::lock_runtime"` | where `lock_runtime` is |
@@ -112,6 +118,63 @@ use proc_macro::TokenStream;
 /// `key = "…"` is the deprecated spelling of `name = "…"` (before 0.2.0): it still works, with
 /// a deprecation warning at `key`. Giving both is an error.
 ///
+/// ## `mode`
+///
+/// Which lock of that name the call takes. Without `mode` (or `permits`/`capacity`) it is a
+/// plain mutex (`LockClient::lock`): one caller at a time.
+///
+/// - `"read"`: the read side of a read/write lock (`LockClient::rw_lock(name).read()`). Any
+///   number of read-mode calls run at once, in every process; a write-mode call excludes them.
+/// - `"write"`: the write side of the same read/write lock: one caller at a time, and no
+///   readers meanwhile. A waiting writer goes before readers that arrive after it.
+/// - `"fair"`: a fair lock (`LockClient::fair_lock`): one caller at a time, granted in the order
+///   the callers first asked, across processes.
+///
+/// Any other value is a compile error, as is `mode` together with `permits` or `capacity`.
+///
+/// ```ignore
+/// // Many readers of a stock level at once…
+/// #[distributed_lock(name = "stock:<sku>", mode = "read")]
+/// async fn stock_level(sku: &str) -> Result<u32, AppError> { /* … */ }
+///
+/// // …and a restock holds it alone.
+/// #[distributed_lock(name = "stock:<sku>", mode = "write", wait = "5s")]
+/// async fn restock(sku: &str, qty: u32) -> Result<(), AppError> { /* … */ }
+///
+/// // Ticket sales in arrival order.
+/// #[distributed_lock(name = "drop:<item>", mode = "fair")]
+/// async fn buy(item: u64) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// Nested calls follow the read/write lock's reentrancy: inside a write-mode body, a read-mode
+/// or write-mode call of the same name re-enters; inside a read-mode body a read-mode call
+/// re-enters, but a write-mode call fails at once with `LockError::WouldDeadlock` (the upgrade
+/// would wait for itself). A name taken in a scope as one kind of lock (mutex, fair lock,
+/// read/write lock, semaphore) and then as another also fails with `LockError::WouldDeadlock`.
+///
+/// ## `permits` and `capacity`
+///
+/// `capacity = M` makes the lock a counting semaphore (`LockClient::semaphore(name, M)`): up to
+/// `M` permits are held at once, by every process together. Each call takes `permits = N`
+/// of them (1 when `permits` is not given), all at once, and gives them back when the body is
+/// done. Both are integer literals of at least 1, with `permits` at most `capacity`; `permits`
+/// without `capacity` is a compile error.
+///
+/// ```ignore
+/// // At most 10 calls to the supplier at a time, across every instance.
+/// #[distributed_lock(name = "supplier:<name>", capacity = 10, wait = "2s")]
+/// async fn call_supplier(name: &str) -> Result<Reply, AppError> { /* … */ }
+///
+/// // A bulk import counts for 4 of those 10.
+/// #[distributed_lock(name = "supplier:<name>", permits = 4, capacity = 10)]
+/// async fn bulk_import(name: &str) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// `capacity` is the semaphore's size while none is stored in Redis: an operator's
+/// `Semaphore::set_capacity` overrides it for every client. If that stored capacity is below
+/// `permits`, the call fails with `LockError::InvalidPermits` instead of waiting forever.
+/// A nested call of the same semaphore inside the body re-enters without taking more permits.
+///
 /// ## `wait`
 ///
 /// How long to wait for a lock someone else holds before giving up with
@@ -143,6 +206,25 @@ use proc_macro::TokenStream;
 /// #[distributed_lock(name = "payout:<account>", lease = "10s")]
 /// async fn payout(account: u64) -> Result<(), AppError> { /* … */ }
 /// ```
+///
+/// ## `max_hold`
+///
+/// The longest the body may hold the lock. The watchdog renews the lock while the body runs,
+/// but stops once `max_hold` has passed since the lock was taken: it releases the lock and the
+/// body has lost it (see [`on_lost`](#on_lost): by default the body is dropped and the call
+/// returns `LockError::Lost` with `LossReason::MaxHoldExceeded`). This protects against a
+/// holder that is alive but stuck, which the watchdog alone would keep renewing forever.
+/// Same duration syntax as [`wait`](#wait); at least `"1ms"` and at most `"87600h"` (10 years).
+/// It works with every kind of lock ([`mode`](#mode), [semaphores](#permits-and-capacity)).
+///
+/// ```ignore
+/// // A nightly job may hold the lock for 30 minutes at most.
+/// #[distributed_lock(name = "nightly-report", max_hold = "30m")]
+/// async fn nightly_report() -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// With a fixed [`lease`](#lease) too, whichever ends first ends the hold (a `max_hold` shorter
+/// than the lease releases the lock early).
 ///
 /// ## `client`
 ///
@@ -179,7 +261,7 @@ use proc_macro::TokenStream;
 /// ## `on_lost`
 ///
 /// What happens when the lock is lost while the body runs (the watchdog found it deleted or
-/// could not renew it in time, or a fixed `lease` ran out):
+/// could not renew it in time, a fixed `lease` ran out, or [`max_hold`](#max_hold) passed):
 ///
 /// - `abort` (the default): the body's future is dropped at its next `.await` and the call
 ///   returns `LockError::Lost` through your error type. Code after the loss does not run.
@@ -206,8 +288,9 @@ use proc_macro::TokenStream;
 ///
 /// - **Reentrancy.** The body runs inside the guard's reentrancy scope: a locked fn that calls
 ///   another locked fn (or `LockClient::lock(…).acquire()`) with the same name and the same
-///   client re-enters at once instead of deadlocking. Two `join!`ed calls, or a call in a
-///   spawned task, are different owners and exclude each other.
+///   client re-enters at once instead of deadlocking (for read/write locks and semaphores, see
+///   [`mode`](#mode) and [`permits`](#permits-and-capacity)). Two `join!`ed calls, or a call in
+///   a spawned task, are different owners and exclude each other.
 /// - **Release.** When the body returns (`Ok` or `Err`), the lock is released before the call
 ///   returns, so the next waiter can proceed at once. If the body panics or the call's future
 ///   is dropped, the guard's drop releases the lock in the background within milliseconds.
@@ -229,7 +312,8 @@ use proc_macro::TokenStream;
 ///     let name: String = format!("stock:{}", id);
 ///     let client = LockClient::default_client(); // or `Ok(LockClient::clone(&(<expr>)))`
 ///     let span = info_span!("distributed_lock", function = "reserve", lock = %name);
-///     run_locked(client, name, LockOptions::new().wait(5 s), OnLost::Abort, async move {
+///     let options = LockOptions::new().wait(5 s); // and `.lease(…)`, `.max_hold(…)`
+///     run_locked(client, name, Kind::Mutex, options, OnLost::Abort, async move {
 ///         /* the body, unchanged */
 ///     })
 ///     .instrument(span)
@@ -237,9 +321,11 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// where `run_locked` (in `lock_runtime::__private`) acquires, runs the body with
-/// `LockGuard::run` (or `LockGuard::scope` for `on_lost = ignore`) and releases. If the
-/// arguments are wrong, the fn is emitted unchanged next to the compile error.
+/// where `Kind` is `Mutex`, `Fair`, `Read`, `Write` or `Semaphore { permits, capacity }` (from
+/// [`mode`](#mode), [`permits` and `capacity`](#permits-and-capacity)), and `run_locked` (in
+/// `lock_runtime::__private`) takes the lock of that kind, runs the body with `LockGuard::run`
+/// (or `LockGuard::scope` for `on_lost = ignore`) and releases. If the arguments are wrong,
+/// the fn is emitted unchanged next to the compile error.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

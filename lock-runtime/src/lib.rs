@@ -193,83 +193,10 @@ pub use stats::ClientStats;
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
 
+mod macro_support;
+
 /// What `#[distributed_lock]` expansions call. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::client::LockClient;
-    pub use crate::error::LockError;
-    pub use crate::options::LockOptions;
-    pub use tracing;
-
-    use std::future::Future;
-
-    /// What to do when the lock is lost while the body runs (`on_lost = …`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum OnLost {
-        /// Drop the body and return [`LockError::Lost`] through the fn's error type.
-        Abort,
-        /// Keep running the body; the loss is only logged.
-        Ignore,
-    }
-
-    /// The return types `#[distributed_lock]` accepts: `Result<T, E>` with `E: From<LockError>`.
-    #[diagnostic::on_unimplemented(
-        message = "a `#[distributed_lock]` fn must return `Result<T, E>` with `E: From<LockError>`, not `{Self}`",
-        label = "this must be `Result<T, E>` where `E: From<LockError>`",
-        note = "the lock error (wait timeout, lost lock, Redis unavailable, no default client) is returned through `E`"
-    )]
-    pub trait LockedResult: Sized {
-        /// The `Err` carrying a lock error.
-        fn from_lock_error(error: LockError) -> Self;
-    }
-
-    impl<T, E: From<LockError>> LockedResult for Result<T, E> {
-        fn from_lock_error(error: LockError) -> Self {
-            Err(E::from(error))
-        }
-    }
-
-    /// The body of every `#[distributed_lock]` fn: acquire `key` on `client` with `options`,
-    /// run `body` inside the guard's reentrancy scope (dropping it if the lock is lost and
-    /// `on_lost` is `Abort`), then release explicitly.
-    ///
-    /// A release error never replaces the body's result (the body's effects have happened;
-    /// reporting failure would invite a retry that does them twice): it is logged. Panics and
-    /// cancellation (also during the final release) drop the guard, which releases in the
-    /// background.
-    pub async fn run_locked<R, F>(
-        client: Result<LockClient, LockError>,
-        key: String,
-        options: LockOptions,
-        on_lost: OnLost,
-        body: F,
-    ) -> R
-    where
-        R: LockedResult,
-        F: Future<Output = R>,
-    {
-        let client = match client {
-            Ok(client) => client,
-            Err(e) => return R::from_lock_error(e),
-        };
-        let guard = match client.lock(&key).acquire_with(options).await {
-            Ok(guard) => guard,
-            Err(e) => return R::from_lock_error(e),
-        };
-        let out = match on_lost {
-            OnLost::Abort => match guard.run(body).await {
-                Ok(out) => out,
-                Err(lost) => {
-                    // Frees whatever is left of the hold; its error repeats `lost`.
-                    let _ = guard.release().await;
-                    return R::from_lock_error(lost);
-                }
-            },
-            OnLost::Ignore => guard.scope(body).await,
-        };
-        if let Err(e) = guard.release().await {
-            tracing::warn!(lock = %key, error = %e, "could not release the lock after the body; returning the body's result");
-        }
-        out
-    }
+    pub use crate::macro_support::*;
 }

@@ -239,7 +239,10 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
         "Next to our mutex on the same workload (no crate on crates.io offers a Redis semaphore, \
          read/write lock or fair lock with leases to compare against).\n"
     );
-    let _ = writeln!(s, "| scenario | primitive | mutex | ratio |\n|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| scenario | primitive | mutex | ratio |\n|---|---|---|---|"
+    );
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let _ = writeln!(
         s,

@@ -55,6 +55,46 @@
 //! # }
 //! ```
 //!
+//! # The lock family
+//!
+//! The same client also hands out the rest of the family; each one is held through a
+//! [`LockGuard`] with everything above (pub/sub wake-up, the watchdog or an explicit lease,
+//! `lost()` before expiry, fencing tokens, cancellation safety, reentrancy by scope) and runs on
+//! every topology.
+//!
+//! - [`Semaphore`] ([`LockClient::semaphore`]): up to N permits per name across every process,
+//!   each with its own lease, so a crashed holder's permits come back; take one or several, see
+//!   [`available`](Semaphore::available), change the capacity at run time. A release wakes as
+//!   many waiters as permits came free.
+//! - [`RwLock`] ([`LockClient::rw_lock`]): many readers or one writer; waiting writers go first;
+//!   a dead reader blocks writers for its own lease only.
+//! - A fair lock ([`LockClient::fair_lock`]): first come, first served across processes; the
+//!   queue heals itself (a waiter that gives up leaves at once, one that died within 5 s).
+//!
+//! ```no_run
+//! # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+//! use std::time::Duration;
+//!
+//! // At most 10 concurrent calls to this supplier's API, across every instance.
+//! let permit = locks.semaphore("supplier:acme", 10).try_acquire(Duration::from_secs(2)).await?;
+//! permit.release().await?;
+//!
+//! // Readers of a product's stock run in parallel; a restock holds it alone.
+//! let stock = locks.rw_lock("stock:42");
+//! let reading = stock.read().acquire().await?;
+//! reading.release().await?;
+//! let restock = stock.write().acquire().await?;
+//! restock.release().await?;
+//!
+//! // First come, first served when the drop opens.
+//! let turn = locks.fair_lock("drop:sneaker-42").acquire().await?;
+//! turn.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A name is one primitive: the same name used as two (a mutex and a semaphore, say) is
+//! reported as [`LockError::ForeignData`], or [`LockError::WouldDeadlock`] inside a scope.
+//!
 //! # How it works
 //!
 //! A lock named `N` is a Redis hash at `<prefix>:{N}` (field: owner id, value: hold count),

@@ -1,9 +1,9 @@
 //! The lock family's benchmarks: semaphore throughput and wake-up, read-heavy read/write
 //! throughput, fair-lock hand-over rate and order, each next to the mutex on the same workload.
 //!
-//! No Rust crate on crates.io offers a Redis semaphore, read/write lock or fair lock with
-//! leases to compare against, so the reference is our own mutex (and, for the order, the
-//! mutex's arrival order on the same workload).
+//! The reference is our own mutex on the same workload (and, for the order, the mutex's order
+//! of grants). Peers on crates.io that offer these primitives on Redis (`distributed-lock` 0.2:
+//! a semaphore; `redisson` 0.1: semaphores, read/write and fair locks) are not measured yet.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -236,8 +236,9 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
     let _ = writeln!(s, "\n## Lock family\n");
     let _ = writeln!(
         s,
-        "Next to our mutex on the same workload (no crate on crates.io offers a Redis semaphore, \
-         read/write lock or fair lock with leases to compare against).\n"
+        "Next to our mutex on the same workload. Peers on crates.io that offer these primitives \
+         on Redis (`distributed-lock` 0.2: a semaphore; `redisson` 0.1: semaphores, read/write \
+         and fair locks) are not measured yet.\n"
     );
     let _ = writeln!(
         s,

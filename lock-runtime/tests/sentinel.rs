@@ -131,6 +131,99 @@ async fn waiters_recover_after_a_master_failover() {
     fresh.release().await.expect("release");
 }
 
+/// A semaphore, a read/write lock and a fair lock held and waited for across a master failover:
+/// the waiters follow the new master and get their turn once the holders let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_follows_a_master_failover() {
+    let mut group = SentinelGroup::start(3);
+    let holder = sentinel_client(&group, Duration::from_secs(10)).await;
+    let waiters = sentinel_client(&group, Duration::from_secs(10)).await;
+    let permit = holder.semaphore("sem", 1).acquire().await.expect("permit");
+    let reader = holder.rw_lock("rw").read().acquire().await.expect("read");
+    let fair = holder.fair_lock("fair").acquire().await.expect("fair");
+    let wait = Duration::from_secs(40);
+    let tasks = vec![
+        tokio::spawn({
+            let sem = waiters.semaphore("sem", 1);
+            async move { sem.try_acquire(wait).await }
+        }),
+        tokio::spawn({
+            let rw = waiters.rw_lock("rw");
+            async move { rw.write().try_acquire(wait).await }
+        }),
+        tokio::spawn({
+            let lock = waiters.fair_lock("fair");
+            async move { lock.try_acquire(wait).await }
+        }),
+    ];
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiters.subscribed_channels()
+            == 3)
+        .await,
+        "waiters never subscribed"
+    );
+    let killed = group.kill_master();
+    let new_master = group.wait_for_failover(killed);
+    group.server_mut(killed).restart();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for guard in [permit, reader, fair] {
+        // Kept across the failover (renewed on the new master) or reported lost: either way
+        // it lets go.
+        let lost = guard.is_lost();
+        let release = guard.release().await;
+        assert!(lost || release.is_ok(), "{release:?}");
+    }
+    for task in tasks {
+        let guard = task
+            .await
+            .expect("waiter")
+            .expect("the waiter got its turn");
+        // Granted on the new master, or (retried against the restarted old master before the
+        // sentinels demoted it) reported lost right after the switch, never silently stale.
+        let on_new = || group.server(new_master).cmd(&["EXISTS", guard.key()]).int() == Some(1);
+        let lost = guard.lost();
+        let told = tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .is_ok();
+        assert!(
+            told || on_new(),
+            "{}: held nowhere and not told",
+            guard.key()
+        );
+        let _ = guard.release().await;
+    }
+    // Once the dust settles, every primitive is taken on the new master.
+    let fresh = [
+        waiters.semaphore("sem", 1).try_acquire(wait).await,
+        waiters.rw_lock("rw").write().try_acquire(wait).await,
+        waiters.fair_lock("fair").try_acquire(wait).await,
+    ];
+    for guard in fresh {
+        let guard = guard.expect("taken after the failover");
+        assert!(!guard.is_lost());
+        assert_eq!(
+            group.server(new_master).cmd(&["EXISTS", guard.key()]).int(),
+            Some(1),
+            "{} is held on the new master",
+            guard.key()
+        );
+        guard.release().await.expect("release");
+    }
+    // A hold lost in the switch ends with its lease (10 s) at the latest.
+    assert!(
+        common::eventually(Duration::from_secs(12), || {
+            group
+                .server(new_master)
+                .keys("lock:*")
+                .iter()
+                .all(|k| k.ends_with(":fence"))
+        })
+        .await,
+        "{:?}",
+        group.server(new_master).keys("lock:*")
+    );
+}
+
 #[tokio::test]
 async fn bad_sentinel_settings_are_typed_errors() {
     let empty: [&str; 0] = [];

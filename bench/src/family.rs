@@ -1,9 +1,10 @@
 //! The lock family's benchmarks: semaphore throughput and wake-up, read-heavy read/write
 //! throughput, fair-lock hand-over rate and order, each next to the mutex on the same workload.
 //!
-//! The reference is our own mutex on the same workload (and, for the order, the mutex's order
-//! of grants). Peers on crates.io that offer these primitives on Redis (`distributed-lock` 0.2:
-//! a semaphore; `redisson` 0.1: semaphores, read/write and fair locks) are not measured yet.
+//! The references are our own mutex on the same workload (for the order, the mutex's order of
+//! grants) and, for the semaphore and the read/write lock, `distributed-lock-redis` 0.2, a peer
+//! on crates.io (its waiters poll with a backoff of 10 to 200 ms; its leases are extended by a
+//! background task). `redisson` 0.1 (semaphores, read/write and fair locks) is not measured.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,134 @@ pub(crate) struct FamilyFigures {
     /// within 1 ms), fair lock vs mutex.
     pub(crate) fair: Order,
     pub(crate) fair_mutex: Order,
+    /// The same scenarios with `distributed-lock-redis`: semaphore acquisitions/s, uncontended
+    /// pairs/s, wake-up p50 / p99 µs, read-heavy operations/s.
+    pub(crate) peer_sem_per_s: f64,
+    pub(crate) peer_sem_uncontended: f64,
+    pub(crate) peer_sem_wake: (f64, f64),
+    pub(crate) peer_rw_per_s: f64,
+    /// Peer read/write acquisitions that gave up after 2 s.
+    pub(crate) peer_rw_timeouts: u64,
+}
+
+/// `distributed-lock-redis`, on the same workloads.
+mod peer {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use distributed_lock_core::prelude::*;
+    use distributed_lock_redis::RedisLockProvider;
+
+    use crate::stats::{self, quantile};
+
+    /// How long a peer waiter waits (its `None` means no wait at all, not "forever").
+    const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+    /// The read/write workload's wait: its acquisitions can starve (see the report).
+    pub(super) const RW_WAIT: Option<Duration> = Some(Duration::from_secs(2));
+
+    async fn provider(url: &str) -> RedisLockProvider {
+        RedisLockProvider::builder()
+            .url(url)
+            .expiry(Duration::from_secs(10))
+            .build()
+            .await
+            .expect("distributed-lock-redis connects")
+    }
+
+    pub(super) async fn churn(url: &str, capacity: u32, tasks: usize, run: Duration) -> f64 {
+        let sem = Arc::new(provider(url).await.create_semaphore("peer-sem", capacity));
+        let until = Instant::now() + run;
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let sem = sem.clone();
+            handles.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let h = sem.acquire(WAIT).await.unwrap();
+                    n += 1;
+                    h.release().await.unwrap();
+                }
+                n
+            }));
+        }
+        let mut total = 0;
+        for h in handles {
+            total += h.await.unwrap();
+        }
+        total as f64 / run.as_secs_f64()
+    }
+
+    pub(super) async fn wake(url: &str, cycles: usize) -> (f64, f64) {
+        let holder = provider(url).await.create_semaphore("peer-wake", 1);
+        let waiter = Arc::new(provider(url).await.create_semaphore("peer-wake", 1));
+        let mut delays = Vec::new();
+        for _ in 0..cycles {
+            let held = holder.acquire(WAIT).await.unwrap();
+            let w = waiter.clone();
+            let task = tokio::spawn(async move {
+                let h = w.acquire(WAIT).await.unwrap();
+                let got = Instant::now();
+                h.release().await.unwrap();
+                got
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            held.release().await.unwrap();
+            let released = Instant::now();
+            delays.push(task.await.unwrap().saturating_duration_since(released));
+        }
+        (
+            stats::us(quantile(&mut delays, 0.5)),
+            stats::us(quantile(&mut delays, 0.99)),
+        )
+    }
+
+    /// Operations/s, and how many acquisitions gave up after [`RW_WAIT`].
+    pub(super) async fn read_heavy(url: &str, run: Duration) -> (f64, u64) {
+        let providers = [provider(url).await, provider(url).await];
+        let locks = providers.map(|p| Arc::new(p.create_reader_writer_lock("peer-rw")));
+        let until = Instant::now() + run;
+        let mut handles = Vec::new();
+        for t in 0..16usize {
+            let lock = locks[t % 2].clone();
+            handles.push(tokio::spawn(async move {
+                let (mut n, mut timeouts) = (0u64, 0u64);
+                while Instant::now() < until {
+                    let done = if (n as usize + t + timeouts as usize).is_multiple_of(10) {
+                        match lock.acquire_write(RW_WAIT).await {
+                            Ok(h) => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                h.release().await.unwrap();
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    } else {
+                        match lock.acquire_read(RW_WAIT).await {
+                            Ok(h) => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                h.release().await.unwrap();
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    };
+                    if done {
+                        n += 1;
+                    } else {
+                        timeouts += 1;
+                    }
+                }
+                (n, timeouts)
+            }));
+        }
+        let (mut total, mut timeouts) = (0, 0);
+        for h in handles {
+            let (n, t) = h.await.unwrap();
+            total += n;
+            timeouts += t;
+        }
+        (total as f64 / run.as_secs_f64(), timeouts)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -224,6 +353,11 @@ pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigure
     crate::progress("lock family: read-heavy read/write lock and mutex");
     f.rw_per_s = read_heavy(url, true, run).await;
     f.rw_mutex_per_s = read_heavy(url, false, run).await;
+    crate::progress("lock family: distributed-lock-redis semaphore and read/write lock");
+    f.peer_sem_per_s = peer::churn(url, 4, 16, run).await;
+    f.peer_sem_uncontended = peer::churn(url, 4, 1, run).await;
+    f.peer_sem_wake = peer::wake(url, cycles).await;
+    (f.peer_rw_per_s, f.peer_rw_timeouts) = peer::read_heavy(url, run).await;
     crate::progress("lock family: fair lock and mutex order, 4 clients × 2 tasks");
     f.fair = order(url, true, run).await;
     f.fair_mutex = order(url, false, run).await;
@@ -236,9 +370,10 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
     let _ = writeln!(s, "\n## Lock family\n");
     let _ = writeln!(
         s,
-        "Next to our mutex on the same workload. Peers on crates.io that offer these primitives \
-         on Redis (`distributed-lock` 0.2: a semaphore; `redisson` 0.1: semaphores, read/write \
-         and fair locks) are not measured yet.\n"
+        "Next to our mutex on the same workload, and to `distributed-lock-redis` 0.2 (a peer on \
+         crates.io with a Redis semaphore and read/write lock; its waiters poll with a backoff of \
+         10 to 200 ms). `redisson` 0.1 (semaphores, read/write and fair locks) is not measured. \
+         Ratios are ours over the mutex, and ours over the peer.\n"
     );
     let _ = writeln!(
         s,
@@ -247,51 +382,68 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let _ = writeln!(
         s,
-        "| 16 tasks, one permit each (semaphore of 4) vs one mutex: acquisitions/s | {:.0} | {:.0} | {:.2}× |",
+        "| 16 tasks, one permit each (semaphore of 4) vs one mutex: acquisitions/s | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
         f.sem_per_s,
         f.sem_mutex_per_s,
-        ratio(f.sem_per_s, f.sem_mutex_per_s)
+        ratio(f.sem_per_s, f.sem_mutex_per_s),
+        f.peer_sem_per_s,
+        ratio(f.sem_per_s, f.peer_sem_per_s)
     );
     let _ = writeln!(
         s,
-        "| 1 task, uncontended: acquire + release pairs/s | {:.0} | {:.0} | {:.2}× |",
+        "| 1 task, uncontended (semaphore): acquire + release pairs/s | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
         f.sem_uncontended,
         f.mutex_uncontended,
-        ratio(f.sem_uncontended, f.mutex_uncontended)
+        ratio(f.sem_uncontended, f.mutex_uncontended),
+        f.peer_sem_uncontended,
+        ratio(f.sem_uncontended, f.peer_sem_uncontended)
     );
     let _ = writeln!(
         s,
-        "| wake-up, release → waiter of another client holding, p50 / p99 µs | {:.0} / {:.0} | {:.0} / {:.0} | {:.2}× (p50) |",
+        "| semaphore wake-up, release → waiter of another client holding, p50 / p99 µs | {:.0} / {:.0} | {:.0} / {:.0} | {:.2}× (p50) | {:.0} / {:.0} | {:.2}× (p50) |",
         f.sem_wake.0,
         f.sem_wake.1,
         f.mutex_wake.0,
         f.mutex_wake.1,
-        ratio(f.sem_wake.0, f.mutex_wake.0)
+        ratio(f.sem_wake.0, f.mutex_wake.0),
+        f.peer_sem_wake.0,
+        f.peer_sem_wake.1,
+        ratio(f.sem_wake.0, f.peer_sem_wake.0)
     );
     let _ = writeln!(
         s,
-        "| read-heavy: 16 tasks, 9 reads : 1 write, 1 ms each (read/write lock vs mutex): operations/s | {:.0} | {:.0} | {:.2}× |",
+        "| read-heavy: 16 tasks, 9 reads : 1 write, 1 ms each (read/write lock vs mutex): operations/s | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
         f.rw_per_s,
         f.rw_mutex_per_s,
-        ratio(f.rw_per_s, f.rw_mutex_per_s)
+        ratio(f.rw_per_s, f.rw_mutex_per_s),
+        f.peer_rw_per_s,
+        ratio(f.rw_per_s, f.peer_rw_per_s)
     );
     let _ = writeln!(
         s,
-        "| 4 clients × 2 tasks on one lock (fair lock vs mutex): hand-overs/s | {:.0} | {:.0} | {:.2}× |",
+        "| 4 clients × 2 tasks on one lock (fair lock vs mutex): hand-overs/s | {:.0} | {:.0} | {:.2}× | | |",
         f.fair.per_s,
         f.fair_mutex.per_s,
         ratio(f.fair.per_s, f.fair_mutex.per_s)
     );
     let _ = writeln!(
         s,
-        "| same: grants in ask order (nobody who asked 1 ms earlier still waiting) | {:.1} % | {:.1} % | |",
+        "| same: grants in ask order (nobody who asked 1 ms earlier still waiting) | {:.1} % | {:.1} % | | | |",
         100.0 * f.fair.in_order,
         100.0 * f.fair_mutex.in_order
     );
     let _ = writeln!(
         s,
-        "| same: wait p99 µs | {:.0} | {:.0} | |",
+        "| same: wait p99 µs | {:.0} | {:.0} | | | |",
         f.fair.wait_p99_us, f.fair_mutex.wait_p99_us
     );
+    if f.peer_rw_timeouts > 0 {
+        let _ = writeln!(
+            s,
+            "\nIn the read-heavy run, {} of distributed-lock-redis' acquisitions gave up after \
+             waiting 2 s (not counted as operations); none of ours waits that long.",
+            f.peer_rw_timeouts
+        );
+    }
     s
 }

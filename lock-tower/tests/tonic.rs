@@ -362,3 +362,74 @@ async fn a_keyed_concurrency_limit_is_resource_exhausted_when_full() {
     })
     .await;
 }
+
+/// A call carrying `x-access` metadata (`read` or `write`).
+async fn reserve_as(addr: SocketAddr, product: &str, access: &str) -> Result<ReserveReply, Status> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(ReserveRequest { quantity: 1 });
+    request
+        .metadata_mut()
+        .insert("x-product-id", product.parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("x-access", access.parse().unwrap());
+    grpc.unary(
+        request,
+        PathAndQuery::from_static(RESERVE),
+        ProstCodec::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Every gRPC call is a POST, so the read/write mode takes a classifier: here by metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_write_mode_over_grpc_shares_reads_and_serialises_writes_across_two_servers() {
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let probe = Arc::new(Probe::default());
+        let service = Inventory {
+            probe: probe.clone(),
+            hold: Duration::from_millis(150),
+        };
+        let classify = |parts: &http::request::Parts| match parts.headers.get("x-access") {
+            Some(v) if v == "read" => lock_tower::Access::Read,
+            _ => lock_tower::Access::Write,
+        };
+        let mut servers = Vec::new();
+        for _ in 0..2 {
+            let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+            servers.push(serve(layer(locks).access(classify), service.clone()).await);
+        }
+        let reads: Vec<_> = (0..6)
+            .map(|i| tokio::spawn(reserve_as(servers[i % 2], "42", "read")))
+            .collect();
+        for call in reads {
+            assert_eq!(call.await.unwrap().unwrap().lock, "stock:42");
+        }
+        assert!(
+            probe.max.load(Ordering::SeqCst) >= 2,
+            "reads on one key did not overlap"
+        );
+
+        probe.max.store(0, Ordering::SeqCst);
+        let writes: Vec<_> = (0..6)
+            .map(|i| tokio::spawn(reserve_as(servers[i % 2], "42", "write")))
+            .collect();
+        let mut tokens = Vec::new();
+        for call in writes {
+            tokens.push(call.await.unwrap().unwrap().fencing_token);
+        }
+        assert_eq!(probe.max.load(Ordering::SeqCst), 1, "writes overlapped");
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 6, "each write its own fencing token");
+    })
+    .await;
+}

@@ -20,6 +20,7 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
+use common::{ChannelBody, send};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
@@ -121,17 +122,6 @@ fn app(layer: LockLayer<name::PathParams>, probe: Arc<Probe>) -> Router {
 
 fn post_to(uri: &str) -> Request<Body> {
     Request::post(uri).body(Body::empty()).unwrap()
-}
-
-async fn send(app: &Router, request: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    (
-        parts.status,
-        parts.headers,
-        String::from_utf8_lossy(&body).into_owned(),
-    )
 }
 
 /// Whether `name` can be taken right now by an independent client.
@@ -534,23 +524,6 @@ async fn lock_lost_mid_handler_drops_the_handler_and_answers_503() {
         assert_eq!(probe.finished.load(Ordering::SeqCst), 0);
     })
     .await;
-}
-
-/// A response body whose chunks come from a channel; ends when the sender is dropped.
-struct ChannelBody(mpsc::Receiver<Bytes>);
-
-impl http_body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

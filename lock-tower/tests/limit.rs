@@ -8,10 +8,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -20,6 +17,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
 use common::Gauge;
+use common::{ChannelBody, send};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
@@ -80,17 +78,6 @@ fn job_request(key: &str, ms: u64) -> Request<Body> {
     Request::post(format!("/jobs/{key}/{ms}"))
         .body(Body::empty())
         .unwrap()
-}
-
-async fn send(app: &Router, request: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    (
-        parts.status,
-        parts.headers,
-        String::from_utf8_lossy(&body).into_owned(),
-    )
 }
 
 /// Free permits of `jobs:<key>` (a semaphore of capacity `n`), as Redis says.
@@ -399,23 +386,6 @@ async fn a_limit_of_zero_closes_the_route_without_a_panic() {
         assert_eq!(send(&app, job_request("k", 0)).await.0, StatusCode::OK);
     })
     .await;
-}
-
-/// A response body whose chunks come from a channel; ends when the sender is dropped.
-struct ChannelBody(mpsc::Receiver<Bytes>);
-
-impl http_body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,9 +15,9 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use common::Gauge;
+use common::send;
 use http::request::Parts;
 use http::{Request, StatusCode};
-use http_body_util::BodyExt;
 use lock_tests::RedisServer;
 use lock_tower::{Access, HeldLock, LockLayer, LockRejection, RejectionKind, name};
 use tower::ServiceExt;
@@ -68,17 +68,6 @@ fn app(layer: LockLayer<name::PathParams>, docs: &Arc<Docs>) -> Router {
         .route("/health", get(|| async { "ok" }))
         .layer(layer)
         .with_state(docs.clone())
-}
-
-async fn send(app: &Router, request: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    (
-        parts.status,
-        parts.headers,
-        String::from_utf8_lossy(&body).into_owned(),
-    )
 }
 
 fn get_doc(id: u32) -> Request<Body> {

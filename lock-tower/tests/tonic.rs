@@ -138,6 +138,12 @@ async fn serve_limited(
 }
 
 async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply, Status> {
+    let metadata: Vec<(&str, &str)> = product.map(|p| ("x-product-id", p)).into_iter().collect();
+    reserve_with(addr, &metadata).await
+}
+
+/// A call carrying these metadata entries.
+async fn reserve_with(addr: SocketAddr, metadata: &[(&str, &str)]) -> Result<ReserveReply, Status> {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -146,10 +152,9 @@ async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let mut request = tonic::Request::new(ReserveRequest { quantity: 1 });
-    if let Some(product) = product {
-        request
-            .metadata_mut()
-            .insert("x-product-id", product.parse().unwrap());
+    for (key, value) in metadata {
+        let key = tonic::metadata::MetadataKey::from_bytes(key.as_bytes()).unwrap();
+        request.metadata_mut().insert(key, value.parse().unwrap());
     }
     grpc.unary(
         request,
@@ -363,29 +368,9 @@ async fn a_keyed_concurrency_limit_is_resource_exhausted_when_full() {
     .await;
 }
 
-/// A call carrying `x-access` metadata (`read` or `write`).
+/// A call on `product` carrying `x-access` metadata (`read` or `write`).
 async fn reserve_as(addr: SocketAddr, product: &str, access: &str) -> Result<ReserveReply, Status> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
-    let mut request = tonic::Request::new(ReserveRequest { quantity: 1 });
-    request
-        .metadata_mut()
-        .insert("x-product-id", product.parse().unwrap());
-    request
-        .metadata_mut()
-        .insert("x-access", access.parse().unwrap());
-    grpc.unary(
-        request,
-        PathAndQuery::from_static(RESERVE),
-        ProstCodec::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    reserve_with(addr, &[("x-product-id", product), ("x-access", access)]).await
 }
 
 /// Every gRPC call is a POST, so the read/write mode takes a classifier: here by metadata.

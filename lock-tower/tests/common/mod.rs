@@ -89,3 +89,38 @@ pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) ->
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Sends `request` to `app`: its status, headers and body text.
+pub async fn send(
+    app: &axum::Router,
+    request: http::Request<axum::body::Body>,
+) -> (http::StatusCode, http::HeaderMap, String) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// A response body whose chunks come from a channel; ends when the sender is dropped.
+pub struct ChannelBody(pub tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+}

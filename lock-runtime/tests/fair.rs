@@ -108,12 +108,7 @@ async fn a_dead_waiters_place_expires_and_the_queue_moves_on() {
     let redis = RedisServer::start();
     let a = common::client(&redis).await;
     // A waiter that queued and died: its place ends in 1 s and nobody refreshes it.
-    let now_ms = {
-        let t = redis.cmd(&["TIME"]);
-        let secs: u64 = t.items()[0].text().unwrap().parse().unwrap();
-        let micros: u64 = t.items()[1].text().unwrap().parse().unwrap();
-        secs * 1000 + micros / 1000
-    };
+    let now_ms = redis.time_ms();
     redis.cmd(&["ZADD", "lock:{jam}:queue", "1", "dead:1"]);
     redis.cmd(&[
         "ZADD",

@@ -243,12 +243,7 @@ async fn a_writer_that_died_waiting_holds_readers_back_for_its_claim_only() {
     let a = common::client(&redis).await;
     let reader = a.rw_lock("stale").read().acquire().await.unwrap();
     // The claim of a writer that died while waiting: it ends in 1 s and nobody refreshes it.
-    let now_ms = {
-        let t = redis.cmd(&["TIME"]);
-        let secs: u64 = t.items()[0].text().unwrap().parse().unwrap();
-        let micros: u64 = t.items()[1].text().unwrap().parse().unwrap();
-        secs * 1000 + micros / 1000
-    };
+    let now_ms = redis.time_ms();
     redis.cmd(&[
         "ZADD",
         "lock:{stale}:writers",

@@ -266,6 +266,14 @@ impl RedisServer {
         }
     }
 
+    /// The server's clock in milliseconds (`TIME`), the clock the lock scripts compare lease
+    /// ends and waiters' places with.
+    pub fn time_ms(&self) -> u64 {
+        let t = self.cmd(&["TIME"]);
+        let part = |i: usize| -> u64 { t.items()[i].text().unwrap().parse().unwrap() };
+        part(0) * 1000 + part(1) / 1000
+    }
+
     /// The channels with at least one subscriber matching `pattern` (`PUBSUB CHANNELS`).
     pub fn pubsub_channels(&self, pattern: &str) -> Vec<String> {
         self.cmd(&["PUBSUB", "CHANNELS", pattern])

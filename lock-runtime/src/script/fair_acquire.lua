@@ -18,24 +18,6 @@
 -- Returns {1, token} when taken, {0, ms} when not (ms: the holder's remaining lease, or until
 -- the place of the waiter whose turn it is ends), {-1, type} for foreign data.
 
--- Drops waiters whose place ended; returns the first waiter still in the queue, if any.
-local function head(queue, places, now)
-  local dead = redis.call('ZRANGEBYSCORE', places, '-inf', now, 'LIMIT', 0, 1000)
-  for _, owner in ipairs(dead) do
-    redis.call('ZREM', queue, owner)
-    redis.call('ZREM', places, owner)
-  end
-  -- A queue entry without a place (written by something else) is dropped too.
-  for _ = 1, 100 do
-    local first = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not first or redis.call('ZSCORE', places, first) then
-      return first
-    end
-    redis.call('ZREM', queue, first)
-  end
-  return nil
-end
-
 local function acquire(lock, fence, queue, places, owner, lease_ms, retention_ms, place_ms)
   local bad = foreign(redis.pcall('ZSCORE', queue, owner), queue)
     or foreign(redis.pcall('ZSCORE', places, owner), places)
@@ -47,7 +29,7 @@ local function acquire(lock, fence, queue, places, owner, lease_ms, retention_ms
     return {-1, kind}
   end
   local now = now_ms()
-  local first = head(queue, places, now)
+  local first = queue_head(queue, places, now)
   local mine = kind == 'hash' and redis.call('HEXISTS', lock, owner) == 1
   if mine or (kind == 'none' and (not first or first == owner)) then
     local token, reply = grant(lock, fence, owner, lease_ms, retention_ms)

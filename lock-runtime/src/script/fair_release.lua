@@ -21,14 +21,7 @@ local function release(lock, channel, queue, places, owner)
   local left = redis.call('ZREM', queue, owner)
   redis.call('ZREM', places, owner)
   if (removed == 1 or (left == 1 and was_first)) and redis.call('EXISTS', lock) == 0 then
-    local now = now_ms()
-    local dead = redis.call('ZRANGEBYSCORE', places, '-inf', now, 'LIMIT', 0, 1000)
-    for _, gone in ipairs(dead) do
-      redis.call('ZREM', queue, gone)
-      redis.call('ZREM', places, gone)
-    end
-    local next = redis.call('ZRANGE', queue, 0, 0)[1]
-    redis.call('PUBLISH', channel, next or '1')
+    redis.call('PUBLISH', channel, queue_head(queue, places, now_ms()) or '1')
   end
   if removed == 1 then
     return {1, 0}

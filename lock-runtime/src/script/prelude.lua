@@ -1,7 +1,8 @@
 -- Shared functions, prepended to every script that grants, renews or releases: `next_token`
 -- (the fencing counter), `grant` (a free mutex to an owner), `grant_member` (a sorted-set lock),
 -- `now_ms`, `extend`, and the helpers of the lock family's sorted sets (`foreign`, `expire`,
--- `first_end`).
+-- `first_end`, the semaphore's `permits_held` and `capacity_in_force`, the fair lock's
+-- `queue_head`).
 
 -- The server clock in milliseconds.
 local function now_ms()
@@ -117,6 +118,52 @@ local function grant_member(set, fence, owner, lease_ms, retention_ms, now)
   redis.call('ZADD', set, now + tonumber(lease_ms), owner)
   extend(set, lease_ms)
   return token
+end
+
+-- The permits a semaphore holder's owner id (or member) carries: `#<permits>` at its end.
+local function permits_of(member)
+  return tonumber(string.match(member, '#(%d+)$')) or 1
+end
+
+-- The permits held in semaphore `set` by holders whose lease has not ended.
+local function permits_held(set, now)
+  local used = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf')) do
+    used = used + permits_of(member)
+  end
+  return used
+end
+
+-- A semaphore's capacity in force: the one stored at `stored` (a decimal string, set by an
+-- operator), else `default`. Returns nil and a reply for data at `stored` that is not ours.
+local function capacity_in_force(stored, default)
+  local value = redis.pcall('GET', stored)
+  local bad = foreign(value, stored)
+  if bad then
+    return nil, bad
+  end
+  if value and (not string.match(value, '^%d+$') or string.len(value) > 10) then
+    return nil, {-1, 'string'}
+  end
+  return tonumber(value or default)
+end
+
+-- Fair-lock waiters: drops those whose place ended; returns the first one still queued, if
+-- any. A queue entry without a place (written by something else) is dropped too.
+local function queue_head(queue, places, now)
+  local dead = redis.call('ZRANGEBYSCORE', places, '-inf', now, 'LIMIT', 0, 1000)
+  for _, owner in ipairs(dead) do
+    redis.call('ZREM', queue, owner)
+    redis.call('ZREM', places, owner)
+  end
+  for _ = 1, 100 do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first or redis.call('ZSCORE', places, first) then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+  end
+  return nil
 end
 
 -- Marks the fencing counter so that `grant` refuses the lock to owners of `owner`'s client for

@@ -13,26 +13,14 @@
 -- lease ends. Returns {1, token} when taken, {0, ms} when too few permits are free (ms: until
 -- the first holder's lease ends), {3, capacity} when the request is larger than the capacity,
 -- {-1, type} when a key holds data that is not a semaphore (nothing written).
-local function permits_of(member)
-  return tonumber(string.match(member, '#(%d+)$')) or 1
-end
-
 local function acquire(set, fence, stored, owner, lease_ms, retention_ms, default_capacity)
   local bad = foreign(redis.pcall('ZSCORE', set, owner), set)
   if bad then
     return bad
   end
-  local capacity = tonumber(default_capacity)
-  local value = redis.pcall('GET', stored)
-  bad = foreign(value, stored)
-  if bad then
-    return bad
-  end
-  if value then
-    if not string.match(value, '^%d+$') or string.len(value) > 10 then
-      return {-1, 'string'}
-    end
-    capacity = tonumber(value)
+  local capacity, reply = capacity_in_force(stored, default_capacity)
+  if not capacity then
+    return reply
   end
   local wanted = permits_of(owner)
   if wanted > capacity then
@@ -41,15 +29,12 @@ local function acquire(set, fence, stored, owner, lease_ms, retention_ms, defaul
   local now = now_ms()
   expire(set, now)
   if not redis.call('ZSCORE', set, owner) then
-    local used = 0
-    for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
-      used = used + permits_of(member)
-    end
-    if used + wanted > capacity then
+    if permits_held(set, now) + wanted > capacity then
       return {0, first_end(set, now) or 1}
     end
   end
-  local token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now)
+  local token
+  token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now)
   if not token then
     return reply
   end

@@ -15,34 +15,25 @@ local function capacity(set, stored, channel, default_capacity, op, value)
   if bad then
     return bad
   end
-  local current = redis.pcall('GET', stored)
-  bad = foreign(current, stored)
-  if bad then
-    return bad
-  end
-  if current and (not string.match(current, '^%d+$') or string.len(current) > 10) then
-    return {-1, 'string'}
+  -- Checked before any change: data at `stored` that is not ours is never overwritten.
+  local cap, reply = capacity_in_force(stored, default_capacity)
+  if not cap then
+    return reply
   end
   if op == 'set' then
     redis.call('SET', stored, value)
-    current = value
+    cap = tonumber(value)
   elseif op == 'clear' then
     redis.call('DEL', stored)
-    current = nil
+    cap = tonumber(default_capacity)
   end
-  local cap = tonumber(current or default_capacity)
   if op == 'capacity' then
     return {1, cap}
-  end
-  local now = now_ms()
-  local used = 0
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf')) do
-    used = used + (tonumber(string.match(member, '#(%d+)$')) or 1)
   end
   if op == 'set' or op == 'clear' then
     redis.call('PUBLISH', channel, '*')
   end
-  return {1, math.max(0, cap - used)}
+  return {1, math.max(0, cap - permits_held(set, now_ms()))}
 end
 
 return capacity(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])

@@ -51,8 +51,9 @@ mod peer {
 
     use distributed_lock_core::prelude::*;
     use distributed_lock_redis::RedisLockProvider;
-
-    use crate::stats::{self, quantile};
+    pub(super) use distributed_lock_redis::{
+        RedisDistributedSemaphore as Semaphore, RedisSemaphoreHandle as Permit,
+    };
 
     /// How long a peer waiter waits (its `None` means no wait at all, not "forever").
     const WAIT: Option<Duration> = Some(Duration::from_secs(60));
@@ -68,51 +69,14 @@ mod peer {
             .expect("distributed-lock-redis connects")
     }
 
-    pub(super) async fn churn(url: &str, capacity: u32, tasks: usize, run: Duration) -> f64 {
-        let sem = Arc::new(provider(url).await.create_semaphore("peer-sem", capacity));
-        let until = Instant::now() + run;
-        let mut handles = Vec::new();
-        for _ in 0..tasks {
-            let sem = sem.clone();
-            handles.push(tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < until {
-                    let h = sem.acquire(WAIT).await.unwrap();
-                    n += 1;
-                    h.release().await.unwrap();
-                }
-                n
-            }));
-        }
-        let mut total = 0;
-        for h in handles {
-            total += h.await.unwrap();
-        }
-        total as f64 / run.as_secs_f64()
+    /// A semaphore of the peer's, on its own connection.
+    pub(super) async fn semaphore(url: &str, name: &str, capacity: u32) -> Arc<Semaphore> {
+        Arc::new(provider(url).await.create_semaphore(name, capacity))
     }
 
-    pub(super) async fn wake(url: &str, cycles: usize) -> (f64, f64) {
-        let holder = provider(url).await.create_semaphore("peer-wake", 1);
-        let waiter = Arc::new(provider(url).await.create_semaphore("peer-wake", 1));
-        let mut delays = Vec::new();
-        for _ in 0..cycles {
-            let held = holder.acquire(WAIT).await.unwrap();
-            let w = waiter.clone();
-            let task = tokio::spawn(async move {
-                let h = w.acquire(WAIT).await.unwrap();
-                let got = Instant::now();
-                h.release().await.unwrap();
-                got
-            });
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            held.release().await.unwrap();
-            let released = Instant::now();
-            delays.push(task.await.unwrap().saturating_duration_since(released));
-        }
-        (
-            stats::us(quantile(&mut delays, 0.5)),
-            stats::us(quantile(&mut delays, 0.99)),
-        )
+    /// Takes one of the peer's permits.
+    pub(super) async fn permit(sem: &Semaphore) -> Permit {
+        sem.acquire(WAIT).await.unwrap()
     }
 
     /// Operations/s, and how many acquisitions gave up after [`RW_WAIT`]; `None` when even an
@@ -191,13 +155,32 @@ async fn client(url: &str) -> LockClient {
 enum Take {
     Lock(Lock),
     Permit(lock_runtime::Semaphore),
+    PeerPermit(Arc<peer::Semaphore>),
+}
+
+/// What [`Take::take`] holds.
+enum Taken {
+    Ours(LockGuard),
+    Peer(peer::Permit),
 }
 
 impl Take {
-    async fn take(&self) -> LockGuard {
+    async fn take(&self) -> Taken {
         match self {
-            Take::Lock(lock) => lock.acquire().await.unwrap(),
-            Take::Permit(sem) => sem.acquire().await.unwrap(),
+            Take::Lock(lock) => Taken::Ours(lock.acquire().await.unwrap()),
+            Take::Permit(sem) => Taken::Ours(sem.acquire().await.unwrap()),
+            Take::PeerPermit(sem) => Taken::Peer(peer::permit(sem).await),
+        }
+    }
+}
+
+impl Taken {
+    async fn release(self) {
+        match self {
+            Taken::Ours(guard) => guard.release().await.unwrap(),
+            Taken::Peer(permit) => distributed_lock_core::prelude::LockHandle::release(permit)
+                .await
+                .unwrap(),
         }
     }
 }
@@ -211,9 +194,9 @@ async fn churn(take: Take, tasks: usize, run: Duration) -> f64 {
         handles.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < until {
-                let g = take.take().await;
+                let held = take.take().await;
                 n += 1;
-                g.release().await.unwrap();
+                held.release().await;
             }
             n
         }));
@@ -232,13 +215,13 @@ async fn wake(holder: Take, waiter: Take, cycles: usize) -> (f64, f64) {
         let held = holder.take().await;
         let w = waiter.clone();
         let task = tokio::spawn(async move {
-            let g = w.take().await;
+            let held = w.take().await;
             let got = Instant::now();
-            g.release().await.unwrap();
+            held.release().await;
             got
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        held.release().await.unwrap();
+        held.release().await;
         let released = Instant::now();
         delays.push(task.await.unwrap().saturating_duration_since(released));
     }
@@ -361,9 +344,15 @@ pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigure
     f.rw_per_s = read_heavy(url, true, run).await;
     f.rw_mutex_per_s = read_heavy(url, false, run).await;
     crate::progress("lock family: distributed-lock-redis semaphore and read/write lock");
-    f.peer_sem_per_s = peer::churn(url, 4, 16, run).await;
-    f.peer_sem_uncontended = peer::churn(url, 4, 1, run).await;
-    f.peer_sem_wake = peer::wake(url, cycles).await;
+    let peer_sem = Take::PeerPermit(peer::semaphore(url, "peer-sem", 4).await);
+    f.peer_sem_per_s = churn(peer_sem.clone(), 16, run).await;
+    f.peer_sem_uncontended = churn(peer_sem, 1, run).await;
+    f.peer_sem_wake = wake(
+        Take::PeerPermit(peer::semaphore(url, "peer-wake", 1).await),
+        Take::PeerPermit(peer::semaphore(url, "peer-wake", 1).await),
+        cycles,
+    )
+    .await;
     f.peer_rw = peer::read_heavy(url, run).await;
     crate::progress("lock family: fair lock and mutex order, 4 clients × 2 tasks");
     f.fair = order(url, true, run).await;

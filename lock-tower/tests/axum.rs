@@ -531,18 +531,7 @@ async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
-        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
-        let streaming = {
-            let senders = senders.clone();
-            move || {
-                let senders = senders.clone();
-                async move {
-                    let (tx, rx) = mpsc::channel(4);
-                    senders.lock().unwrap().push(tx);
-                    Body::new(ChannelBody(rx))
-                }
-            }
-        };
+        let (senders, streaming) = common::streaming_handler();
         for hold in [true, false] {
             let mut layer = LockLayer::new(locks.clone(), "report:<id>");
             if hold {
@@ -629,18 +618,7 @@ async fn held_body_ends_with_an_error_once_the_lock_is_lost() {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let rival = common::client(&redis, RESPONSE_TIMEOUT).await;
-        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
-        let streaming = {
-            let senders = senders.clone();
-            move || {
-                let senders = senders.clone();
-                async move {
-                    let (tx, rx) = mpsc::channel(4);
-                    senders.lock().unwrap().push(tx);
-                    Body::new(ChannelBody(rx))
-                }
-            }
-        };
+        let (senders, streaming) = common::streaming_handler();
         let layer = LockLayer::new(locks.clone(), "report:<id>")
             .lease(Duration::from_millis(300))
             .hold_until_body_end();

@@ -17,14 +17,13 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
 use common::Gauge;
-use common::{ChannelBody, send};
+use common::send;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
 use lock_tower::{
     HeldLock, KeyedConcurrencyLimitLayer, LockClient, LockRejection, RejectionKind, name,
 };
-use tokio::sync::mpsc;
 use tower::ServiceExt;
 
 /// How long a reply may take before it counts as lost.
@@ -393,18 +392,7 @@ async fn hold_until_body_end_keeps_the_permit_while_the_body_streams() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
-        let senders: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>> = Arc::default();
-        let export = {
-            let senders = senders.clone();
-            move || {
-                let senders = senders.clone();
-                async move {
-                    let (tx, rx) = mpsc::channel(4);
-                    senders.lock().unwrap().push(tx);
-                    Body::new(ChannelBody(rx))
-                }
-            }
-        };
+        let (senders, export) = common::streaming_handler();
         let app: Router = Router::new()
             .route("/exports/{key}", get(export))
             .route_layer(

@@ -124,3 +124,30 @@ impl http_body::Body for ChannelBody {
             .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
     }
 }
+
+/// The senders of the bodies [`streaming_handler`] has answered with, newest last.
+pub type Senders = std::sync::Arc<std::sync::Mutex<Vec<tokio::sync::mpsc::Sender<bytes::Bytes>>>>;
+
+/// A response body future of [`streaming_handler`].
+pub type BodyFuture = std::pin::Pin<Box<dyn Future<Output = axum::body::Body> + Send>>;
+
+/// An axum handler whose response body streams what the test sends through that body's
+/// sender (the newest in `Senders`), and ends when the sender is dropped.
+pub fn streaming_handler() -> (
+    Senders,
+    impl Fn() -> BodyFuture + Clone + Send + Sync + 'static,
+) {
+    let senders = Senders::default();
+    let handler = {
+        let senders = senders.clone();
+        move || -> BodyFuture {
+            let senders = senders.clone();
+            Box::pin(async move {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                senders.lock().unwrap().push(tx);
+                axum::body::Body::new(ChannelBody(rx))
+            })
+        }
+    };
+    (senders, handler)
+}

@@ -181,6 +181,16 @@ pub enum LockError {
         /// The capacity in force.
         capacity: u32,
     },
+    /// Several locks were asked for together (a cart's products, from a `#[distributed_lock]`
+    /// template over a collection or a request body) and there are more distinct names than
+    /// the configured maximum. Nothing was taken.
+    #[error("{count} lock names asked for together; at most {max} are allowed")]
+    TooManyNames {
+        /// Distinct names asked for.
+        count: usize,
+        /// The configured maximum.
+        max: usize,
+    },
     /// Taking the lock here could only wait for a hold of the same task: the write side of a
     /// read/write lock inside the scope of its own read guard (an upgrade), or a name held in
     /// this scope as another primitive (a mutex taken as a semaphore, …). Nothing was sent.

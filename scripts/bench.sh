@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Benchmarks against rslock, a naive SET NX lock and the Redis limit, on a local redis-server
-# started by the benchmark. Short mode (about 2 minutes) by default; `--full` for 3 repetitions
-# per figure. Writes BENCHMARKS.md and bench/chart.svg.
+# Benchmarks against rslock, distributed-lock-redis, redisson (fair lock), a naive SET NX lock
+# and the Redis limit, on a local redis-server started by the benchmark. Short mode (about
+# 2 minutes) by default; `--full` for 3 repetitions per figure. Writes BENCHMARKS.md and bench/chart.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is missing (Debian: apt-get install -y redis-tools)" >&2; exit 1; }
 cargo build --release -q -p lock-bench
+# The fair-lock peer (the `redisson` crate) is a workspace of its own, so its dependencies
+# stay out of ours; lock-bench runs it as a separate process.
+cargo build --release -q --manifest-path bench/peers/redisson-fair/Cargo.toml --target-dir target/peers
 exec target/release/lock-bench "$@"

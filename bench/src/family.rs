@@ -2,9 +2,12 @@
 //! throughput, fair-lock hand-over rate and order, each next to the mutex on the same workload.
 //!
 //! The references are our own mutex on the same workload (for the order, the mutex's order of
-//! grants) and, for the semaphore and the read/write lock, `distributed-lock-redis` 0.2, a peer
-//! on crates.io (its waiters poll with a backoff of 10 to 200 ms; its leases are extended by a
-//! background task). `redisson` 0.1 (semaphores, read/write and fair locks) is not measured.
+//! grants) and a peer from crates.io: for the semaphore and the read/write lock
+//! `distributed-lock-redis` 0.2 (its waiters poll with a backoff of 10 to 200 ms; its leases
+//! are extended by a background task), for the fair lock `redisson` 0.1's `AsyncRFairLock`
+//! (a Redis list as the queue, polled every 100 ms). The latter runs as a separate binary,
+//! `bench/peers/redisson-fair`, a workspace of its own that `scripts/bench.sh` builds, so its
+//! dependencies stay out of ours.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -42,6 +45,9 @@ pub(crate) struct FamilyFigures {
     /// Read-heavy operations/s and acquisitions that gave up after 2 s; `None` when the peer
     /// did not grant even an uncontended read or write within 2 s.
     pub(crate) peer_rw: Option<(f64, u64)>,
+    /// `redisson`'s fair lock on the order workload, and its `lock()` calls that failed; `None`
+    /// when its binary is not built.
+    pub(crate) peer_fair: Option<(Order, u64)>,
 }
 
 /// `distributed-lock-redis`, on the same workloads.
@@ -296,7 +302,13 @@ async fn order(url: &str, fair: bool, run: Duration) -> Order {
     for h in handles {
         h.await.unwrap();
     }
-    let mut grants = std::mem::take(&mut *grants.lock().unwrap());
+    let grants = std::mem::take(&mut *grants.lock().unwrap());
+    score(grants, run)
+}
+
+/// Scores grants `(asked, granted, waited)` (asked and granted on one clock, ns): hand-overs/s
+/// over `run`, the share in ask order, wait p99.
+fn score(mut grants: Vec<(u64, u64, Duration)>, run: Duration) -> Order {
     grants.sort_by_key(|g| g.1);
     // For each grant: was any task that asked clearly earlier still waiting (granted later)?
     let mut in_order = 0usize;
@@ -315,6 +327,42 @@ async fn order(url: &str, fair: bool, run: Duration) -> Order {
         in_order: in_order as f64 / grants.len().max(1) as f64,
         wait_p99_us: stats::us(quantile(&mut waits, 0.99)),
     }
+}
+
+/// Where `scripts/bench.sh` builds the `redisson` fair-lock driver.
+const PEER_FAIR_BIN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../target/peers/release/peer-redisson-fair"
+);
+
+/// The order workload on `redisson` 0.1's fair lock, in its own process (4 clients × 2 tasks).
+/// `None` when the driver is not built or fails.
+async fn peer_order(url: &str, run: Duration) -> Option<(Order, u64)> {
+    if !std::path::Path::new(PEER_FAIR_BIN).exists() {
+        return None;
+    }
+    let out = tokio::process::Command::new(PEER_FAIR_BIN)
+        .arg(url)
+        .arg(run.as_secs_f64().to_string())
+        .output()
+        .await
+        .ok()
+        .filter(|out| out.status.success())?;
+    let mut grants = Vec::new();
+    let mut failed = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["grant", asked, granted] => {
+                let (asked, granted): (u64, u64) = (asked.parse().ok()?, granted.parse().ok()?);
+                let waited = Duration::from_nanos(granted.saturating_sub(asked));
+                grants.push((asked, granted, waited));
+            }
+            ["failed", n] => failed = n.parse().ok()?,
+            _ => return None,
+        }
+    }
+    Some((score(grants, run), failed))
 }
 
 pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigures {
@@ -357,6 +405,8 @@ pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigure
     crate::progress("lock family: fair lock and mutex order, 4 clients × 2 tasks");
     f.fair = order(url, true, run).await;
     f.fair_mutex = order(url, false, run).await;
+    crate::progress("lock family: redisson 0.1 fair lock order, 4 clients × 2 tasks");
+    f.peer_fair = peer_order(url, run).await;
     f
 }
 
@@ -366,14 +416,15 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
     let _ = writeln!(s, "\n## Lock family\n");
     let _ = writeln!(
         s,
-        "Next to our mutex on the same workload, and to `distributed-lock-redis` 0.2 (a peer on \
-         crates.io with a Redis semaphore and read/write lock; its waiters poll with a backoff of \
-         10 to 200 ms). `redisson` 0.1 (semaphores, read/write and fair locks) is not measured. \
-         Ratios are ours over the mutex, and ours over the peer.\n"
+        "Next to our mutex on the same workload, and to a peer on crates.io: \
+         `distributed-lock-redis` 0.2 for the semaphore and the read/write lock (its waiters poll \
+         with a backoff of 10 to 200 ms), `redisson` 0.1's `AsyncRFairLock` for the fair lock (a \
+         Redis list as the queue, polled every 100 ms; run in its own process). Ratios are ours \
+         over the mutex, and ours over the peer.\n"
     );
     let _ = writeln!(
         s,
-        "| scenario | primitive | mutex | ratio | distributed-lock-redis | ours / peer |\n|---|---|---|---|---|---|"
+        "| scenario | primitive | mutex | ratio | peer | ours / peer |\n|---|---|---|---|---|---|"
     );
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let _ = writeln!(
@@ -417,24 +468,52 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
             None => "no uncontended grant | ".to_string(),
         }
     );
+    let peer = f.peer_fair.as_ref().map(|(order, _)| order);
+    let peer_cell = |value: Option<String>| value.unwrap_or_else(|| "not built |".to_string());
     let _ = writeln!(
         s,
-        "| 4 clients × 2 tasks on one lock (fair lock vs mutex): hand-overs/s | {:.0} | {:.0} | {:.2}× | | |",
+        "| 4 clients × 2 tasks on one lock (fair lock vs mutex; peer: redisson): hand-overs/s | {:.0} | {:.0} | {:.2}× | {} |",
         f.fair.per_s,
         f.fair_mutex.per_s,
-        ratio(f.fair.per_s, f.fair_mutex.per_s)
+        ratio(f.fair.per_s, f.fair_mutex.per_s),
+        peer_cell(peer.map(|p| format!("{:.0} | {:.2}×", p.per_s, ratio(f.fair.per_s, p.per_s))))
     );
     let _ = writeln!(
         s,
-        "| same: grants in ask order (nobody who asked 1 ms earlier still waiting) | {:.1} % | {:.1} % | | | |",
+        "| same: grants in ask order (nobody who asked 1 ms earlier still waiting) | {:.1} % | {:.1} % | | {} |",
         100.0 * f.fair.in_order,
-        100.0 * f.fair_mutex.in_order
+        100.0 * f.fair_mutex.in_order,
+        peer_cell(peer.map(|p| format!("{:.1} % |", 100.0 * p.in_order)))
     );
     let _ = writeln!(
         s,
-        "| same: wait p99 µs | {:.0} | {:.0} | | | |",
-        f.fair.wait_p99_us, f.fair_mutex.wait_p99_us
+        "| same: wait p99 µs | {:.0} | {:.0} | | {} |",
+        f.fair.wait_p99_us,
+        f.fair_mutex.wait_p99_us,
+        peer_cell(peer.map(|p| format!(
+            "{:.0} | {:.2}×",
+            p.wait_p99_us,
+            ratio(f.fair.wait_p99_us, p.wait_p99_us)
+        )))
     );
+    match &f.peer_fair {
+        Some((_, failed)) if *failed > 0 => {
+            let _ = writeln!(
+                s,
+                "\nIn the fair-lock run, {failed} of redisson's `lock()` calls failed (its head of \
+                 the queue gives up when the lock is still held) and were asked again; none of \
+                 ours fails."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "\nredisson's fair lock was not measured: its driver \
+                 (`bench/peers/redisson-fair`) is built by `scripts/bench.sh`."
+            );
+        }
+        Some(_) => {}
+    }
     match f.peer_rw {
         Some((_, timeouts)) if timeouts > 0 => {
             let _ = writeln!(

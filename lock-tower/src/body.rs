@@ -1,23 +1,23 @@
 //! The response body of a [`LockService`](crate::LockService).
 
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use lock_runtime::{LockError, LockGuard};
 use pin_project_lite::pin_project;
 
-/// The error type of [`ResponseBody`]: the inner body's error, or the [`LockError`] that
+use crate::hold::{Hold, LostFuture};
+
+/// The error type of [`ResponseBody`]: the inner body's error, or the [`LockError`](crate::LockError) that
 /// ended a held body because its lock was lost (downcast to find out which).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The guard's loss signal. In a `Mutex` only so that the body stays `Sync` (it is reached
+/// The hold's loss signal. In a `Mutex` only so that the body stays `Sync` (it is reached
 /// with `get_mut`, never locked).
-type LostFuture = Mutex<Pin<Box<dyn Future<Output = LockError> + Send>>>;
+type SyncLostFuture = Mutex<LostFuture>;
 
 pin_project! {
     /// The inner service's response body, or a rejection's body.
@@ -31,7 +31,7 @@ pin_project! {
     ///   request;
     /// - once the lock is lost (lease over, renewal failed, `max_hold`, force-unlocked), the
     ///   body stops: the inner body is dropped without being polled again and the next frame
-    ///   is an error carrying the [`LockError`], so the response is truncated visibly (hyper
+    ///   is an error carrying the [`LockError`](crate::LockError), so the response is truncated visibly (hyper
     ///   resets the stream or closes the connection) instead of looking complete. The loss is
     ///   noticed even while the inner body is pending.
     ///
@@ -48,8 +48,8 @@ pin_project! {
         Inner {
             #[pin]
             body: B,
-            guard: Option<LockGuard>,
-            lost: Option<LostFuture>,
+            guard: Option<Hold>,
+            lost: Option<SyncLostFuture>,
         },
         Full {
             data: Option<Bytes>,
@@ -86,12 +86,12 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    /// Wraps an inner body and keeps `guard` until it has ended.
-    pub(crate) fn holding(body: B, guard: LockGuard) -> ResponseBody<B> {
+    /// Wraps an inner body and keeps `guard` (one lock or several) until it has ended.
+    pub(crate) fn holding(body: B, guard: Hold) -> ResponseBody<B> {
         ResponseBody {
             kind: Kind::Inner {
                 body,
-                lost: Some(Mutex::new(Box::pin(guard.lost_owned()))),
+                lost: Some(Mutex::new(guard.lost_owned())),
                 guard: Some(guard),
             },
         }

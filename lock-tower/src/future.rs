@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http::{Request, Response};
-use lock_runtime::{LockError, LockGuard};
+use lock_runtime::LockError;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::access::Access;
 use crate::body::ResponseBody;
-use crate::extension::HeldLock;
+use crate::hold::Hold;
 use crate::rejection::{LockRejection, RejectionResponse};
 
-pub(crate) type AcquireFuture = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+pub use crate::multi::future::MultiResponseFuture;
+
+pub(crate) type AcquireFuture = Pin<Box<dyn Future<Output = Result<Hold, LockError>> + Send>>;
 
 /// What a rejection needs to know about the request and the layer.
 #[derive(Debug, Clone, Copy)]
@@ -29,11 +31,23 @@ pub(crate) struct Origin {
     pub(crate) permit: bool,
 }
 
-/// The inner call run by [`LockGuard::run`]: dropped if the lock is lost; hands the guard back.
-type LockedFuture<T> = Pin<Box<dyn Future<Output = (Result<T, LockError>, LockGuard)> + Send>>;
+impl Origin {
+    /// The rejection of a request of this origin for `error`.
+    pub(crate) fn rejection(self, error: LockError) -> LockRejection {
+        if self.permit {
+            LockRejection::permit_limit(error, self.grpc)
+        } else {
+            LockRejection::new(error, self.grpc)
+        }
+    }
+}
+
+/// The inner call run under the hold: dropped if a lock is lost; hands the hold back.
+type LockedFuture<T> = Pin<Box<dyn Future<Output = (Result<T, LockError>, Hold)> + Send>>;
 
 pin_project! {
-    /// The response future of [`LockService`](crate::LockService).
+    /// The response future of [`LockService`](crate::LockService) (and, once the request body
+    /// is read, of [`MultiLockService`](crate::MultiLockService)).
     ///
     /// Acquiring → calling: the lock (or permit) is taken first, then the inner service is
     /// called inside the guard's reentrancy scope with the guard riding in this future. Dropping
@@ -75,7 +89,7 @@ pin_project! {
         },
         // Rejected before acquiring (an invalid lock name).
         Rejected {
-            error: Option<LockError>,
+            rejection: Option<LockRejection>,
         },
     }
 }
@@ -119,8 +133,14 @@ where
     }
 
     pub(crate) fn rejected(error: LockError, rejection: Arc<R>, origin: Origin) -> Self {
+        ResponseFuture::rejected_with(origin.rejection(error), rejection, origin)
+    }
+
+    pub(crate) fn rejected_with(info: LockRejection, rejection: Arc<R>, origin: Origin) -> Self {
         ResponseFuture {
-            state: State::Rejected { error: Some(error) },
+            state: State::Rejected {
+                rejection: Some(info),
+            },
             rejection,
             hold_body: false,
             origin,
@@ -151,24 +171,21 @@ where
                     request,
                     access,
                 } => {
-                    let guard = match ready!(acquire.as_mut().poll(cx)) {
-                        Ok(guard) => guard,
+                    let hold = match ready!(acquire.as_mut().poll(cx)) {
+                        Ok(hold) => hold,
                         Err(error) => {
-                            return Poll::Ready(Ok(reject(&**this.rejection, error, *this.origin)));
+                            let info = this.origin.rejection(error);
+                            return Poll::Ready(Ok(reject(&**this.rejection, info)));
                         }
                     };
                     let mut inner = inner.take().expect("polled after completion");
                     let mut request = request.take().expect("polled after completion");
-                    request.extensions_mut().insert(HeldLock::new(
-                        guard.name(),
-                        guard.fencing_token(),
-                        *access,
-                    ));
+                    hold.describe(request.extensions_mut(), *access);
                     // `inner` is the instance that went through `poll_ready`.
                     let fut = inner.call(request);
                     let fut: LockedFuture<_> = Box::pin(async move {
-                        let out = guard.run(fut).await;
-                        (out, guard)
+                        let out = hold.run(fut).await;
+                        (out, hold)
                     });
                     this.state.set(State::Calling { fut });
                 }
@@ -184,29 +201,28 @@ where
                             Ok(response.map(ResponseBody::new))
                         }
                         Ok(Err(error)) => Err(error),
-                        Err(lost) => Ok(reject(&**this.rejection, lost, *this.origin)),
+                        Err(lost) => Ok(reject(&**this.rejection, this.origin.rejection(lost))),
                     });
                 }
-                StateProj::Rejected { error } => {
-                    let error = error.take().expect("polled after completion");
-                    return Poll::Ready(Ok(reject(&**this.rejection, error, *this.origin)));
+                StateProj::Rejected { rejection } => {
+                    let info = rejection.take().expect("polled after completion");
+                    return Poll::Ready(Ok(reject(&**this.rejection, info)));
                 }
             }
         }
     }
 }
 
-fn reject<R, B>(rejection: &R, error: LockError, origin: Origin) -> Response<ResponseBody<B>>
+fn reject<R, B>(rejection: &R, rejection_info: LockRejection) -> Response<ResponseBody<B>>
 where
     R: RejectionResponse<B>,
 {
-    let Origin { grpc, permit } = origin;
-    tracing::debug!(%error, grpc, permit, "request rejected by the lock layer");
-    let rejection_info = if permit {
-        LockRejection::permit_limit(error, grpc)
-    } else {
-        LockRejection::new(error, grpc)
-    };
+    tracing::debug!(
+        error = %rejection_info,
+        grpc = rejection_info.is_grpc(),
+        permit = rejection_info.is_permit_limit(),
+        "request rejected by the lock layer"
+    );
     let mut response = rejection.rejection_response(rejection_info.clone());
     response.extensions_mut().insert(rejection_info);
     response

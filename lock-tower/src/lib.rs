@@ -6,6 +6,7 @@
 //! | [`LockLayer`] | one (a mutex) | 423 Locked / `ABORTED` |
 //! | [`LockLayer`]`::read_write()` | any number of reads (`GET`, `HEAD`, …), or one write | 423 Locked / `ABORTED` |
 //! | [`KeyedConcurrencyLimitLayer`] | at most *N* (a semaphore): tower's `ConcurrencyLimitLayer`, per key and distributed | 429 Too Many Requests / `RESOURCE_EXHAUSTED` |
+//! | [`MultiLockLayer`] | one, for each of several names read from the request body (a cart's products), all taken together | 423 Locked / `ABORTED` |
 //!
 //! Requests for the same lock name (the same product, account, document, tenant) are served
 //! one at a time (or as the table says) across every instance of a service; requests for
@@ -129,6 +130,66 @@
 //! # let _ = limit; }
 //! ```
 //!
+//! # Several names from the body: a cart
+//!
+//! A checkout must lock every product in the cart, all or nothing, and write each product's
+//! stock fenced by that product's token. [`MultiLockLayer`] reads the request body (bounded:
+//! [`max_body_bytes`](MultiLockLayer::max_body_bytes), 64 KiB by default, else 413), takes
+//! one lock per distinct name it finds there, in one global order (so carts listing the same
+//! products in different orders never deadlock), and hands the body on unchanged. The handler
+//! finds each name's fencing token in [`HeldLocks`].
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "axum", feature = "json"))] {
+//! use std::time::Duration;
+//! use axum::{Extension, Json, Router, routing::post};
+//! use lock_tower::{HeldLocks, LockClient, MultiLockLayer, name::JsonNames};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Cart {
+//!     items: Vec<Item>,
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Item {
+//!     sku: String,
+//!     qty: u32,
+//! }
+//!
+//! async fn checkout(Extension(held): Extension<HeldLocks>, Json(cart): Json<Cart>) -> String {
+//!     // Every SKU of the cart is ours, across all instances, until this returns.
+//!     for item in &cart.items {
+//!         let name = format!("stock:{}", lock_tower::name::escape(&item.sku));
+//!         let token = held.fencing_token(&name).expect("every SKU is locked");
+//!         // UPDATE stock SET qty = qty - item.qty, fence = token
+//!         //  WHERE sku = item.sku AND fence < token
+//!         # let _ = (token, item.qty);
+//!     }
+//!     format!("checked out {} products", held.len())
+//! }
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let app = Router::new().route("/checkout", post(checkout)).route_layer(
+//!     // {"items": [{"sku": "A-1", "qty": 2}, …]} locks stock:A-1, …
+//!     MultiLockLayer::new(locks, JsonNames::new("stock:<items[].sku>"))
+//!         .wait(Duration::from_secs(5))
+//!         .max_names(32),
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! # }
+//! ```
+//!
+//! A body that is not JSON, lacks the field, has a value that is neither a string nor an
+//! integer, names no lock (an empty cart) or more than [`max_names`](MultiLockLayer::max_names)
+//! distinct ones (default 64) is answered 400 / `INVALID_ARGUMENT` and nothing is locked. The
+//! body is read before any lock is taken, so a slow client holds no lock while it sends. For
+//! other formats, such as a gRPC call's protobuf message, compute the names with a closure,
+//! [`name::BodyNames::from_fn`] (see [`MultiLockLayer`]). The JSON source needs the feature
+//! `json` (on by default).
+//!
 //! # Lock names
 //!
 //! The *lock name* is what a request locks (`stock:42`); the runtime derives the Redis *key*
@@ -164,7 +225,8 @@
 //! a [`LockRejection`] (with the [`LockError`]) in their extensions.
 //!
 //! Handlers find the lock (or permit) they run under, with its fencing token, in the request
-//! extensions as [`HeldLock`]. They run inside the guard's reentrancy scope: taking the same
+//! extensions as [`HeldLock`] ([`HeldLocks`] under a [`MultiLockLayer`]). They run inside the
+//! guard's reentrancy scope: taking the same
 //! lock again with the same client (for example through `#[distributed_lock]`) re-enters
 //! instead of deadlocking.
 //!
@@ -193,19 +255,24 @@ mod access;
 mod body;
 mod extension;
 pub mod future;
+mod hold;
 #[deprecated(since = "0.2.0", note = "renamed to `lock_tower::name`")]
 pub mod key;
 mod layer;
 mod limit;
+mod multi;
 pub mod name;
 pub mod rejection;
 mod service;
 
 pub use access::Access;
 pub use body::{BoxError, ResponseBody};
-pub use extension::HeldLock;
+pub use extension::{HeldLock, HeldLocks};
 pub use layer::{DEFAULT_WAIT, LockLayer};
 pub use limit::KeyedConcurrencyLimitLayer;
 pub use lock_runtime::{LockClient, LockError, LockOptions};
+pub use multi::{
+    BufferedBody, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NAMES, MultiLockLayer, MultiLockService,
+};
 pub use rejection::{DefaultRejection, LockRejection, RejectionKind, RejectionResponse};
 pub use service::LockService;

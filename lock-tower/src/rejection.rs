@@ -9,7 +9,8 @@
 //! | `Limited`: no permit of the key came free within `wait` ([`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)) | 429 Too Many Requests (configurable) + `Retry-After` | `RESOURCE_EXHAUSTED` |
 //! | `Unavailable`: Redis unreachable or too slow | 503 Service Unavailable | `UNAVAILABLE` |
 //! | `Lost`: the lock (or permit) was lost while the handler ran (the handler was dropped) | 503 (configurable) | `ABORTED` |
-//! | `InvalidName`: an empty, over-long or otherwise unusable value for the lock name | 400 Bad Request | `INVALID_ARGUMENT` |
+//! | `InvalidName`: an empty, over-long or otherwise unusable value for the lock name; a request body that names no lock, too many, or cannot be read ([`MultiLockLayer`](crate::MultiLockLayer)) | 400 Bad Request | `INVALID_ARGUMENT` |
+//! | `TooLarge`: a request body over [`max_body_bytes`](crate::MultiLockLayer::max_body_bytes) ([`MultiLockLayer`](crate::MultiLockLayer)) | 413 Content Too Large | `RESOURCE_EXHAUSTED` (what gRPC servers answer for a message over their limit) |
 //! | `Internal`: anything else (a misconfiguration) | 500 Internal Server Error | `INTERNAL` |
 //!
 //! A request is treated as gRPC when its `content-type` starts with `application/grpc`; it
@@ -57,6 +58,8 @@ pub struct LockRejection {
     error: Arc<LockError>,
     grpc: bool,
     permit: bool,
+    /// For a request body over the limit: the limit, in bytes.
+    body_limit: Option<usize>,
 }
 
 /// The classes of [`LockRejection`], each with its own default response.
@@ -75,8 +78,16 @@ pub enum RejectionKind {
     Unavailable,
     /// The lock was lost while the inner service ran; its future was dropped.
     Lost,
-    /// The request's value for the lock name is unusable (empty, too long, not UTF-8, …).
+    /// The request's value for the lock name is unusable (empty, too long, not UTF-8, …); for
+    /// a [`MultiLockLayer`](crate::MultiLockLayer), the request body cannot be read for lock
+    /// names, names none, or names more than
+    /// [`max_names`](crate::MultiLockLayer::max_names)
+    /// ([`LockError::TooManyNames`]).
     InvalidName,
+    /// The request body is larger than a [`MultiLockLayer`](crate::MultiLockLayer)'s
+    /// [`max_body_bytes`](crate::MultiLockLayer::max_body_bytes) (by its `Content-Length`, or
+    /// as it streamed in). See [`LockRejection::body_too_large`].
+    TooLarge,
     /// Renamed to [`InvalidName`](RejectionKind::InvalidName); never produced.
     ///
     /// [`LockRejection::kind`] returns `InvalidName` since 0.2, so a `match` arm on
@@ -99,7 +110,42 @@ impl LockRejection {
             error: Arc::new(error),
             grpc,
             permit: false,
+            body_limit: None,
         }
+    }
+
+    /// A rejection of a request whose body is larger than `limit` bytes, by a
+    /// [`MultiLockLayer`](crate::MultiLockLayer) ([`RejectionKind::TooLarge`]); `grpc` says
+    /// whether the request was a gRPC call.
+    ///
+    /// Its [`error`](LockRejection::error) is a [`LockError::InvalidName`] naming
+    /// `<request body>` (no lock name could be read from the body); it displays as the limit
+    /// that was passed.
+    ///
+    /// ```
+    /// use lock_tower::{LockRejection, RejectionKind};
+    ///
+    /// let rejection = LockRejection::body_too_large(65536, false);
+    /// assert_eq!(rejection.kind(), RejectionKind::TooLarge);
+    /// assert_eq!(rejection.body_limit(), Some(65536));
+    /// assert_eq!(rejection.to_string(), "the request body is larger than 65536 bytes");
+    /// ```
+    pub fn body_too_large(limit: usize, grpc: bool) -> LockRejection {
+        LockRejection {
+            body_limit: Some(limit),
+            ..LockRejection::new(
+                LockError::InvalidName {
+                    name: "<request body>".into(),
+                    reason: "the request body is larger than the layer's maximum",
+                },
+                grpc,
+            )
+        }
+    }
+
+    /// For [`TooLarge`](RejectionKind::TooLarge): the limit the request body passed, in bytes.
+    pub fn body_limit(&self) -> Option<usize> {
+        self.body_limit
     }
 
     /// A rejection for `error` by a
@@ -115,13 +161,18 @@ impl LockRejection {
 
     /// The class of failure.
     pub fn kind(&self) -> RejectionKind {
+        if self.body_limit.is_some() {
+            return RejectionKind::TooLarge;
+        }
         match &*self.error {
             e if e.is_busy() && self.permit => RejectionKind::Limited,
             LockError::InvalidPermits { .. } if self.permit => RejectionKind::Limited,
             e if e.is_busy() => RejectionKind::Busy,
             e if e.is_unavailable() => RejectionKind::Unavailable,
             e if e.is_lost() => RejectionKind::Lost,
-            LockError::InvalidName { .. } => RejectionKind::InvalidName,
+            LockError::InvalidName { .. } | LockError::TooManyNames { .. } => {
+                RejectionKind::InvalidName
+            }
             _ => RejectionKind::Internal,
         }
     }
@@ -158,6 +209,9 @@ impl LockRejection {
 
 impl fmt::Display for LockRejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(limit) = self.body_limit {
+            return write!(f, "the request body is larger than {limit} bytes");
+        }
         fmt::Display::fmt(&self.error, f)
     }
 }
@@ -258,6 +312,7 @@ impl<B> RejectionResponse<B> for DefaultRejection {
             RejectionKind::Lost => self.lost_status,
             #[allow(deprecated)]
             RejectionKind::InvalidName | RejectionKind::InvalidKey => StatusCode::BAD_REQUEST,
+            RejectionKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RejectionKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut response = Response::new(ResponseBody::full(Bytes::from(message + "\n")));
@@ -298,7 +353,8 @@ fn grpc_code(kind: RejectionKind) -> u16 {
     const UNAVAILABLE: u16 = 14;
     match kind {
         RejectionKind::Busy | RejectionKind::Lost => ABORTED,
-        RejectionKind::Limited => RESOURCE_EXHAUSTED,
+        // gRPC servers answer a message over their size limit with RESOURCE_EXHAUSTED.
+        RejectionKind::Limited | RejectionKind::TooLarge => RESOURCE_EXHAUSTED,
         RejectionKind::Unavailable => UNAVAILABLE,
         #[allow(deprecated)]
         RejectionKind::InvalidName | RejectionKind::InvalidKey => INVALID_ARGUMENT,
@@ -459,6 +515,27 @@ mod tests {
             LockRejection::new(busy(None), false).kind(),
             RejectionKind::Busy
         );
+    }
+
+    #[test]
+    fn body_rejections_are_400_or_413_and_invalid_argument_or_resource_exhausted() {
+        let too_large = LockRejection::body_too_large(10, false);
+        assert_eq!(too_large.kind(), RejectionKind::TooLarge);
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(too_large);
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!res.headers().contains_key(RETRY_AFTER));
+        let res: Response<ResponseBody<()>> =
+            DefaultRejection::new().rejection_response(LockRejection::body_too_large(10, true));
+        assert_eq!(res.headers()["grpc-status"], "8");
+
+        let too_many = LockRejection::new(LockError::TooManyNames { count: 65, max: 64 }, false);
+        assert_eq!(too_many.kind(), RejectionKind::InvalidName);
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(too_many);
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        let res: Response<ResponseBody<()>> = DefaultRejection::new().rejection_response(
+            LockRejection::new(LockError::TooManyNames { count: 65, max: 64 }, true),
+        );
+        assert_eq!(res.headers()["grpc-status"], "3");
     }
 
     #[test]

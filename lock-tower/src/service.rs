@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use crate::access::{Access, Classifier};
 use crate::future::{AcquireFuture, Origin, ResponseFuture};
+use crate::hold::Hold;
 use crate::name::NameSource;
 use crate::rejection::{DefaultRejection, RejectionResponse, is_grpc};
 
@@ -47,7 +48,7 @@ impl<N> Shared<N> {
         match &self.primitive {
             Primitive::Mutex => {
                 let lock = self.client.lock(name);
-                Box::pin(async move { lock.acquire_with(options).await })
+                Box::pin(async move { lock.acquire_with(options).await.map(Hold::One) })
             }
             Primitive::ReadWrite(_) => {
                 let rw = self.client.rw_lock(name);
@@ -55,11 +56,11 @@ impl<N> Shared<N> {
                     Some(Access::Read) => rw.read().clone(),
                     _ => rw.write().clone(),
                 };
-                Box::pin(async move { side.acquire_with(options).await })
+                Box::pin(async move { side.acquire_with(options).await.map(Hold::One) })
             }
             Primitive::Semaphore { limit } => {
                 let semaphore = self.client.semaphore(name, *limit);
-                Box::pin(async move { semaphore.acquire_with(options).await })
+                Box::pin(async move { semaphore.acquire_with(options).await.map(Hold::One) })
             }
         }
     }

@@ -11,6 +11,14 @@
 //! | [`UriPattern`] | a URI path pattern, for any tower stack | `UriPattern::new("/stock/{id}/reserve", "stock:<id>")` |
 //! | [`FromFn`] | a closure | `name::from_fn(\|parts\| …)` |
 //!
+//! A [`MultiLockLayer`](crate::MultiLockLayer) takes several names at once from the request
+//! body, with a [`BodyNameSource`]:
+//!
+//! | source | names from | example |
+//! |---|---|---|
+//! | `JsonNames` (feature `json`) | a JSON body, one name per array element | `JsonNames::new("stock:<items[].sku>")` |
+//! | [`BodyNames`] | a closure over head and body (a gRPC call's protobuf message: [`grpc_message`]) | `BodyNames::from_fn(\|parts, body\| …)` |
+//!
 //! Templates name their placeholders in angle brackets. Every value taken from the request is
 //! untrusted: it is bounded in length ([`LockLayer::max_name_value_len`](crate::LockLayer::max_name_value_len),
 //! default [`DEFAULT_MAX_NAME_VALUE_LEN`]) and [escaped](escape), so that it can neither alias
@@ -35,14 +43,21 @@ use lock_runtime::LockError;
 
 #[cfg(feature = "axum")]
 mod axum;
+mod body;
 mod headers;
+#[cfg(feature = "json")]
+mod json;
 mod template;
 mod uri;
 
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use self::axum::PathParams;
+pub use self::body::{BodyNameSource, BodyNames, grpc_message, invalid_body};
 pub use self::headers::Headers;
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use self::json::JsonNames;
 pub use self::template::{NameTemplate, TemplateError};
 pub use self::uri::UriPattern;
 

@@ -44,6 +44,14 @@ pub struct TemplateError {
 }
 
 impl TemplateError {
+    #[cfg_attr(not(feature = "json"), allow(dead_code))]
+    pub(super) fn new(template: &str, reason: &'static str) -> TemplateError {
+        TemplateError {
+            template: template.to_owned(),
+            reason,
+        }
+    }
+
     /// What is wrong with the template.
     pub fn reason(&self) -> &'static str {
         self.reason

@@ -1,0 +1,168 @@
+//! [`MultiLockService`]: the middleware service of a [`MultiLockLayer`](crate::MultiLockLayer).
+
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use lock_runtime::{LockClient, LockError, LockOptions, MultiLock};
+use tower_service::Service;
+
+use super::buffer::BufferedBody;
+use super::future::MultiResponseFuture;
+use crate::body::{BoxError, ResponseBody};
+use crate::future::{AcquireFuture, Origin};
+use crate::hold::Hold;
+use crate::name::{BodyNameSource, invalid_body};
+use crate::rejection::{DefaultRejection, LockRejection, RejectionResponse, is_grpc};
+
+/// What a layer and its services share.
+#[derive(Debug, Clone)]
+pub(crate) struct MultiShared<N> {
+    pub(crate) client: LockClient,
+    pub(crate) names: N,
+    pub(crate) options: LockOptions,
+    pub(crate) hold_body: bool,
+    pub(crate) max_value_len: usize,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_names: usize,
+}
+
+impl<N: BodyNameSource> MultiShared<N> {
+    /// Computes the request's names and starts taking them all.
+    pub(crate) fn acquire(
+        &self,
+        request: &Parts,
+        body: &Bytes,
+    ) -> Result<AcquireFuture, LockError> {
+        let mut names = self.names.lock_names(request, body, self.max_value_len)?;
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            return Err(invalid_body("the request body names no lock"));
+        }
+        if names.len() > self.max_names {
+            return Err(LockError::TooManyNames {
+                count: names.len(),
+                max: self.max_names,
+            });
+        }
+        let multi = MultiLock::new(names.iter().map(|name| self.client.lock(name)))?;
+        let options = self.options;
+        Ok(Box::pin(async move {
+            multi.acquire_with(options).await.map(Hold::Many)
+        }))
+    }
+
+    /// Whether the head alone shows the body to be over the bound.
+    fn declared_too_large(&self, parts: &Parts, hint: u64) -> bool {
+        let max = u64::try_from(self.max_body_bytes).unwrap_or(u64::MAX);
+        let declared = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        declared.is_some_and(|len| len > max) || hint > max
+    }
+}
+
+/// Serves each request while holding every lock its body names; made by
+/// [`MultiLockLayer`](crate::MultiLockLayer).
+///
+/// Readiness is the inner service's. The instance that was polled ready is moved into the
+/// response future and called with a [`BufferedBody`] once the body is read and the locks are
+/// held.
+pub struct MultiLockService<S, N, R = DefaultRejection> {
+    inner: S,
+    shared: Arc<MultiShared<N>>,
+    rejection: Arc<R>,
+}
+
+impl<S, N, R> MultiLockService<S, N, R> {
+    pub(crate) fn new(inner: S, shared: Arc<MultiShared<N>>, rejection: Arc<R>) -> Self {
+        MultiLockService {
+            inner,
+            shared,
+            rejection,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, N, R, ReqBody, ResBody: 'static> Service<Request<ReqBody>> for MultiLockService<S, N, R>
+where
+    S: Service<Request<BufferedBody>, Response = Response<ResBody>> + Clone,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    N: BodyNameSource,
+    R: RejectionResponse<ResBody>,
+    ReqBody: Body,
+    ReqBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = MultiResponseFuture<S, N, ReqBody, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let origin = Origin {
+            grpc: is_grpc(&parts.headers),
+            permit: false,
+        };
+        let rejection = self.rejection.clone();
+        if self
+            .shared
+            .declared_too_large(&parts, body.size_hint().lower())
+        {
+            let info = LockRejection::body_too_large(self.shared.max_body_bytes, origin.grpc);
+            return MultiResponseFuture::rejected(info, rejection, origin);
+        }
+        // The instance that went through `poll_ready` goes into the future; a fresh clone
+        // stays here (tower-service, "Be careful when cloning inner services").
+        let clone = self.inner.clone();
+        let inner = mem::replace(&mut self.inner, clone);
+        MultiResponseFuture::reading(parts, body, inner, self.shared.clone(), rejection, origin)
+    }
+}
+
+impl<S: Clone, N, R> Clone for MultiLockService<S, N, R> {
+    fn clone(&self) -> Self {
+        MultiLockService {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            rejection: self.rejection.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, N: fmt::Debug, R> fmt::Debug for MultiLockService<S, N, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockService")
+            .field("inner", &self.inner)
+            .field("shared", &self.shared)
+            .field("rejection", &std::any::type_name::<R>())
+            .finish()
+    }
+}

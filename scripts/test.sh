@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, docs, and every test against real redis-server
-# processes that the tests start on free loopback ports.
+# The whole test suite: formatting, lints, docs, and every test against real redis-server (and,
+# for lock-fence, PostgreSQL) processes that the tests start on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-deps.sh openssl
+bash scripts/ensure-deps.sh openssl postgres
 redis-server --version
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -16,3 +16,8 @@ cargo test --workspace --doc
 # ensure-deps.sh installed above).
 cargo clippy -p lock-runtime --features tls --all-targets -- -D warnings
 cargo test -p lock-runtime --features tls --test tls
+# lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
+# against a real server or database file it makes itself; its stores are optional features.
+cargo clippy -p lock-fence --all-features --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc -p lock-fence --all-features --no-deps -q
+cargo test -p lock-fence --all-features

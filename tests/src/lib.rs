@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 pub mod chaos;
 mod client;
 pub mod family;
+mod postgres;
 mod process;
 mod proxy;
 pub mod topology;
 
 pub use client::{client, client_with, eventually, local_redis};
+pub use postgres::PostgresServer;
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;
 

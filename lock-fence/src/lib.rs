@@ -1,0 +1,155 @@
+//! Fencing tokens checked where it matters: in the store the lock protects.
+//!
+//! A distributed lock can be lost in the middle of a request while its holder keeps going: a
+//! GC or VM pause, a network partition, a lease that ran out while a slow call was in flight.
+//! Meanwhile another process takes the lock and writes. When the first holder wakes up, its
+//! write still reaches the database, and nothing in the lock can stop it: by then it is just a
+//! late message. Only the store can refuse it. Every acquisition of a lock from `lock-runtime`
+//! carries a [fencing token](https://docs.rs/lock-runtime) (`LockGuard::fencing_token()`, a
+//! `u64` that strictly increases per lock name); this crate makes the store remember the
+//! newest token it has accepted and refuse writes with older ones.
+//!
+//! | store | feature | record the token in the transaction | or: a token column on your row |
+//! |---|---|---|---|
+//! | PostgreSQL (sqlx) | `postgres` | [`postgres::advance`] | [`postgres::check_update`] |
+//! | SQLite (sqlx) | `sqlite` | [`sqlite::advance`] | [`sqlite::check_update`] |
+//! | Redis | `redis` | [`redis::advance`] | [`redis::set`] (value and token in one hash) |
+//!
+//! A refused write is [`FenceError::Stale`] ([`is_stale`](FenceError::is_stale)), with the
+//! newest token: roll back and give the request up; the lock is no longer yours.
+//!
+//! # The fence table
+//!
+//! One table for every lock name; one upsert at the start of each transaction that the lock
+//! protects ([`postgres::migrate`] / [`sqlite::migrate`] create the table):
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS lock_fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL);
+//!
+//! BEGIN;  -- SQLite: BEGIN IMMEDIATE
+//! INSERT INTO lock_fences (name, token) VALUES ($1, $2)   -- SQLite: ?1, ?2
+//! ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token
+//! WHERE lock_fences.token <= EXCLUDED.token
+//! RETURNING token;
+//! -- no row returned: a newer holder has written; ROLLBACK
+//! -- … your reads and writes …
+//! COMMIT;  -- while the lock is held
+//! ```
+//!
+//! The upsert locks the name's row until the transaction ends, so transactions fenced on one
+//! name take turns and commit in token order; reads after it see everything the previous
+//! holders committed (details in [`postgres`]). Nothing in your schema changes, and the
+//! transaction may touch any number of tables.
+//!
+//! # The token column
+//!
+//! When the write is a single row, keep the token on the row itself: add a column
+//! ([`postgres::add_token_column`] / [`sqlite::add_token_column`], described by a
+//! [`TokenColumn`]) and make every write conditional on it:
+//!
+//! ```sql
+//! ALTER TABLE stock ADD COLUMN IF NOT EXISTS lock_token BIGINT NOT NULL DEFAULT 0;
+//! -- SQLite: ALTER TABLE stock ADD COLUMN lock_token INTEGER NOT NULL DEFAULT 0;
+//!
+//! UPDATE stock SET qty = $1, lock_token = $2 WHERE sku = $3 AND lock_token <= $2;
+//! -- SQLite: UPDATE stock SET qty = ?1, lock_token = ?2 WHERE sku = ?3 AND lock_token <= ?2;
+//! ```
+//!
+//! Zero rows updated means a newer holder wrote the row, or there is no such row:
+//! [`postgres::check_update`] / [`sqlite::check_update`] tell which ([`FenceError::Stale`] or
+//! [`FencedUpdate::NotMatched`]). If the new value was computed from a read, read the row with
+//! `SELECT … FOR UPDATE` in the same transaction (SQLite: inside `BEGIN IMMEDIATE`), so that a
+//! stale holder's write cannot land between your read and your write; or use the fence table.
+//!
+//! Tokens are `BIGINT`s in SQL: a token above `i64::MAX` is [`FenceError::TokenOutOfRange`]
+//! (bind tokens with [`sql_token`]). Table and column names are validated
+//! ([`FenceError::InvalidIdentifier`]) and quoted, never pasted into SQL as given.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_fence::FenceError;
+//! use lock_runtime::LockClient;
+//! use sqlx::PgPool;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let pool = PgPool::connect("postgres://shop@127.0.0.1/shop").await?;
+//! lock_fence::postgres::migrate(&pool).await?;
+//!
+//! let guard = locks.lock("stock:42").try_acquire(Duration::from_secs(5)).await?;
+//! let purchase = async {
+//!     let mut tx = pool.begin().await?;
+//!     lock_fence::postgres::advance(&mut tx, "stock:42", guard.fencing_token()).await?;
+//!     let qty: i32 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
+//!         .bind("42")
+//!         .fetch_one(&mut *tx)
+//!         .await?;
+//!     if qty > 0 {
+//!         sqlx::query("UPDATE stock SET qty = $1 WHERE sku = $2")
+//!             .bind(qty - 1)
+//!             .bind("42")
+//!             .execute(&mut *tx)
+//!             .await?;
+//!     }
+//!     tx.commit().await?; // inside the locked body
+//!     Ok::<bool, FenceError>(qty > 0)
+//! };
+//! // `run` drops the purchase (rolling the transaction back) if the lock is lost meanwhile;
+//! // if the loss goes unnoticed (a pause), `advance` refuses the late transaction instead.
+//! match guard.run(purchase).await? {
+//!     Ok(sold) => println!("sold: {sold}"),
+//!     Err(e) if e.is_stale() => println!("lost the lock mid-request: {e}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The order of lock and transaction
+//!
+//! The lock must cover the commit. Take the lock, begin, read, write, **commit**, then
+//! release:
+//!
+//! ```text
+//! lock ─ BEGIN ─ read ─ write ─ COMMIT ─ unlock        right: the next holder reads the commit
+//! lock ─ BEGIN ─ read ─ write ─ unlock ─ COMMIT        wrong: the next holder reads the old data
+//! ```
+//!
+//! In the wrong order the next holder takes the lock, reads the stock, still unchanged because
+//! the first transaction has not committed, and sells the last unit a second time. It is the
+//! oversell behind many "the distributed lock doesn't work" reports (Redisson issue 2183 and
+//! countless Spring threads, where an `@Transactional` method calls the locked one, or the lock
+//! is released in a `finally` inside the transaction). The crate's `tests/transaction_order.rs`
+//! shows both orders with two purchases of the last unit: one sale when the commit is inside
+//! the locked body, two when it comes after the release.
+//!
+//! The fence table also orders the wrong case: the second transaction waits at `advance` until
+//! the first one ends, then reads its commit (also in that test). A token column alone does
+//! not: the second holder's read does not wait. Put the commit inside the lock anyway: the
+//! fence is the safety net for a lock lost without notice, not a replacement for the lock.
+//!
+//! # Features
+//!
+//! None by default: `postgres` and `sqlite` (sqlx with the Tokio runtime; SQLite bundled) and
+//! `redis` (the `redis` crate's async connections).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+mod sql;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
+
+pub use error::FenceError;
+pub use sql::{FENCE_TABLE, FencedUpdate, MAX_IDENTIFIER_LEN, TokenColumn, sql_token};

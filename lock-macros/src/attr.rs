@@ -13,6 +13,7 @@ mod kw {
     syn::custom_keyword!(mode);
     syn::custom_keyword!(permits);
     syn::custom_keyword!(capacity);
+    syn::custom_keyword!(max_names);
     syn::custom_keyword!(client);
     syn::custom_keyword!(on_lost);
     syn::custom_keyword!(abort);
@@ -20,8 +21,8 @@ mod kw {
 }
 
 /// The argument names, for error messages.
-const VALID_ARGS: &str = "`name`, `mode`, `permits`, `capacity`, `wait`, `lease`, `max_hold`, \
-                          `client`, `on_lost`, `crate`";
+const VALID_ARGS: &str = "`name`, `mode`, `permits`, `capacity`, `max_names`, `wait`, `lease`, \
+                          `max_hold`, `client`, `on_lost`, `crate`";
 
 /// The values of `mode = "…"`, for error messages.
 const VALID_MODES: &str = "\"read\", \"write\", \"fair\"";
@@ -29,6 +30,13 @@ const VALID_MODES: &str = "\"read\", \"write\", \"fair\"";
 /// The longest `max_hold` the runtime accepts (`lock_runtime::MAX_LEASE`, 10 years of 365
 /// days), in milliseconds.
 const MAX_HOLD_MILLIS: u64 = 10 * 365 * 24 * 3_600_000;
+
+/// `max_names` when it is not given.
+pub(crate) const DEFAULT_MAX_NAMES: u32 = 64;
+
+/// The largest `max_names`: every name is one acquisition in turn and one entry of the
+/// reentrancy scope.
+const MAX_MAX_NAMES: u32 = 1000;
 
 /// The parsed arguments. Only `name` is required; that is checked by [`LockArgs::name`] so
 /// that the other arguments can be reported first.
@@ -44,6 +52,7 @@ pub(crate) struct LockArgs {
     pub(crate) mode: Option<ModeArg>,
     pub(crate) permits: Option<CountArg>,
     pub(crate) capacity: Option<CountArg>,
+    pub(crate) max_names: Option<CountArg>,
     pub(crate) client: Option<Expr>,
     pub(crate) on_lost: Option<OnLost>,
     pub(crate) krate: Option<Path>,
@@ -75,7 +84,7 @@ pub(crate) enum Mode {
     Fair,
 }
 
-/// `permits = N` or `capacity = N`: an integer literal of at least 1.
+/// `permits = N`, `capacity = N` or `max_names = N`: an integer literal of at least 1.
 pub(crate) struct CountArg {
     pub(crate) value: u32,
     /// The span of the argument's name.
@@ -109,7 +118,8 @@ pub(crate) enum NamePart {
     Placeholder(Placeholder),
 }
 
-/// `<root.field.0>`: a parameter and the fields to follow from it.
+/// `<root.field.0>`: a parameter and the fields to follow from it; `<root.items[].sku>`: the
+/// same over every element of a collection.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Placeholder {
     /// What the user wrote between `<` and `>`, for error messages.
@@ -117,6 +127,30 @@ pub(crate) struct Placeholder {
     /// The parameter's name without `r#` (or `self`).
     pub(crate) root: String,
     pub(crate) fields: Vec<Field>,
+    /// With a `[]` step, how many of `fields` come before it: `root.fields[..n]` is the
+    /// collection, and `fields[n..]` are followed from each of its elements.
+    pub(crate) collection: Option<usize>,
+}
+
+impl Placeholder {
+    /// The path before `[]` as written (`cart.items`), for error messages.
+    pub(crate) fn collection_text(&self) -> Option<&str> {
+        self.collection.map(|_| {
+            self.text
+                .split_once('[')
+                .map_or(&*self.text, |(path, _)| path)
+        })
+    }
+}
+
+impl NameTemplate {
+    /// The placeholder with a `[]` step, if any (the parser allows at most one).
+    pub(crate) fn collection(&self) -> Option<&Placeholder> {
+        self.parts.iter().find_map(|part| match part {
+            NamePart::Placeholder(p) if p.collection.is_some() => Some(p),
+            _ => None,
+        })
+    }
 }
 
 /// One `.field` of a placeholder.
@@ -218,6 +252,34 @@ impl LockArgs {
                 ));
             }
         }
+        let over_collection = self.name.as_ref().and_then(NameTemplate::collection);
+        if let (Some(placeholder), Some(arg)) = (
+            over_collection,
+            self.capacity.as_ref().or(self.permits.as_ref()),
+        ) {
+            let given = if self.capacity.is_some() {
+                "capacity"
+            } else {
+                "permits"
+            };
+            push(syn::Error::new(
+                arg.span,
+                format!(
+                    "`{given}` cannot be combined with a lock name over a collection \
+                     (`<{}>`): a semaphore cannot be one of several locks taken together; \
+                     take a mutex, or a `mode = \"read\"`, `\"write\"` or `\"fair\"` lock, \
+                     for every name",
+                    placeholder.text
+                ),
+            ));
+        }
+        if let (Some(max_names), None, Some(_)) = (&self.max_names, over_collection, &self.name) {
+            push(syn::Error::new(
+                max_names.span,
+                "`max_names` applies only to a lock name over a collection, with a `[]` step \
+                 like `name = \"stock:<cart.items[].sku>\"`; this name is one lock",
+            ));
+        }
         match (&self.permits, &self.capacity) {
             (Some(permits), None) => push(syn::Error::new(
                 permits.span,
@@ -286,6 +348,22 @@ impl Parse for LockArgs {
                 no_duplicate(&args.capacity, name.span, "capacity")?;
                 input.parse::<Token![=]>()?;
                 args.capacity = Some(CountArg::parse(input, "capacity", name.span)?);
+            } else if lookahead.peek(kw::max_names) {
+                let name = input.parse::<kw::max_names>()?;
+                no_duplicate(&args.max_names, name.span, "max_names")?;
+                input.parse::<Token![=]>()?;
+                let max_names = CountArg::parse(input, "max_names", name.span)?;
+                if max_names.value > MAX_MAX_NAMES {
+                    return Err(syn::Error::new(
+                        max_names.lit_span,
+                        format!(
+                            "`max_names = {}` is too large: at most {MAX_MAX_NAMES} (every name \
+                             is one acquisition, in turn)",
+                            max_names.value
+                        ),
+                    ));
+                }
+                args.max_names = Some(max_names);
             } else if lookahead.peek(kw::client) {
                 let name = input.parse::<kw::client>()?;
                 no_duplicate(&args.client, name.span, "client")?;
@@ -430,10 +508,10 @@ impl CountArg {
             )
         })?;
         if value == 0 {
-            let why = if name == "permits" {
-                "every call takes at least one permit"
-            } else {
-                "a semaphore without permits could never be taken"
+            let why = match name {
+                "permits" => "every call takes at least one permit",
+                "max_names" => "a call over a collection takes at least one lock",
+                _ => "a semaphore without permits could never be taken",
             };
             return Err(syn::Error::new(
                 lit.span(),
@@ -586,13 +664,36 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<NamePart>, String> {
                     ));
                 }
                 let placeholder = parse_placeholder(body).map_err(|why| {
-                    let body = body.escape_debug();
-                    format!(
-                        "invalid placeholder `<{body}>` in the lock name: {why}; expected a \
-                         parameter name, optionally with fields, like `<id>`, `<order.id>`, \
-                         `<pair.0>` or `<self.tenant>`"
-                    )
+                    let shown = body.escape_debug();
+                    if body.contains(['[', ']']) {
+                        format!(
+                            "invalid placeholder `<{shown}>` in the lock name: {why}; a \
+                             collection is written with `[]` after its path, like `<skus[]>` \
+                             or `<cart.items[].sku>`"
+                        )
+                    } else {
+                        format!(
+                            "invalid placeholder `<{shown}>` in the lock name: {why}; expected \
+                             a parameter name, optionally with fields, like `<id>`, \
+                             `<order.id>`, `<pair.0>` or `<self.tenant>`"
+                        )
+                    }
                 })?;
+                if placeholder.collection.is_some() {
+                    let earlier = parts.iter().find_map(|part| match part {
+                        NamePart::Placeholder(p) if p.collection.is_some() => Some(&p.text),
+                        _ => None,
+                    });
+                    if let Some(earlier) = earlier {
+                        return Err(format!(
+                            "at most one `[]` in a lock name: `<{}>` and `<{}>` both run over \
+                             a collection; a call takes one lock name per element of one \
+                             collection",
+                            earlier.escape_debug(),
+                            placeholder.text.escape_debug()
+                        ));
+                    }
+                }
                 if !literal.is_empty() {
                     parts.push(NamePart::Text(std::mem::take(&mut literal)));
                 }
@@ -609,7 +710,72 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<NamePart>, String> {
 
 /// The body of a placeholder (between `<` and `>`, not empty); `Err` says what is wrong.
 fn parse_placeholder(body: &str) -> Result<Placeholder, String> {
-    let mut segments = body.split('.');
+    let (path, element) = match body.find(['[', ']']) {
+        None => (body, None),
+        Some(at) => {
+            let (path, step) = body.split_at(at);
+            (path, Some(collection_step(path, step)?))
+        }
+    };
+    let mut placeholder = parse_path(body, path)?;
+    if let Some(element) = element {
+        placeholder.collection = Some(placeholder.fields.len());
+        // `element` is empty or starts with `.`: the fields of each element.
+        let fields = element.split('.').skip(1).map(field);
+        placeholder
+            .fields
+            .extend(fields.collect::<Result<Vec<_>, _>>()?);
+    }
+    Ok(placeholder)
+}
+
+/// Checks the `[]` step of a placeholder: `path` is what comes before it and `step` starts
+/// at its `[` (or a stray `]`). Returns what follows the `[]`: nothing, or `.field…`.
+fn collection_step<'a>(path: &str, step: &'a str) -> Result<&'a str, String> {
+    const EVERY: &str = "`[]` takes a lock name for every element of the collection";
+    if step.starts_with(']') {
+        return Err("unmatched `]`".to_string());
+    }
+    if path.is_empty() {
+        return Err(format!(
+            "`[]` must follow the path of a collection: a parameter, or a field of one; {EVERY}"
+        ));
+    }
+    let Some(close) = step.find(']') else {
+        return Err("unclosed `[`".to_string());
+    };
+    let inside = &step[1..close];
+    if !inside.is_empty() {
+        return Err(format!(
+            "nothing may stand between `[` and `]` (found `[{}]`): {EVERY}, there is no index \
+             or key",
+            inside.escape_debug()
+        ));
+    }
+    let after = &step[close + 1..];
+    if after.contains('[') {
+        return Err(
+            "at most one `[]` in a lock name: a call takes one lock name per element of one \
+             collection"
+                .to_string(),
+        );
+    }
+    if after.contains(']') {
+        return Err("unmatched `]`".to_string());
+    }
+    if !after.is_empty() && !after.starts_with('.') {
+        return Err(format!(
+            "`[]` must be followed by `.field` or the end of the placeholder, not `{}`",
+            after.escape_debug()
+        ));
+    }
+    Ok(after)
+}
+
+/// `root.field.0` (a placeholder without `[]`, or the path before it); `body` is the whole
+/// placeholder, kept as its text.
+fn parse_path(body: &str, path: &str) -> Result<Placeholder, String> {
+    let mut segments = path.split('.');
     // `split` yields at least one segment.
     let root = segments.next().unwrap_or_default();
     if root.is_empty() {
@@ -627,6 +793,7 @@ fn parse_placeholder(body: &str) -> Result<Placeholder, String> {
         text: body.to_string(),
         root,
         fields,
+        collection: None,
     })
 }
 
@@ -721,6 +888,7 @@ mod tests {
                     Err(_) => Field::Named(s.to_string()),
                 })
                 .collect(),
+            collection: None,
         })
     }
 
@@ -954,6 +1122,116 @@ mod tests {
         );
     }
 
+    /// A placeholder over a collection: `before` fields up to the `[]`, then the element's.
+    fn each(text: &str, root: &str, before: &[&str], after: &[&str]) -> NamePart {
+        let NamePart::Placeholder(mut placeholder) = ph(text, root, &[before, after].concat())
+        else {
+            unreachable!("ph() makes placeholders");
+        };
+        placeholder.collection = Some(before.len());
+        NamePart::Placeholder(placeholder)
+    }
+
+    #[test]
+    fn a_collection_step_marks_the_path_before_it() {
+        assert_eq!(
+            parse_template("stock:<cart.items[].sku>"),
+            Ok(vec![
+                NamePart::Text("stock:".into()),
+                each("cart.items[].sku", "cart", &["items"], &["sku"]),
+            ])
+        );
+        assert_eq!(
+            parse_template("<self.w>:<skus[]>:<m[].0.r#type>"),
+            Err(
+                "at most one `[]` in a lock name: `<skus[]>` and `<m[].0.r#type>` both run \
+                 over a collection; a call takes one lock name per element of one collection"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            parse_template("<self.w>:<m[].0.r#type>:<<[]>>"),
+            Ok(vec![
+                ph("self.w", "self", &["w"]),
+                NamePart::Text(":".into()),
+                each("m[].0.r#type", "m", &[], &["0", "type"]),
+                NamePart::Text(":<[]>".into()),
+            ])
+        );
+        let Ok(parts) = parse_template("a:<self.cart.items[].sku.id>") else {
+            panic!("rejected");
+        };
+        let NamePart::Placeholder(placeholder) = &parts[1] else {
+            panic!("{parts:?}");
+        };
+        assert_eq!(placeholder.collection_text(), Some("self.cart.items"));
+        assert_eq!(placeholder.collection, Some(2));
+    }
+
+    #[test]
+    fn bad_collection_steps_are_rejected() {
+        for (bad, expected) in [
+            ("<[]>", "must follow the path of a collection"),
+            ("<[].a>", "must follow the path of a collection"),
+            ("<x[]y>", "not `y`"),
+            ("<x[]_y>", "not `_y`"),
+            ("<x[ ]>", "found `[ ]`"),
+            ("<x[0]>", "found `[0]`"),
+            ("<x[a]>", "found `[a]`"),
+            ("<x[>", "unclosed `[`"),
+            ("<x]>", "unmatched `]`"),
+            ("<x[]]>", "unmatched `]`"),
+            ("<x.[]>", "a field name after a `.` is missing"),
+            ("<x[].>", "a field name after a `.` is missing"),
+            ("<x[]..a>", "a field name after a `.` is missing"),
+            ("<x[].self>", "cannot be a field name"),
+            ("<1[]>", "is a number"),
+            ("<a[].b[]>", "at most one `[]`"),
+            ("<a[][]>", "at most one `[]`"),
+            ("<a[]>:<b[]>", "at most one `[]`"),
+            ("<a[]>:<a[]>", "at most one `[]`"),
+        ] {
+            match parse_template(bad) {
+                Ok(parts) => panic!("{bad:?} was accepted: {parts:?}"),
+                Err(message) => assert!(message.contains(expected), "{bad:?}: {message}"),
+            }
+        }
+    }
+
+    #[test]
+    fn max_names_needs_a_collection_and_no_semaphore() {
+        let parsed = args(r#"name = "s:<skus[]>", max_names = 3, mode = "write""#).unwrap();
+        assert_eq!(parsed.max_names.as_ref().map(|m| m.value), Some(3));
+        assert_eq!(parsed.kind(), Kind::Write);
+        assert!(args(r#"name = "s:<skus[]>", max_names = 1000"#).is_ok());
+        for (text, expected) in [
+            (
+                r#"name = "s:<sku>", max_names = 3"#,
+                "applies only to a lock name over a collection",
+            ),
+            (r#"name = "s:<skus[]>", max_names = 0"#, "at least 1"),
+            (r#"name = "s:<skus[]>", max_names = 1001"#, "at most 1000"),
+            (r#"name = "s:<skus[]>", max_names = -1"#, "is negative"),
+            (
+                r#"name = "s:<skus[]>", max_names = 2, max_names = 2"#,
+                "duplicate argument",
+            ),
+            (
+                r#"name = "s:<skus[]>", capacity = 3"#,
+                "`capacity` cannot be combined",
+            ),
+            (
+                r#"name = "s:<skus[]>", permits = 2"#,
+                "`permits` cannot be combined",
+            ),
+        ] {
+            let message = error(text);
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+        // `max_names` before the name is checked against it too.
+        assert!(error(r#"max_names = 3, name = "s""#).contains("applies only"));
+    }
+
     /// Whatever the template, the parser returns (no panic), and every field it lets through
     /// can be turned into tokens (`Ident::new` panics on anything that is not an identifier).
     /// Accepted templates also round-trip: text re-escaped and placeholders as written give
@@ -1051,6 +1329,10 @@ mod tests {
             "9999999999",
             "\u{10FFFF}",
             "\n",
+            "[",
+            "]",
+            "[]",
+            "[].",
         ];
         let mut state: u64 = 0x2545_f491_4f6c_dd1d;
         for _ in 0..50_000 {

@@ -11,7 +11,7 @@ use syn::{
     AttrStyle, Block, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{Kind, LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
+use crate::attr::{DEFAULT_MAX_NAMES, Kind, LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
 
 /// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
 /// written next to the error, so the rest of the crate (and the IDE) keeps working.
@@ -165,14 +165,32 @@ fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<Toke
     let kind = gen_kind(args, &private);
     let options = gen_options(args, &private);
     let locked = quote!(#client_var, #name_var, #kind, #options);
-    let tail = gen_tail(&private, locked, block, return_type, &span_var);
+    let (names, run) = match name {
+        Names::One(name) => (
+            quote! {
+                #[allow(clippy::useless_format)]
+                let #name_var: ::std::string::String = #name;
+            },
+            quote!(#private::run_locked),
+        ),
+        Names::Each(each) => {
+            let max = args
+                .max_names
+                .as_ref()
+                .map_or(DEFAULT_MAX_NAMES, |m| m.value) as usize;
+            (
+                gen_each_name(&each, &private, &name_var, max),
+                quote!(#private::run_locked_all),
+            )
+        }
+    };
+    let tail = gen_tail(&private, run, locked, block, return_type, &span_var);
     let fn_name = LitStr::new(&sig.ident.to_string(), sig.ident.span());
     let deprecations = args.deprecated_key.map(deprecated_key);
 
     Ok(quote! {
         #deprecations
-        #[allow(clippy::useless_format)]
-        let #name_var: ::std::string::String = #name;
+        #names
         let #client_var = #client;
         let #span_var = #private::tracing::info_span!(
             target: ::core::module_path!(),
@@ -255,12 +273,79 @@ fn gen_options(args: &LockArgs, private: &TokenStream) -> TokenStream {
     quote!(#options, #on_lost)
 }
 
-/// The tail expression, `Instrument::instrument(run_locked(…, async move { block }), span)
-/// .await`, with its own tokens spanned at the return type, so "must return `Result<T, E>`"
-/// points there (rustc reports the bound at the whole call and again at the `.await`).
-/// `locked` is the arguments of `run_locked` before the future.
+/// The statement that collects the lock names of a template over a collection into a
+/// `LockNameSet` bound to `names_var`: one name per element, taken from
+/// `(&&&Collection(&path)).lock_name_items()`. Method resolution picks `ByRef` (`&path`
+/// iterates), then `ByDeref` (`&*path` iterates), then the fallback defined here, whose unmet
+/// bound is the compile error naming the path (a trait local to the fn, so its
+/// `on_unimplemented` message can name it).
+fn gen_each_name(
+    each: &EachName,
+    private: &TokenStream,
+    names_var: &Ident,
+    max: usize,
+) -> TokenStream {
+    let EachName {
+        template,
+        collection,
+        path,
+        item,
+        name,
+    } = each;
+    let span = template.span();
+    let message = LitStr::new(
+        &format!("`{path}` in the lock name template is not a collection"),
+        span,
+    );
+    let label = LitStr::new(
+        &format!(
+            "`[]` needs a collection here: `&{path}` (or `&*{path}`) must implement `IntoIterator`"
+        ),
+        span,
+    );
+    let note = LitStr::new(
+        &format!(
+            "`{}` takes a lock name for every element of `{path}`: a `Vec`, slice, array, set or \
+             map, or a reference or smart pointer to one",
+            template.value()
+        ),
+        span,
+    );
+    quote_spanned! {span=>
+        let #names_var = {
+            let mut #names_var = #private::LockNameSet::new(#template, #max);
+            #[allow(unused_imports)]
+            use #private::{ByDeref as _, ByRef as _};
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait __LockCollection {
+                type Iter: ::core::iter::Iterator;
+                fn lock_name_items(self) -> Self::Iter;
+            }
+            #[allow(dead_code)]
+            trait __LockNotACollection: ::core::marker::Sized {
+                fn lock_name_items(self) -> <Self as __LockCollection>::Iter
+                where
+                    Self: __LockCollection,
+                {
+                    <Self as __LockCollection>::lock_name_items(self)
+                }
+            }
+            impl<T> __LockNotACollection for &#private::Collection<T> {}
+            for #item in (&&&#private::Collection(&(#collection))).lock_name_items() {
+                #names_var.insert(#name);
+            }
+            #names_var
+        };
+    }
+}
+
+/// The tail expression, `Instrument::instrument(run(…, async move { block }), span).await`,
+/// with its own tokens spanned at the return type, so "must return `Result<T, E>`" points
+/// there (rustc reports the bound at the whole call and again at the `.await`). `run` is
+/// `run_locked` or `run_locked_all`, and `locked` its arguments before the future.
 fn gen_tail(
     private: &TokenStream,
+    run: TokenStream,
     locked: TokenStream,
     block: &Block,
     (fake_return_type, return_span): (Type, Span),
@@ -284,7 +369,7 @@ fn gen_tail(
             return __lock_fake_return;
         }
     };
-    let mut run_locked = respan(quote!(#private::run_locked), return_span);
+    let mut run_locked = respan(run, return_span);
     let mut call_args = Group::new(
         Delimiter::Parenthesis,
         quote! {
@@ -347,14 +432,37 @@ impl VisitMut for ImplTraitEraser {
     }
 }
 
-/// The expression that formats the lock name, with each placeholder checked against the fn's
-/// parameters. Errors point at the name literal.
-fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<TokenStream> {
+/// How a call's lock names are formatted.
+enum Names {
+    /// One name: an expression of type `String`.
+    One(TokenStream),
+    /// A name per element of a collection (a template with `[]`).
+    Each(EachName),
+}
+
+/// A template over a collection: `"stock:<cart.items[].sku>"`.
+struct EachName {
+    /// The template as written.
+    template: LitStr,
+    /// The expression of the collection: `cart.items`.
+    collection: TokenStream,
+    /// The collection's path as written, for error messages: `cart.items`.
+    path: String,
+    /// The variable bound to each element.
+    item: Ident,
+    /// The expression that formats the name of the element `item`.
+    name: TokenStream,
+}
+
+/// The expression(s) that format the lock name(s), with each placeholder checked against the
+/// fn's parameters. Errors point at the name literal.
+fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<Names> {
     let (has_self, names) = parameter_names(sig);
     let span = name.lit.span();
     let mut format = String::new();
     let mut plain = String::new();
     let mut values = Vec::new();
+    let mut each = None;
     for part in &name.parts {
         match part {
             NamePart::Text(text) => {
@@ -389,18 +497,40 @@ fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<TokenStream> {
                         span,
                     ));
                 };
-                let fields = placeholder.fields.iter().map(|field| field.member(span));
-                values.push(quote_spanned!(span=> #root_tokens #(. #fields)*));
+                let mut fields = placeholder.fields.iter().map(|field| field.member(span));
+                match (placeholder.collection, placeholder.collection_text()) {
+                    (Some(n), Some(path)) => {
+                        let path_fields = fields.by_ref().take(n);
+                        let collection = quote_spanned!(span=> #root_tokens #(. #path_fields)*);
+                        // Generated, so invisible to the user's code; located at the name.
+                        let item = Ident::new("__lock_item", Span::mixed_site().located_at(span));
+                        values.push(quote_spanned!(span=> #item #(. #fields)*));
+                        each = Some((collection, path.to_string(), item));
+                    }
+                    _ => values.push(quote_spanned!(span=> #root_tokens #(. #fields)*)),
+                }
                 format.push_str("{}");
             }
         }
     }
     if values.is_empty() {
         let plain = LitStr::new(&plain, span);
-        return Ok(quote_spanned!(span=> ::std::string::String::from(#plain)));
+        return Ok(Names::One(
+            quote_spanned!(span=> ::std::string::String::from(#plain)),
+        ));
     }
     let format = LitStr::new(&format, span);
-    Ok(quote_spanned!(span=> ::std::format!(#format #(, #values)*)))
+    let formatted = quote_spanned!(span=> ::std::format!(#format #(, #values)*));
+    Ok(match each {
+        None => Names::One(formatted),
+        Some((collection, path, item)) => Names::Each(EachName {
+            template: name.lit.clone(),
+            collection,
+            path,
+            item,
+            name: formatted,
+        }),
+    })
 }
 
 fn unknown_placeholder(
@@ -480,10 +610,36 @@ mod tests {
 
     fn expand(template: &str) -> syn::Result<String> {
         let name = NameTemplate::parse(LitStr::new(template, Span::call_site()))?;
-        let tokens = name_expr(&name, &signature())?;
-        let expr: syn::Expr = syn::parse2(tokens.clone())
-            .unwrap_or_else(|e| panic!("{template:?} expanded to {tokens} ({e})"));
-        Ok(expr.to_token_stream().to_string())
+        let parse = |tokens: TokenStream| -> String {
+            let expr: syn::Expr = syn::parse2(tokens.clone())
+                .unwrap_or_else(|e| panic!("{template:?} expanded to {tokens} ({e})"));
+            expr.to_token_stream().to_string()
+        };
+        Ok(match name_expr(&name, &signature())? {
+            Names::One(tokens) => parse(tokens),
+            // `for <item> in <collection>: <name>`
+            Names::Each(each) => format!(
+                "for {} in {}: {}",
+                each.item,
+                parse(each.collection),
+                parse(each.name)
+            ),
+        })
+    }
+
+    #[test]
+    fn collection_steps_expand_to_the_collection_and_a_name_per_item() {
+        assert_eq!(
+            expand("x:<self.type[].0.match>:<a>").unwrap(),
+            "for __lock_item in self . r#type: :: std :: format ! (\"x:{}:{}\" , __lock_item . 0 \
+             . r#match , a)"
+        );
+        assert_eq!(
+            expand("<r.0[]>").unwrap(),
+            "for __lock_item in r . 0: :: std :: format ! (\"{}\" , __lock_item)"
+        );
+        let error = expand("<b[].c>").unwrap_err().to_string();
+        assert!(error.contains("`b` is not a parameter"), "{error}");
     }
 
     #[test]
@@ -523,7 +679,7 @@ mod tests {
     fn every_accepted_template_expands_to_an_expression() {
         // Every template of up to 5 characters over this alphabet: parse errors and unknown
         // parameters are `Err`; anything accepted is an expression (no panic in between).
-        let alphabet: Vec<char> = "<>.a_0r#".chars().collect();
+        let alphabet: Vec<char> = "<>.a_0r#[]".chars().collect();
         let mut accepted = 0;
         for len in 0..=5u32 {
             for n in 0..alphabet.len().pow(len) {

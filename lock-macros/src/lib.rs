@@ -77,6 +77,7 @@ use proc_macro::TokenStream;
 /// | [`mode = "read" \| "write" \| "fair"`](#mode) | a mutex | a read/write lock's side, or a fair lock |
 /// | [`permits = N`](#permits-and-capacity) | `1` | permits of a semaphore taken per call |
 /// | [`capacity = M`](#permits-and-capacity) | not a semaphore | makes the lock a semaphore of `M` permits |
+/// | [`max_names = N`](#several-names-a-cart) | `64` | the most distinct names of a template over a collection |
 /// | [`wait = "…"`](#wait) | wait indefinitely | how long to wait for a busy lock |
 /// | [`lease = "…"`](#lease) | watchdog renewal | a fixed lease instead of renewal |
 /// | [`max_hold = "…"`](#max_hold) | no limit | stop renewing and give the lock up after this long |
@@ -114,6 +115,9 @@ use proc_macro::TokenStream;
 /// The formatted name is the lock name as `LockClient::lock` takes it, so other code can use
 /// the same lock: `locks.lock("stock:42").force_unlock()`. (The Redis key the lock lives
 /// under is derived from the name by the client.)
+///
+/// A placeholder with a `[]` step, like `<cart.items[].sku>`, makes one lock name per element
+/// of a collection and takes them all: see [Several names](#several-names-a-cart).
 ///
 /// `key = "…"` is the deprecated spelling of `name = "…"` (before 0.2.0): it still works, with
 /// a deprecation warning at `key`. Giving both is an error.
@@ -174,6 +178,62 @@ use proc_macro::TokenStream;
 /// `Semaphore::set_capacity` overrides it for every client. If that stored capacity is below
 /// `permits`, the call fails with `LockError::InvalidPermits` instead of waiting forever.
 /// A nested call of the same semaphore inside the body re-enters without taking more permits.
+///
+/// ## Several names: a cart
+///
+/// A placeholder whose path has a `[]` step runs over a collection: the part before `[]` is
+/// the collection (a parameter, or a field of one), the part after it a field of each element.
+/// The call takes one lock for every distinct name, all of them or none, and runs the body
+/// while holding them all:
+///
+/// ```ignore
+/// struct Item { sku: String, qty: u32 }
+/// struct Cart { items: Vec<Item> }
+///
+/// // Reserves every product of the cart: `stock:<sku>` for each item, taken together.
+/// #[distributed_lock(name = "stock:<cart.items[].sku>", wait = "5s")]
+/// async fn checkout(cart: &Cart) -> Result<Order, AppError> { /* … */ }
+///
+/// #[distributed_lock(name = "stock:<skus[]>", mode = "write")]
+/// async fn restock(skus: &[String]) -> Result<(), AppError> { /* … */ }
+///
+/// // Scalar placeholders may stand next to it.
+/// #[distributed_lock(name = "stock:<self.warehouse>:<cart.items[].sku>", client = self.locks)]
+/// async fn reserve(&self, cart: &Cart) -> Result<(), AppError> { /* … */ }
+/// ```
+///
+/// - **Collections.** Anything iterated by reference: `&path` or `&*path` must implement
+///   `IntoIterator`, so `Vec<T>`, `[T; N]`, `&[T]`, `HashSet<T>`, `BTreeSet<T>`, `VecDeque<T>`,
+///   `&mut Vec<T>`, `Arc<Vec<T>>`… Each element (or its field after `[]`) is formatted with
+///   `Display`. A map iterates as `(key, value)` pairs: `<prices[].0>` is a name per key,
+///   `<prices[].1>` one per value. Anything else is a compile error naming the path ("`cart.id`
+///   in the lock name template is not a collection").
+/// - **One `[]` per name**, after a path: `<[]>`, `<skus[0]>`, `<skus[ ]>`, `<skus[]sku>` and
+///   a second `[]` (`<a[]>:<b[]>`, `<orders[].skus[]>`) are compile errors pointing at the name.
+/// - **Deduplicated.** Elements that give the same name take it once: a cart listing a product
+///   twice locks it once.
+/// - **No deadlock.** The locks are taken through `lock_runtime::MultiLock`: one at a time in
+///   one global order (by Redis key), whatever order the collection lists them in, so two
+///   calls whose carts share products in different orders never wait for each other in a
+///   cycle. [`wait`](#wait) bounds the whole acquisition; if one lock cannot be had in time,
+///   those already taken are released and the call returns `LockError::WaitTimeout`.
+/// - **Reentrancy.** The body runs inside the scope of every lock: a nested call that takes one
+///   of the names (`#[distributed_lock(name = "stock:<sku>")]` for a product of the cart)
+///   re-enters instead of deadlocking.
+/// - **Loss.** With `on_lost = abort` (the default), losing *any* of the locks drops the body
+///   and the call returns `LockError::Lost` naming that lock; all are released after the body
+///   either way.
+/// - **`max_names = N`** (default 64, at most 1000): more distinct names than that fail with
+///   `LockError::TooManyNames { count, max }` before anything is taken, so a huge cart cannot
+///   tie up a thousand locks one round trip at a time. Only allowed with a `[]` name.
+/// - **Empty collections** fail with `LockError::InvalidName` (the template as the name, the
+///   reason saying the collection is empty): a call never runs its body without a lock.
+///
+/// The mutex, `mode = "fair"`, `"read"` and `"write"` work over a collection (every name taken
+/// in that mode); a semaphore ([`capacity`/`permits`](#permits-and-capacity)) is a compile
+/// error. [`lease`](#lease), [`max_hold`](#max_hold), [`client`](#client),
+/// [`on_lost`](#on_lost) and [`crate`](#crate) apply to every lock. The span's `lock` field is
+/// the distinct names, sorted, separated by `, `.
 ///
 /// ## `wait`
 ///
@@ -301,7 +361,7 @@ use proc_macro::TokenStream;
 ///   reported as described under [`on_lost`](#on_lost).
 /// - **Tracing.** The acquisition and the body run in an `INFO` span named `distributed_lock`,
 ///   with the fn's module as its target and the fields `function` (the fn's name) and `lock`
-///   (the formatted name).
+///   (the formatted name; over a collection, the names separated by `, `).
 ///
 /// # Expansion
 ///
@@ -326,6 +386,23 @@ use proc_macro::TokenStream;
 /// `lock_runtime::__private`) takes the lock of that kind, runs the body with `LockGuard::run`
 /// (or `LockGuard::scope` for `on_lost = ignore`) and releases. If the arguments are wrong,
 /// the fn is emitted unchanged next to the compile error.
+///
+/// With a name over a collection, the name is instead a set of names, one inserted per element,
+/// and `run_locked_all` takes them through a `MultiLock`:
+///
+/// ```ignore
+/// let mut names = LockNameSet::new("stock:<cart.items[].sku>", 64); // `max_names`
+/// for item in &cart.items {
+///     names.insert(format!("stock:{}", item.sku));
+/// }
+/// // …
+/// run_locked_all(client, names, Kind::Mutex, options, OnLost::Abort, async move { /* … */ })
+///     .instrument(span)
+///     .await
+/// ```
+///
+/// (The collection is iterated through helper traits, so that `&[T]` parameters work and
+/// anything that is not a collection is a clear compile error.)
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

@@ -5,9 +5,14 @@ pub use crate::error::LockError;
 pub use crate::options::LockOptions;
 pub use tracing;
 
+use std::collections::BTreeSet;
+use std::fmt;
 use std::future::Future;
+use std::ops::Deref;
 
 use crate::guard::LockGuard;
+use crate::lock::Lock;
+use crate::multi::MultiLock;
 
 /// What to do when the lock is lost while the body runs (`on_lost = …`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +44,21 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The lock `name` on `client` as this primitive, for a [`MultiLock`]; a semaphore cannot
+    /// be one of several locks taken together (the macro refuses `capacity` with a collection
+    /// template, so this is never reached from generated code).
+    fn lock(self, client: &LockClient, name: &str) -> Result<Lock, LockError> {
+        match self {
+            Kind::Mutex => Ok(client.lock(name)),
+            Kind::Fair => Ok(client.fair_lock(name)),
+            Kind::Read => Ok(client.rw_lock(name).read().clone()),
+            Kind::Write => Ok(client.rw_lock(name).write().clone()),
+            Kind::Semaphore { .. } => Err(LockError::InvalidConfig(
+                "a semaphore cannot be taken for several names at once".into(),
+            )),
+        }
+    }
+
     /// Acquires `name` on `client` as this primitive.
     async fn acquire(
         self,
@@ -119,6 +139,173 @@ where
     };
     if let Err(e) = guard.release().await {
         tracing::warn!(lock = %key, error = %e, "could not release the lock after the body; returning the body's result");
+    }
+    out
+}
+
+/// The lock names of one call whose template runs over a collection (`<cart.items[].sku>`):
+/// distinct, sorted, with the template and the most names allowed (`max_names`).
+///
+/// Displays as the names separated by `, ` (the `lock` field of the call's span).
+#[derive(Debug)]
+pub struct LockNameSet {
+    template: &'static str,
+    max: usize,
+    names: BTreeSet<String>,
+}
+
+impl LockNameSet {
+    /// No names yet, for `template` (as written in the attribute) and at most `max` names.
+    pub fn new(template: &'static str, max: usize) -> LockNameSet {
+        LockNameSet {
+            template,
+            max,
+            names: BTreeSet::new(),
+        }
+    }
+
+    /// Adds the name formatted for one element; a name already added is kept once.
+    pub fn insert(&mut self, name: String) {
+        self.names.insert(name);
+    }
+
+    /// The locks of `kind` to take, or the error that stops the call before anything is taken:
+    /// no names ([`LockError::InvalidName`] with the template), more than `max`
+    /// ([`LockError::TooManyNames`]), or an invalid name.
+    fn multi_lock(&self, client: &LockClient, kind: Kind) -> Result<MultiLock, LockError> {
+        if self.names.is_empty() {
+            return Err(LockError::invalid_name(
+                self.template,
+                "the collection in the template is empty, so there is no lock name to take",
+            ));
+        }
+        if self.names.len() > self.max {
+            return Err(LockError::TooManyNames {
+                count: self.names.len(),
+                max: self.max,
+            });
+        }
+        let locks = self
+            .names
+            .iter()
+            .map(|name| kind.lock(client, name))
+            .collect::<Result<Vec<Lock>, LockError>>()?;
+        MultiLock::new(locks)
+    }
+}
+
+impl fmt::Display for LockNameSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.names.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
+/// The collection before `[]` in a template, by reference: `Collection(&cart.items)`. The
+/// expansion calls `(&&&Collection(&path)).lock_name_items()`, so method resolution picks the
+/// first of [`ByRef`] (`&path` iterates: `Vec`, arrays, sets, maps), [`ByDeref`] (`&*path`
+/// iterates: `&[T]`, `&HashSet<T>`, `&mut Vec<T>`, `Arc<Vec<T>>`) and the expansion's own
+/// fallback, whose unmet bound is the "not a collection" compile error naming the path.
+#[derive(Debug)]
+pub struct Collection<T>(pub T);
+
+/// `&path` is iterable: its items.
+pub trait ByRef {
+    /// The iterator over the collection's elements.
+    type Iter: Iterator;
+    /// Iterates over the collection by reference.
+    fn lock_name_items(self) -> Self::Iter;
+}
+
+impl<'a, C: ?Sized> ByRef for &&&Collection<&'a C>
+where
+    &'a C: IntoIterator,
+{
+    type Iter = <&'a C as IntoIterator>::IntoIter;
+
+    fn lock_name_items(self) -> Self::Iter {
+        self.0.into_iter()
+    }
+}
+
+/// `path` is a reference or smart pointer to something `&` iterates: its items.
+pub trait ByDeref {
+    /// The iterator over the collection's elements.
+    type Iter: Iterator;
+    /// Iterates over what the path points to, by reference.
+    fn lock_name_items(self) -> Self::Iter;
+}
+
+impl<'a, D: ?Sized + Deref> ByDeref for &&Collection<&'a D>
+where
+    &'a D::Target: IntoIterator,
+{
+    type Iter = <&'a D::Target as IntoIterator>::IntoIter;
+
+    fn lock_name_items(self) -> Self::Iter {
+        (**self.0).into_iter()
+    }
+}
+
+/// The body of a `#[distributed_lock]` fn whose template runs over a collection: take every
+/// name of `names` as `kind` on `client` through one [`MultiLock`] (one global order, all or
+/// nothing, `options.wait` bounding the whole acquisition), run `body` inside the reentrancy
+/// scope of every lock (dropping it if any lock is lost and `on_lost` is `Abort`), then
+/// release them all. Errors and release failures are treated as in [`run_locked`].
+pub async fn run_locked_all<R, F>(
+    client: Result<LockClient, LockError>,
+    names: LockNameSet,
+    kind: Kind,
+    options: LockOptions,
+    on_lost: OnLost,
+    body: F,
+) -> R
+where
+    R: LockedResult,
+    F: Future<Output = R>,
+{
+    let client = match client {
+        Ok(client) => client,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let guard = match names.multi_lock(&client, kind) {
+        Ok(locks) => match locks.acquire_with(options).await {
+            Ok(guard) => guard,
+            Err(e) => return R::from_lock_error(e),
+        },
+        Err(e) => return R::from_lock_error(e),
+    };
+    let helds = guard.guards().iter().map(|g| g.held.clone()).collect();
+    let body = crate::scope::enter_all(helds, body);
+    let out = match on_lost {
+        OnLost::Abort => {
+            let outcome = if guard.is_lost() {
+                Err(guard.lost().await)
+            } else {
+                tokio::select! {
+                    biased;
+                    lost = guard.lost() => Err(lost),
+                    out = body => Ok(out),
+                }
+            };
+            match outcome {
+                Ok(out) => out,
+                Err(lost) => {
+                    // Frees whatever is left of the holds; its error repeats `lost`.
+                    let _ = guard.release().await;
+                    return R::from_lock_error(lost);
+                }
+            }
+        }
+        OnLost::Ignore => body.await,
+    };
+    if let Err(e) = guard.release().await {
+        tracing::warn!(locks = %names, error = %e, "could not release the locks after the body; returning the body's result");
     }
     out
 }

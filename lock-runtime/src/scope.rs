@@ -50,6 +50,20 @@ pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
         .await
 }
 
+/// Runs `fut` with every hold of `helds` added to the scope that is current when it runs, in
+/// one task-local scope (no nesting, so the body need not be `Send` and the stack does not grow
+/// with the number of holds): what a `#[distributed_lock]` over a collection holds.
+pub(crate) async fn enter_all<F: Future>(helds: Vec<Arc<Held>>, fut: F) -> F::Output {
+    let mut frame = SCOPE.try_with(Frame::clone).unwrap_or_default();
+    for held in helds {
+        frame = Frame(Some(Arc::new(Node {
+            held,
+            parent: frame,
+        })));
+    }
+    SCOPE.scope(frame, fut).await
+}
+
 /// Runs `f` with `held` added to the current scope, synchronously: for poll-based code (a
 /// `Body` or `Stream` implementation) that polls its inner future or stream inside the scope.
 pub(crate) fn enter_sync<R>(held: Arc<Held>, f: impl FnOnce() -> R) -> R {

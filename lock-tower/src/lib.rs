@@ -162,7 +162,7 @@
 //!         let name = format!("stock:{}", lock_tower::name::escape(&item.sku));
 //!         let token = held.fencing_token(&name).expect("every SKU is locked");
 //!         // UPDATE stock SET qty = qty - item.qty, fence = token
-//!         //  WHERE sku = item.sku AND fence < token
+//!         //  WHERE sku = item.sku AND fence <= token (lock-fence checks it for you)
 //!         # let _ = (token, item.qty);
 //!     }
 //!     format!("checked out {} products", held.len())

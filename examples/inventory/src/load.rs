@@ -1,89 +1,197 @@
-//! The load driver: starts Redis (unless `REDIS_URL` is set) and the service instances as
-//! separate processes, fires concurrent purchases at them and prints what was sold.
+//! The load driver: starts Redis (unless `REDIS_URL` is set), prepares the store (a SQLite
+//! file in a temp dir of its own, or PostgreSQL at `DATABASE_URL`), starts the service
+//! instances as separate processes, fires concurrent purchases and carts at them, and prints
+//! what was sold — checked against the store's own rows.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use tokio::process::{Child, Command};
 
 use crate::BoxError;
-use crate::service::{fence_key, sold_key, stock_key};
+use crate::service::{Cart, CartItem, lock_name};
+use crate::store::Store;
+
+const USAGE: &str =
+    "usage: example-inventory [--no-lock] [--requests N] [--carts N] [--products N] \
+[--stock N] [--instances N] [--in-flight N] [--stuck-after SECONDS] [--seed N]
+environment: DATABASE_URL (postgres://…; default: a SQLite file in a temp dir), REDIS_URL";
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Config {
     pub(crate) locked: bool,
     requests: usize,
+    carts: usize,
     products: usize,
     stock: i64,
     instances: usize,
+    /// A request not answered within this is counted as stuck (a deadlock, say).
+    stuck_after: Duration,
+    seed: Option<u64>,
+    /// At most this many requests at once (as far as open files allow).
+    in_flight: usize,
 }
 
 impl Config {
-    pub(crate) fn parse(args: &[String]) -> Result<Config, BoxError> {
+    /// Parses the command line; `Ok(None)` for `--help` (the usage is printed).
+    pub(crate) fn parse(args: &[String]) -> Result<Option<Config>, BoxError> {
         let mut c = Config {
             locked: true,
             requests: 2000,
+            carts: 500,
             products: 5,
             stock: 100,
             instances: 3,
+            stuck_after: Duration::from_secs(30),
+            seed: None,
+            in_flight: 256,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
-            let mut num = || -> Result<usize, BoxError> {
+            let mut num = || -> Result<u64, BoxError> {
                 let v = it.next().ok_or(format!("{arg} needs a value"))?;
                 Ok(v.parse()
                     .map_err(|_| format!("{arg}: {v:?} is not a number"))?)
             };
             match arg.as_str() {
                 "--no-lock" => c.locked = false,
-                "--requests" => c.requests = num()?,
-                "--products" => c.products = num()?.max(1),
-                "--stock" => c.stock = num()? as i64,
-                "--instances" => c.instances = num()?.max(1),
+                "--requests" => c.requests = bounded(num()?, 1_000_000)?,
+                "--carts" => c.carts = bounded(num()?, 1_000_000)?,
+                "--products" => c.products = bounded(num()?, 10_000)?.max(1),
+                "--stock" => c.stock = bounded(num()?, 1_000_000_000)? as i64,
+                "--instances" => c.instances = bounded(num()?, 64)?.max(1),
+                "--stuck-after" => {
+                    c.stuck_after = Duration::from_secs(bounded(num()?, 3600)?.max(1) as u64)
+                }
+                "--seed" => c.seed = Some(num()?),
+                "--in-flight" => c.in_flight = bounded(num()?, 1_000_000)?.max(1),
                 "-h" | "--help" => {
-                    println!(
-                        "usage: example-inventory [--no-lock] [--requests N] [--products N] [--stock N] [--instances N]"
-                    );
-                    std::process::exit(0);
+                    println!("{USAGE}");
+                    return Ok(None);
                 }
                 other => return Err(format!("unknown argument {other:?} (try --help)").into()),
             }
         }
-        Ok(c)
+        Ok(Some(c))
     }
 }
 
-#[derive(Default)]
+fn bounded(n: u64, max: u64) -> Result<usize, BoxError> {
+    if n > max {
+        return Err(format!("{n} is too large (at most {max})").into());
+    }
+    Ok(n as usize)
+}
+
+/// What the run found; the process fails if, with the lock on, either is not 0.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Verdict {
+    pub(crate) oversold: u64,
+    pub(crate) stuck: usize,
+}
+
+/// One request of the load.
+#[derive(Debug, Clone)]
+enum Job {
+    Purchase(String),
+    Checkout(Cart),
+}
+
+/// How one request ended.
+#[derive(Debug)]
+enum Outcome {
+    Answered(u16, String),
+    /// Not answered within `stuck_after`.
+    Stuck,
+    /// The connection failed.
+    Failed,
+}
+
+/// The answers to one kind of request.
+#[derive(Debug, Default)]
 struct Tally {
+    sent: usize,
     sold: usize,
     out_of_stock: usize,
-    stale: usize,
     busy: usize,
-    unavailable: usize,
+    stale: usize,
+    /// 500 from the store, 503 from the lock layer, anything else unexpected.
     errors: usize,
+    stuck: usize,
     latencies: Vec<Duration>,
 }
 
-/// Starts Redis (if needed) and the instances, runs the load, prints the table; returns the
-/// number of units oversold.
-pub(crate) async fn drive(config: Config) -> Result<u64, BoxError> {
-    let started = Instant::now();
-    let (_redis, url) = lock_tests::local_redis();
-    let mut redis = ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
-    let products: Vec<String> = (1..=config.products).map(|i| format!("p{i}")).collect();
-    for id in &products {
-        let () = redis.set(stock_key(id), config.stock).await?;
-        let () = redis.del(&[fence_key(id), sold_key(id)]).await?;
+impl Tally {
+    fn count(&mut self, outcome: &Outcome, latency: Duration) {
+        self.sent += 1;
+        match outcome {
+            Outcome::Answered(200, _) => self.sold += 1,
+            Outcome::Answered(409, body) if body == "out of stock" => self.out_of_stock += 1,
+            Outcome::Answered(409, body) if body == "stale fencing token" => self.stale += 1,
+            Outcome::Answered(423, _) => self.busy += 1,
+            Outcome::Stuck => self.stuck += 1,
+            Outcome::Answered(..) | Outcome::Failed => self.errors += 1,
+        }
+        if !matches!(outcome, Outcome::Stuck) {
+            self.latencies.push(latency);
+        }
     }
+}
+
+/// One product as the store sees it at the end.
+#[derive(Debug)]
+struct Account {
+    sku: String,
+    /// Units in the `inventory_sales` rows.
+    sold: i64,
+    left: i64,
+}
+
+/// A temp dir for the SQLite file, removed when dropped.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> std::io::Result<TempDir> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path =
+            std::env::temp_dir().join(format!("inventory-demo-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&path)?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts Redis (if needed), prepares the store, starts the instances, runs the load, prints
+/// the table.
+pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
+    let started = Instant::now();
+    let (_redis, redis_url) = lock_tests::local_redis();
+    let (_sqlite_dir, database_url) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let dir = TempDir::new()?;
+            let url = format!("sqlite://{}", dir.0.join("inventory.db").display());
+            (Some(dir), url)
+        }
+    };
+    let store = Store::connect(&database_url, 2, true).await?;
+    let products: Vec<String> = (1..=config.products).map(|i| i.to_string()).collect();
+    store.reset(&products, config.stock, lock_name).await?;
 
     let mode = if config.locked { "lock" } else { "nolock" };
     let exe = std::env::current_exe()?;
@@ -92,7 +200,7 @@ pub(crate) async fn drive(config: Config) -> Result<u64, BoxError> {
     for _ in 0..config.instances {
         let port = lock_tests::free_port();
         let child = Command::new(&exe)
-            .args(["serve", &url, &port.to_string(), mode])
+            .args(["serve", &redis_url, &database_url, &port.to_string(), mode])
             .stdin(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -103,75 +211,200 @@ pub(crate) async fn drive(config: Config) -> Result<u64, BoxError> {
         wait_healthy(*addr).await?;
     }
 
-    let in_flight = config.requests.min(fd_budget());
-    println!(
-        "\n\x1b[1minventory demo\x1b[0m: {} purchase requests over HTTP, {} in flight, to {} instances (separate processes); {} products x {} in stock; {}",
-        config.requests,
-        in_flight,
-        config.instances,
-        config.products,
-        config.stock,
-        if config.locked {
-            "\x1b[32mLockLayer on\x1b[0m (key stock:<id>, fenced saves)"
-        } else {
-            "\x1b[31mno lock\x1b[0m (--no-lock)"
+    let mut rng = Rng::new(config.seed);
+    let mut jobs: Vec<Job> = (0..config.requests)
+        .map(|i| Job::Purchase(products[i % products.len()].clone()))
+        .chain((0..config.carts).map(|_| Job::Checkout(random_cart(&mut rng, &products))))
+        .collect();
+    rng.shuffle(&mut jobs);
+    let total = jobs.len();
+    let in_flight = total.min(config.in_flight).clamp(1, fd_budget());
+    let load = if config.carts > 0 {
+        format!(
+            "{} purchases and {} carts (2-4 products)",
+            config.requests, config.carts
+        )
+    } else {
+        format!("{} purchases", config.requests)
+    };
+    let protection = match (config.locked, config.carts > 0) {
+        (true, true) => {
+            "\x1b[32mLockLayer + MultiLockLayer on\x1b[0m (names stock:<id>, fenced saves)"
         }
+        (true, false) => "\x1b[32mLockLayer on\x1b[0m (name stock:<id>, fenced saves)",
+        (false, _) => "\x1b[31mno lock\x1b[0m (--no-lock: no lock, no fence)",
+    };
+    println!(
+        "\n\x1b[1minventory demo\x1b[0m: {load} over HTTP, {in_flight} in flight, to {} instances (separate processes); {} products x {} in stock; {protection}",
+        config.instances, config.products, config.stock,
     );
+    println!("  store: {}", Store::describe(&database_url));
 
     let done = Arc::new(AtomicUsize::new(0));
-    let progress = tokio::spawn(progress_bar(done.clone(), config.requests));
+    let progress = tokio::spawn(progress_bar(done.clone(), total));
     let gate = Arc::new(tokio::sync::Semaphore::new(in_flight));
     let load_started = Instant::now();
-    let mut tasks = Vec::with_capacity(config.requests);
-    for i in 0..config.requests {
+    let mut tasks = Vec::with_capacity(total);
+    for (i, job) in jobs.into_iter().enumerate() {
         let addr = addrs[i % addrs.len()];
-        let path = format!("/stock/{}/purchase", products[i % products.len()]);
         let gate = gate.clone();
         let done = done.clone();
+        let stuck_after = config.stuck_after;
         tasks.push(tokio::spawn(async move {
             let _permit = gate.acquire_owned().await;
             let t = Instant::now();
-            let status = post_purchase(addr, &path).await;
+            let (path, body) = match &job {
+                Job::Purchase(sku) => (format!("/stock/{sku}/purchase"), None),
+                Job::Checkout(cart) => ("/checkout".to_owned(), serde_json::to_vec(cart).ok()),
+            };
+            let outcome =
+                match tokio::time::timeout(stuck_after, request(addr, "POST", &path, body)).await {
+                    Ok(Ok((status, body))) => Outcome::Answered(status, body),
+                    Ok(Err(_)) => Outcome::Failed,
+                    Err(_) => Outcome::Stuck,
+                };
             done.fetch_add(1, Ordering::Relaxed);
-            (status, t.elapsed())
+            (matches!(job, Job::Checkout(_)), outcome, t.elapsed())
         }));
     }
-    let mut tally = Tally::default();
+    let (mut purchases, mut carts) = (Tally::default(), Tally::default());
     for task in tasks {
-        let (status, latency) = task.await?;
-        tally.latencies.push(latency);
-        match status {
-            Ok((200, _)) => tally.sold += 1,
-            Ok((409, body)) if body == "out of stock" => tally.out_of_stock += 1,
-            Ok((409, _)) => tally.stale += 1,
-            Ok((423, _)) => tally.busy += 1,
-            Ok((503, _)) => tally.unavailable += 1,
-            _ => tally.errors += 1,
-        }
+        let (is_cart, outcome, latency) = task.await?;
+        let tally = if is_cart { &mut carts } else { &mut purchases };
+        tally.count(&outcome, latency);
     }
     let load_time = load_started.elapsed();
     progress.await?;
-    drop(children);
-
-    // The store's own view: units sold per product against what was in stock.
-    let mut per_product = BTreeMap::new();
-    let mut oversold = 0u64;
-    for id in &products {
-        let sold: Option<i64> = redis.get(sold_key(id)).await?;
-        let left: Option<i64> = redis.get(stock_key(id)).await?;
-        let sold = sold.unwrap_or(0);
-        oversold += (sold - config.stock).max(0) as u64;
-        per_product.insert(id.clone(), (sold, left.unwrap_or(0)));
+    for mut child in children {
+        let _ = child.kill().await;
     }
+
+    // The store's own view: per product, what the sales rows say was sold against how far the
+    // stock went down. Every unit sold but not taken off the stock was sold twice.
+    let accounts: Vec<Account> = store
+        .account()
+        .await?
+        .into_iter()
+        .map(|(sku, sold, left)| Account { sku, sold, left })
+        .collect();
+    store.close().await;
+    let oversold: u64 = accounts
+        .iter()
+        .map(|a| {
+            let taken = config.stock - a.left;
+            ((a.sold - taken).max(0) + (-a.left).max(0)) as u64
+        })
+        .sum();
+    let verdict = Verdict {
+        oversold,
+        stuck: purchases.stuck + carts.stuck,
+    };
     print_table(
         &config,
-        &tally,
-        &per_product,
-        oversold,
+        &purchases,
+        &carts,
+        &accounts,
+        verdict,
         load_time,
         started.elapsed(),
     );
-    Ok(oversold)
+    Ok(verdict)
+}
+
+/// 2 to 4 different products (fewer if there are fewer), in random order, 1 or 2 of each.
+fn random_cart(rng: &mut Rng, products: &[String]) -> Cart {
+    let mut skus: Vec<&String> = products.iter().collect();
+    rng.shuffle(&mut skus);
+    let len = (2 + rng.below(3)).min(skus.len());
+    Cart {
+        items: skus[..len]
+            .iter()
+            .map(|sku| CartItem {
+                sku: (*sku).clone(),
+                qty: 1 + rng.below(2) as i64,
+            })
+            .collect(),
+    }
+}
+
+/// A small pseudo-random generator (splitmix64): carts and the order of the requests.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: Option<u64>) -> Rng {
+        Rng(seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        }))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform enough in `0..n` for a demo; 0 when `n` is 0.
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+async fn wait_healthy(addr: SocketAddr) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Ok((200, _))) = tokio::time::timeout(
+            Duration::from_secs(1),
+            request(addr, "GET", "/health", None),
+        )
+        .await
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("instance at {addr} did not come up").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One request on its own HTTP/1.1 connection (a minimal hyper client); `json` is the body.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    json: Option<Vec<u8>>,
+) -> Result<(u16, String), BoxError> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    if json.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request.body(Full::new(Bytes::from(json.unwrap_or_default())))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).trim().to_owned()))
 }
 
 /// How many connections we can keep open at once, judging by the open-files limit.
@@ -186,42 +419,6 @@ fn fd_budget() -> usize {
         })
         .unwrap_or(1024);
     limit.saturating_sub(128).max(64)
-}
-
-async fn wait_healthy(addr: SocketAddr) -> Result<(), BoxError> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(Ok((200, _))) =
-            tokio::time::timeout(Duration::from_secs(1), request(addr, "GET", "/health")).await
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("instance at {addr} did not come up").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn post_purchase(addr: SocketAddr, path: &str) -> Result<(u16, String), BoxError> {
-    request(addr, "POST", path).await
-}
-
-/// One request on its own HTTP/1.1 connection (a minimal hyper client).
-async fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, String), BoxError> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string())
-        .body(Empty::<Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).trim().to_owned()))
 }
 
 async fn progress_bar(done: Arc<AtomicUsize>, total: usize) {
@@ -255,40 +452,75 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn print_table(
     config: &Config,
-    tally: &Tally,
-    per_product: &BTreeMap<String, (i64, i64)>,
-    oversold: u64,
+    purchases: &Tally,
+    carts: &Tally,
+    accounts: &[Account],
+    verdict: Verdict,
     load_time: Duration,
     total_time: Duration,
 ) {
-    let mut latencies = tally.latencies.clone();
-    latencies.sort_unstable();
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
-    let (green, red, bold, reset) = ("\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m");
-    let oversold_cell = if oversold == 0 {
-        format!("{green}0{reset}")
-    } else {
-        format!("{red}{oversold}{reset}")
+    let latency = |tally: &Tally| {
+        let mut sorted = tally.latencies.clone();
+        sorted.sort_unstable();
+        format!(
+            "{} / {}",
+            ms(percentile(&sorted, 0.50)),
+            ms(percentile(&sorted, 0.99))
+        )
     };
-    let rows = [
-        ("sold (200)", tally.sold.to_string()),
-        ("out of stock (409)", tally.out_of_stock.to_string()),
-        ("busy after wait (423)", tally.busy.to_string()),
-        ("stale token refused (409)", tally.stale.to_string()),
-        ("unavailable (503)", tally.unavailable.to_string()),
-        ("other errors", tally.errors.to_string()),
+    let (green, red, bold, reset) = ("\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m");
+    let must_be_zero = |n: u64| {
+        if n == 0 {
+            format!("{green}0{reset}")
+        } else {
+            format!("{red}{n}{reset}")
+        }
+    };
+    let in_stock = config.stock * config.products as i64;
+    let units_sold: i64 = accounts.iter().map(|a| a.sold).sum();
+    let left: i64 = accounts.iter().map(|a| a.left).sum();
+    let mut rows: Vec<(&str, String)> = vec![
+        ("purchases sold (200)", purchases.sold.to_string()),
         (
-            "in stock at start",
-            (config.stock * config.products as i64).to_string(),
+            "purchases out of stock (409)",
+            purchases.out_of_stock.to_string(),
         ),
-        ("oversold", oversold_cell),
-        ("latency p50", ms(percentile(&latencies, 0.50))),
-        ("latency p99", ms(percentile(&latencies, 0.99))),
+        ("purchases busy (423)", purchases.busy.to_string()),
+        ("purchases stale token (409)", purchases.stale.to_string()),
+    ];
+    if config.carts > 0 {
+        rows.extend([
+            ("carts sold (200)", carts.sold.to_string()),
+            ("carts refused, short (409)", carts.out_of_stock.to_string()),
+            ("carts busy (423)", carts.busy.to_string()),
+            ("carts stale token (409)", carts.stale.to_string()),
+        ]);
+    }
+    rows.extend([
+        (
+            "stuck (no answer in time)",
+            must_be_zero(verdict.stuck as u64),
+        ),
+        (
+            "errors (store, 5xx, other)",
+            (purchases.errors + carts.errors).to_string(),
+        ),
+        ("in stock at start", in_stock.to_string()),
+        ("units sold (store)", units_sold.to_string()),
+        ("left in stock (store)", left.to_string()),
+        ("oversold", must_be_zero(verdict.oversold)),
+        ("purchase latency p50 / p99", latency(purchases)),
+    ]);
+    if config.carts > 0 {
+        rows.push(("cart latency p50 / p99", latency(carts)));
+    }
+    rows.extend([
         (
             "throughput",
             format!(
                 "{:.0} req/s",
-                config.requests as f64 / load_time.as_secs_f64()
+                (purchases.sent + carts.sent) as f64 / load_time.as_secs_f64()
             ),
         ),
         (
@@ -299,10 +531,12 @@ fn print_table(
                 total_time.as_secs_f64()
             ),
         ),
-    ];
+    ]);
+    const NAME: usize = 30;
+    const VALUE: usize = 20;
     println!();
     println!(
-        "  {bold}{:<28}{:>14}{reset}",
+        "  {bold}{:<NAME$}{:>VALUE$}{reset}",
         "result",
         if config.locked {
             "with lock"
@@ -310,29 +544,34 @@ fn print_table(
             "no lock"
         }
     );
-    println!("  {}", "-".repeat(42));
+    println!("  {}", "-".repeat(NAME + VALUE));
     for (name, value) in rows {
         // Colour codes take no room on screen.
         let pad = if value.contains('\x1b') {
-            14 + green.len() + reset.len()
+            VALUE + green.len() + reset.len()
         } else {
-            14
+            VALUE
         };
-        println!("  {name:<28}{value:>pad$}");
+        println!("  {name:<NAME$}{value:>pad$}");
     }
-    println!("  {}", "-".repeat(42));
-    let per: Vec<String> = per_product
+    println!("  {}", "-".repeat(NAME + VALUE));
+    let per: Vec<String> = accounts
         .iter()
-        .map(|(id, (sold, left))| format!("{id}: sold {sold}, left {left}"))
+        .map(|a| format!("{}: sold {}, left {}", a.sku, a.sold, a.left))
         .collect();
     println!("  per product (store): {}", per.join("; "));
-    if oversold == 0 {
+    println!(
+        "  stuck = not answered within {} s (a deadlock would show here)",
+        config.stuck_after.as_secs()
+    );
+    if verdict.oversold == 0 {
         println!("  {green}no unit was sold twice{reset}");
     } else if config.locked {
         println!("  {red}OVERSOLD with the lock on: this is a bug{reset}");
     } else {
         println!(
-            "  {red}{oversold} units oversold{reset}: concurrent load/save lost updates. Run without --no-lock to prevent it."
+            "  {red}{} units oversold{reset}: concurrent load/save lost updates. Run without --no-lock to prevent it.",
+            verdict.oversold
         );
     }
 }

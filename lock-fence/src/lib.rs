@@ -11,9 +11,9 @@
 //!
 //! | store | feature | record the token in the transaction | or: a token column on your row |
 //! |---|---|---|---|
-//! | PostgreSQL (sqlx) | `postgres` | [`postgres::advance`] | [`postgres::check_update`] |
-//! | SQLite (sqlx) | `sqlite` | [`sqlite::advance`] | [`sqlite::check_update`] |
-//! | Redis | `redis` | [`redis::advance`] | [`redis::set`] (value and token in one hash) |
+//! | PostgreSQL (sqlx) | `postgres` | [`postgres::advance`](postgres/fn.advance.html) | [`postgres::check_update`](postgres/fn.check_update.html) |
+//! | SQLite (sqlx) | `sqlite` | [`sqlite::advance`](sqlite/fn.advance.html) | [`sqlite::check_update`](sqlite/fn.check_update.html) |
+//! | Redis | `redis` | [`redis::advance`](redis/fn.advance.html) | [`redis::set`](redis/fn.set.html) (value and token in one hash) |
 //!
 //! A refused write is [`FenceError::Stale`] ([`is_stale`](FenceError::is_stale)), with the
 //! newest token: roll back and give the request up; the lock is no longer yours.
@@ -21,7 +21,7 @@
 //! # The fence table
 //!
 //! One table for every lock name; one upsert at the start of each transaction that the lock
-//! protects ([`postgres::migrate`] / [`sqlite::migrate`] create the table):
+//! protects ([`postgres::migrate`](postgres/fn.migrate.html) / [`sqlite::migrate`](sqlite/fn.migrate.html) create the table):
 //!
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS lock_fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL);
@@ -38,13 +38,13 @@
 //!
 //! The upsert locks the name's row until the transaction ends, so transactions fenced on one
 //! name take turns and commit in token order; reads after it see everything the previous
-//! holders committed (details in [`postgres`]). Nothing in your schema changes, and the
+//! holders committed (details in [`postgres`](postgres/index.html)). Nothing in your schema changes, and the
 //! transaction may touch any number of tables.
 //!
 //! # The token column
 //!
 //! When the write is a single row, keep the token on the row itself: add a column
-//! ([`postgres::add_token_column`] / [`sqlite::add_token_column`], described by a
+//! ([`postgres::add_token_column`](postgres/fn.add_token_column.html) / [`sqlite::add_token_column`](sqlite/fn.add_token_column.html), described by a
 //! [`TokenColumn`]) and make every write conditional on it:
 //!
 //! ```sql
@@ -56,7 +56,7 @@
 //! ```
 //!
 //! Zero rows updated means a newer holder wrote the row, or there is no such row:
-//! [`postgres::check_update`] / [`sqlite::check_update`] tell which ([`FenceError::Stale`] or
+//! [`postgres::check_update`](postgres/fn.check_update.html) / [`sqlite::check_update`](sqlite/fn.check_update.html) tell which ([`FenceError::Stale`] or
 //! [`FencedUpdate::NotMatched`]). If the new value was computed from a read, read the row with
 //! `SELECT … FOR UPDATE` in the same transaction (SQLite: inside `BEGIN IMMEDIATE`), so that a
 //! stale holder's write cannot land between your read and your write; or use the fence table.

@@ -9,8 +9,8 @@ use crate::FenceError;
 /// be silently truncated there.
 pub const MAX_IDENTIFIER_LEN: usize = 63;
 
-/// The table [`postgres::migrate`](crate::postgres::migrate) and
-/// [`sqlite::migrate`](crate::sqlite::migrate) create: one row per lock name.
+/// The table [`postgres::migrate`](postgres/fn.migrate.html) and
+/// [`sqlite::migrate`](sqlite/fn.migrate.html) create: one row per lock name.
 pub const FENCE_TABLE: &str = "lock_fences";
 
 /// A fencing token as a SQL `BIGINT` parameter.
@@ -31,8 +31,8 @@ pub(crate) fn token_from_sql(stored: i64) -> u64 {
     u64::try_from(stored).unwrap_or(0)
 }
 
-/// What a fenced `UPDATE` did, as told by [`postgres::check_update`](crate::postgres::check_update)
-/// or [`sqlite::check_update`](crate::sqlite::check_update) (a stale token is
+/// What a fenced `UPDATE` did, as told by [`postgres::check_update`](postgres/fn.check_update.html)
+/// or [`sqlite::check_update`](sqlite/fn.check_update.html) (a stale token is
 /// [`FenceError::Stale`] instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "`NotMatched` means nothing was written"]

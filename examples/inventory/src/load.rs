@@ -16,7 +16,7 @@ use hyper::body::Bytes;
 use tokio::process::{Child, Command};
 
 use crate::BoxError;
-use crate::service::{Cart, CartItem, lock_name};
+use crate::service::{Cart, CartItem};
 use crate::store::Store;
 
 const USAGE: &str =
@@ -191,7 +191,7 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     };
     let store = Store::connect(&database_url, 2, true).await?;
     let products: Vec<String> = (1..=config.products).map(|i| i.to_string()).collect();
-    store.reset(&products, config.stock, lock_name).await?;
+    store.reset(&products, config.stock).await?;
 
     let mode = if config.locked { "lock" } else { "nolock" };
     let exe = std::env::current_exe()?;

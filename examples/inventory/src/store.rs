@@ -119,14 +119,10 @@ impl Store {
     }
 
     /// Creates the tables (the fencing table too) and resets the demo's rows: `products`
-    /// products with `stock` units each, no sales, and no fencing token for their lock names
-    /// (the demo's Redis may be new, its token counters starting again at 1).
-    pub(crate) async fn reset(
-        &self,
-        products: &[String],
-        stock: i64,
-        lock_name: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), StoreError> {
+    /// products with `stock` units each, no sales. The fencing tokens recorded by earlier runs
+    /// stay: a new Redis starts each token counter from its clock in microseconds, so its
+    /// tokens are newer than any an earlier run recorded (SAFETY.md, promise 2).
+    pub(crate) async fn reset(&self, products: &[String], stock: i64) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(pool) => lock_fence::sqlite::migrate(pool).await?,
             Store::Postgres(pool) => lock_fence::postgres::migrate(pool).await?,
@@ -151,8 +147,6 @@ impl Store {
                     .await?;
             }
         });
-        tx.reset_fences(products.iter().filter_map(|sku| lock_name(sku)))
-            .await?;
         tx.commit().await
     }
 
@@ -242,20 +236,6 @@ impl Tx {
         on_tx!(self, conn => {
             sqlx::query(SQL).bind(sku).bind(qty).bind(via).execute(conn).await?;
         });
-        Ok(())
-    }
-
-    /// Forgets the fencing tokens recorded for `names`.
-    async fn reset_fences(
-        &mut self,
-        names: impl Iterator<Item = String>,
-    ) -> Result<(), StoreError> {
-        const SQL: &str = "DELETE FROM lock_fences WHERE name = $1";
-        for name in names {
-            on_tx!(self, conn => {
-                sqlx::query(SQL).bind(&name).execute(conn).await?;
-            });
-        }
         Ok(())
     }
 

@@ -47,6 +47,52 @@ pub(crate) enum Reply {
     Foreign(String),
 }
 
+/// What [`Backend::inspect`] reads about a lock, in one atomic step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LockState {
+    /// The Redis type at the lock key: `none`, `hash` (a mutex or fair lock), `zset` (a
+    /// read/write lock or semaphore), or another type (data that is not a lock).
+    pub(crate) kind: String,
+    /// Milliseconds until the lock ends: the hash's PTTL (-1: a hash without TTL), or until the
+    /// last live lease of a sorted set ends; 0 when nobody holds it.
+    pub(crate) pttl: i64,
+    /// Live holders, at most as many as asked for: the owner id and, for a sorted set, the
+    /// milliseconds left of its lease (a hash's value, the hold count, for a hash).
+    pub(crate) holders: Vec<(String, i64)>,
+    /// How many live holders there are in all.
+    pub(crate) holder_count: u64,
+    /// The fencing token last issued, if the counter is there.
+    pub(crate) token: Option<i64>,
+    /// A fair lock's waiters whose place is live.
+    pub(crate) queued: u64,
+    /// A read/write lock's waiting writers whose place is live.
+    pub(crate) writers: u64,
+    /// Connections subscribed to the unlock channel.
+    pub(crate) subscribers: u64,
+    /// A semaphore's stored capacity.
+    pub(crate) capacity: Option<u32>,
+}
+
+impl LockState {
+    /// Whether anyone holds the lock (data that is not a lock aside).
+    pub(crate) fn held(&self) -> bool {
+        match self.kind.as_str() {
+            "hash" => true,
+            "zset" => self.holder_count > 0,
+            _ => false,
+        }
+    }
+}
+
+/// Where one `SCAN` runs: the one server (or the master behind Sentinel), or the cluster
+/// master that serves a slot (routed by the slot, so a failover is followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScanNode {
+    Only,
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Slot(u16),
+}
+
 /// A write's reply, and whether enough replicas acknowledged it (when the client asks for
 /// replica acknowledgement).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,8 +190,26 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Deletes the lock whoever holds it and wakes a waiter: `Done` when a lock was deleted.
     fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
 
-    /// The lock's state: `Done(pttl)` when held, `NotDone` when free.
-    fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
+    /// The lock's state (holders, fencing token, waiters), listing at most `max_holders`
+    /// holders.
+    fn inspect<'a>(
+        &'a self,
+        names: &'a LockNames,
+        max_holders: u32,
+    ) -> BoxFuture<'a, RedisResult<LockState>>;
+
+    /// Where a key scan must run: every master of a cluster, else the one server.
+    fn scan_nodes(&self) -> BoxFuture<'_, RedisResult<Vec<ScanNode>>>;
+
+    /// One `SCAN cursor MATCH pattern COUNT count` on `node`: the next cursor (0: that node is
+    /// done) and the keys found.
+    fn scan<'a>(
+        &'a self,
+        node: ScanNode,
+        cursor: u64,
+        pattern: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, RedisResult<(u64, Vec<Vec<u8>>)>>;
 
     /// A semaphore's free permits or capacity (`Done(n)`), or a change of the capacity stored
     /// for every client (which wakes every waiter).

@@ -196,6 +196,7 @@ mod family;
 mod guard;
 mod handoff;
 mod hold;
+mod inspect;
 mod lock;
 mod multi;
 mod names;
@@ -216,6 +217,7 @@ pub use client::{
 };
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
+pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;

@@ -167,16 +167,14 @@ impl Lock {
     /// Whether anyone holds the lock (for a read/write lock or a semaphore: any reader, writer
     /// or permit holder).
     pub async fn is_locked(&self) -> Result<bool, LockError> {
-        Ok(matches!(self.inspect().await?, Reply::Done(_)))
+        Ok(self.state(1).await?.held())
     }
 
     /// The holder's remaining lease; `None` when the lock is free (or a foreign hash at its key
     /// has no TTL).
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
-        Ok(match self.inspect().await? {
-            Reply::Done(pttl) if pttl > 0 => Some(Duration::from_millis(pttl as u64)),
-            _ => None,
-        })
+        let state = self.state(1).await?;
+        Ok((state.held() && state.pttl > 0).then(|| Duration::from_millis(state.pttl as u64)))
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters. The holder's guard reports the
@@ -193,18 +191,6 @@ impl Lock {
             .map_err(|e| LockError::backend("force_unlock", e))?;
         tracing::info!(lock = %names.name, deleted = matches!(reply, Reply::Done(_)), "force unlock");
         self.checked(reply).map(|r| matches!(r, Reply::Done(_)))
-    }
-
-    async fn inspect(&self) -> Result<Reply, LockError> {
-        let names = self.names()?;
-        let reply = self
-            .client
-            .inner
-            .backend
-            .inspect(names)
-            .await
-            .map_err(|e| LockError::backend("inspect", e))?;
-        self.checked(reply)
     }
 
     fn checked(&self, reply: Reply) -> Result<Reply, LockError> {

@@ -15,7 +15,10 @@ use redis::aio::AsyncPushSender;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{Acked, Backend, BoxFuture, CapacityOp, Channels, GroupDone, HandOff, Release, Reply};
+use super::{
+    Acked, Backend, BoxFuture, CapacityOp, Channels, GroupDone, HandOff, LockState, Release, Reply,
+    ScanNode,
+};
 use crate::names::LockNames;
 use crate::sync;
 
@@ -234,17 +237,55 @@ impl Backend for MemoryBackend {
         }))
     }
 
-    fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
+    fn inspect<'a>(
+        &'a self,
+        names: &'a LockNames,
+        _max_holders: u32,
+    ) -> BoxFuture<'a, RedisResult<LockState>> {
         let mut state = self.lock();
-        let reply = match live(&mut state, &names.key) {
-            Some(hold) => Reply::Done(
-                hold.until
-                    .saturating_duration_since(Instant::now())
-                    .as_millis() as i64,
-            ),
-            None => Reply::NotDone(0),
+        let token = state.tokens.get(&names.key).copied();
+        let held = live(&mut state, &names.key).map(|hold| {
+            let left = hold.until.saturating_duration_since(Instant::now());
+            (hold.owner.clone(), left.as_millis() as i64)
+        });
+        let lock = match held {
+            Some((owner, pttl)) => LockState {
+                kind: "hash".into(),
+                pttl,
+                holders: vec![(owner, 1)],
+                holder_count: 1,
+                token,
+                ..LockState::default()
+            },
+            None => LockState {
+                kind: "none".into(),
+                token,
+                ..LockState::default()
+            },
         };
-        ready(Ok(reply))
+        ready(Ok(lock))
+    }
+
+    fn scan_nodes(&self) -> BoxFuture<'_, RedisResult<Vec<ScanNode>>> {
+        ready(Ok(vec![ScanNode::Only]))
+    }
+
+    /// Every held lock's key in one page (the pattern is not applied: the caller filters).
+    fn scan<'a>(
+        &'a self,
+        _node: ScanNode,
+        _cursor: u64,
+        _pattern: &'a str,
+        _count: u32,
+    ) -> BoxFuture<'a, RedisResult<(u64, Vec<Vec<u8>>)>> {
+        let mut state = self.lock();
+        let keys: Vec<String> = state.holds.keys().cloned().collect();
+        let live_keys = keys
+            .into_iter()
+            .filter(|key| live(&mut state, key).is_some())
+            .map(String::into_bytes)
+            .collect();
+        ready(Ok((0, live_keys)))
     }
 
     fn semaphore_capacity<'a>(

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, Script, Value};
 
-pub(crate) use crate::backend::{CapacityOp, HandOff, Reply};
+pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
@@ -41,7 +41,7 @@ pub(crate) static SEMAPHORE_CAPACITY: LazyLock<Script> = script!("semaphore_capa
 pub(crate) static RENEW: LazyLock<Script> = script!("renew.lua");
 /// Deletes the lock whoever holds it and publishes the unlock message.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> = script!("force_unlock.lua");
-/// Reads the lock's state.
+/// Reads the lock's state: holders, fencing token, waiters (`PUBSUB NUMSUB`).
 pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
 
 /// The sharded twin of a publishing script (`SPUBLISH`), for Redis Cluster.
@@ -62,8 +62,11 @@ static FAIR_RELEASE_SHARDED: LazyLock<Script> = sharded_script!("fair_release.lu
 static HOLDERS_RELEASE_SHARDED: LazyLock<Script> = sharded_script!("holders_release.lua");
 #[cfg(feature = "cluster")]
 static SEMAPHORE_CAPACITY_SHARDED: LazyLock<Script> = sharded_script!("semaphore_capacity.lua");
+#[cfg(feature = "cluster")]
+static INSPECT_SHARDED: LazyLock<Script> = sharded_script!("inspect.lua");
 
-/// The scripts that publish unlock messages, for classic or sharded pub/sub.
+/// The scripts that publish unlock messages (or count an unlock channel's subscribers), for
+/// classic or sharded pub/sub.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Publishing {
     pub(crate) release: &'static LazyLock<Script>,
@@ -71,6 +74,7 @@ pub(crate) struct Publishing {
     pub(crate) fair_release: &'static LazyLock<Script>,
     pub(crate) holders_release: &'static LazyLock<Script>,
     pub(crate) semaphore_capacity: &'static LazyLock<Script>,
+    pub(crate) inspect: &'static LazyLock<Script>,
 }
 
 impl Publishing {
@@ -81,6 +85,7 @@ impl Publishing {
         fair_release: &FAIR_RELEASE,
         holders_release: &HOLDERS_RELEASE,
         semaphore_capacity: &SEMAPHORE_CAPACITY,
+        inspect: &INSPECT,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -91,6 +96,7 @@ impl Publishing {
         fair_release: &FAIR_RELEASE_SHARDED,
         holders_release: &HOLDERS_RELEASE_SHARDED,
         semaphore_capacity: &SEMAPHORE_CAPACITY_SHARDED,
+        inspect: &INSPECT_SHARDED,
     };
 }
 
@@ -116,7 +122,10 @@ fn sharded(code: &str) -> String {
             "redis.call('PUBSUB', 'NUMSUB'",
             "redis.call('PUBSUB', 'SHARDNUMSUB'",
         );
-    debug_assert_ne!(out, code, "script has no PUBLISH to turn into SPUBLISH");
+    debug_assert_ne!(
+        out, code,
+        "script has no PUBLISH or PUBSUB NUMSUB to turn into its sharded form"
+    );
     out
 }
 
@@ -267,9 +276,20 @@ impl Call {
         )
     }
 
-    /// `inspect.lua`: the lock's state.
-    pub(crate) fn inspect(names: &LockNames) -> Call {
-        Call::new(&INSPECT, &[&names.key], [])
+    /// `inspect.lua`: the lock's state, whichever member of the family the name is used as
+    /// (every role key of the name is passed; they share its slot), with at most
+    /// `max_holders` holders listed.
+    pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+        let keys = [
+            names.key.as_str(),
+            &names.fence,
+            &names.channel,
+            &names.role("queue"),
+            &names.role("places"),
+            &names.role("writers"),
+            &names.role("capacity"),
+        ];
+        Call::new(publishing.inspect, &keys, [Arg::Int(max_holders.into())])
     }
 
     /// `renew.lua`: renew the leases of many `(key, owner)` pairs at once; replies with one
@@ -320,6 +340,61 @@ impl redis::FromRedisValue for Reply {
     }
 }
 
+impl redis::FromRedisValue for LockState {
+    /// `inspect.lua`'s reply: `{type, pttl, holders, holder count, token, queued, writers,
+    /// subscribers, capacity}`. Text that is not UTF-8 (a foreign hash's fields) is read lossily.
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        let fields: Vec<Value> = redis::FromRedisValue::from_redis_value(v)?;
+        let [
+            kind,
+            pttl,
+            holders,
+            count,
+            token,
+            queued,
+            writers,
+            subscribers,
+            capacity,
+        ] = <[Value; 9]>::try_from(fields)
+            .map_err(|f| format!("inspect replied {} fields, not 9", f.len()))?;
+        let int = |v: Value| -> Result<i64, redis::ParsingError> {
+            redis::FromRedisValue::from_redis_value(v)
+        };
+        let text = |v: Value| -> Result<String, redis::ParsingError> {
+            match v {
+                Value::BulkString(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+                v => redis::FromRedisValue::from_redis_value(v),
+            }
+        };
+        let count_of = |v: Value| int(v).map(|n| u64::try_from(n).unwrap_or(0));
+        let flat: Vec<Value> = redis::FromRedisValue::from_redis_value(holders)?;
+        let mut pairs = Vec::with_capacity(flat.len() / 2);
+        let mut flat = flat.into_iter();
+        while let (Some(owner), Some(detail)) = (flat.next(), flat.next()) {
+            // A foreign hash's value need not be a number.
+            let detail = text(detail)?.trim().parse().unwrap_or(0);
+            pairs.push((text(owner)?, detail));
+        }
+        let optional = |v: Value| -> Result<Option<String>, redis::ParsingError> {
+            match v {
+                Value::Nil => Ok(None),
+                v => text(v).map(Some),
+            }
+        };
+        Ok(LockState {
+            kind: text(kind)?,
+            pttl: int(pttl)?,
+            holders: pairs,
+            holder_count: count_of(count)?,
+            token: optional(token)?.and_then(|t| t.parse().ok()),
+            queued: count_of(queued)?,
+            writers: count_of(writers)?,
+            subscribers: count_of(subscribers)?,
+            capacity: optional(capacity)?.and_then(|c| c.parse().ok()),
+        })
+    }
+}
+
 /// Whether an error says a command's keys are in different cluster slots: a proxy in front of
 /// a cluster (Redis Enterprise, Azure, Envoy) rejects a multi-key script call that spans slots.
 pub(crate) fn is_cross_slot(err: &redis::RedisError) -> bool {
@@ -353,6 +428,47 @@ mod tests {
             Reply::Foreign("string".into())
         );
         assert!(Reply::from_redis_value(v(7, Value::Int(0))).is_err());
+    }
+
+    #[test]
+    fn inspect_replies_parse() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            Value::SimpleString("zset".into()),
+            Value::Int(900),
+            Value::Array(vec![bulk("c:1#2"), bulk("900"), bulk("c:2#1"), bulk("40")]),
+            Value::Int(2),
+            bulk("1700000000000001"),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(3),
+            bulk("5"),
+        ]);
+        let state = LockState::from_redis_value(reply).unwrap();
+        assert_eq!(state.kind, "zset");
+        assert_eq!(state.pttl, 900);
+        assert_eq!(
+            state.holders,
+            [("c:1#2".to_owned(), 900), ("c:2#1".to_owned(), 40)]
+        );
+        assert_eq!(state.token, Some(1_700_000_000_000_001));
+        assert_eq!((state.subscribers, state.capacity), (3, Some(5)));
+        assert!(state.held());
+        let free = Value::Array(vec![
+            bulk("none"),
+            Value::Int(0),
+            Value::Array(vec![]),
+            Value::Int(0),
+            Value::Nil,
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Nil,
+        ]);
+        let state = LockState::from_redis_value(free).unwrap();
+        assert!(!state.held());
+        assert_eq!((state.token, state.capacity), (None, None));
+        assert!(LockState::from_redis_value(Value::Array(vec![Value::Int(1)])).is_err());
     }
 
     #[test]
@@ -410,8 +526,18 @@ mod tests {
             ["me:1", "me:2", "500", "60000"].map(String::from)
         );
         assert_eq!(
-            args(&Call::inspect(&names))[2..],
-            ["1".to_owned(), names.key.clone()]
+            args(&Call::inspect(Publishing::CLASSIC, &names, 100))[2..],
+            [
+                "7".to_owned(),
+                names.key.clone(),
+                names.fence.clone(),
+                names.channel.clone(),
+                names.role("queue"),
+                names.role("places"),
+                names.role("writers"),
+                names.role("capacity"),
+                "100".into()
+            ]
         );
     }
 
@@ -424,6 +550,7 @@ mod tests {
             (&FAIR_RELEASE, &FAIR_RELEASE_SHARDED),
             (&HOLDERS_RELEASE, &HOLDERS_RELEASE_SHARDED),
             (&SEMAPHORE_CAPACITY, &SEMAPHORE_CAPACITY_SHARDED),
+            (&INSPECT, &INSPECT_SHARDED),
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());
         }

@@ -343,6 +343,21 @@ async fn load_everywhere(conn: &ClusterConnection) -> redis::RedisResult<()> {
         .map(|_| ())
 }
 
+/// Sends `cmd` to the master that serves `slot` (a per-master command such as `SCAN`).
+pub(crate) async fn route_to_master(
+    conn: &ClusterConnection,
+    cmd: redis::Cmd,
+    slot: u16,
+) -> redis::RedisResult<Value> {
+    let route = SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::new(
+        slot,
+        redis::cluster_routing::SlotAddr::Master,
+    ));
+    conn.clone()
+        .route_command(cmd, redis::cluster_routing::RoutingInfo::SingleNode(route))
+        .await
+}
+
 /// Runs each release call by itself (a pipeline may not span slots), all at once, each bounded
 /// by `limit` so a hanging node delays the round by no more than that. Returns the indices of
 /// the calls that failed.

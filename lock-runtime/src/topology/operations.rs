@@ -18,7 +18,7 @@ use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::Conn;
 use super::replica_ack::{self, ReplicaAck};
-use crate::backend::{Acked, Backend, BoxFuture, HandOff, Release, Reply};
+use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
 use crate::names::LockNames;
 use crate::script::{self, Call, CapacityOp, Publishing};
 
@@ -173,8 +173,81 @@ impl Backend for RedisBackend {
         Box::pin(self.read(Call::force_unlock(self.publishing, names)))
     }
 
-    fn inspect<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
-        Box::pin(self.read(Call::inspect(names)))
+    fn inspect<'a>(
+        &'a self,
+        names: &'a LockNames,
+        max_holders: u32,
+    ) -> BoxFuture<'a, RedisResult<LockState>> {
+        let call = Call::inspect(self.publishing, names, max_holders);
+        Box::pin(async move {
+            send::<LockState>(&mut self.conn.clone(), &call, None)
+                .await
+                .map(|(state, _)| state)
+        })
+    }
+
+    fn scan_nodes(&self) -> BoxFuture<'_, RedisResult<Vec<ScanNode>>> {
+        Box::pin(async move {
+            #[cfg(feature = "cluster")]
+            if let Conn::Cluster(cluster) = &self.conn {
+                // Fresh: a scan that missed a master would miss its locks.
+                self.slots.invalidate();
+                return match self.slots.get(cluster).await {
+                    Some(map) => Ok(map.one_slot_per_master().map(ScanNode::Slot).collect()),
+                    None => Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "CLUSTER SLOTS failed: cannot list the masters to scan",
+                    ))),
+                };
+            }
+            Ok(vec![ScanNode::Only])
+        })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        node: ScanNode,
+        cursor: u64,
+        pattern: &'a str,
+        count: u32,
+    ) -> BoxFuture<'a, RedisResult<(u64, Vec<Vec<u8>>)>> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
+        Box::pin(async move {
+            let reply = match node {
+                ScanNode::Only => cmd.query_async::<Value>(&mut self.conn.clone()).await?,
+                #[cfg(feature = "cluster")]
+                ScanNode::Slot(slot) => {
+                    let Conn::Cluster(cluster) = &self.conn else {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "a cluster scan on a connection that is not to a cluster",
+                        )));
+                    };
+                    super::cluster::route_to_master(cluster, cmd, slot).await?
+                }
+                #[cfg(not(feature = "cluster"))]
+                ScanNode::Slot(_) => {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "a cluster scan without the `cluster` feature",
+                    )));
+                }
+            };
+            let (cursor, keys): (String, Vec<Vec<u8>>) = FromRedisValue::from_redis_value(reply)?;
+            let cursor = cursor.parse().map_err(|_| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "SCAN returned a cursor that is not a number",
+                    cursor,
+                ))
+            })?;
+            Ok((cursor, keys))
+        })
     }
 
     fn semaphore_capacity<'a>(

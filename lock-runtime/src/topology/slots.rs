@@ -63,6 +63,16 @@ impl SlotMap {
             .map(|r| (r.2.as_str(), r.3))
     }
 
+    /// The first slot of each master (of its first range), to reach every master once by
+    /// routing on a slot it serves.
+    pub(crate) fn one_slot_per_master(&self) -> impl Iterator<Item = u16> + '_ {
+        let mut seen = std::collections::HashSet::new();
+        self.ranges
+            .iter()
+            .filter(move |r| seen.insert((r.2.as_str(), r.3)))
+            .map(|r| r.0)
+    }
+
     fn parse(reply: Value) -> Result<SlotMap, redis::ParsingError> {
         let entries: Vec<Vec<Value>> = FromRedisValue::from_redis_value(reply)?;
         let mut ranges = Vec::with_capacity(entries.len());
@@ -177,6 +187,14 @@ mod tests {
         assert_eq!(map.node(0), Some(("a", 1)));
         assert_eq!(map.node(5461), Some(("b", 2)));
         assert_eq!(map.node(16383), Some(("c", 3)));
+        let split = SlotMap {
+            ranges: vec![
+                (0, 10, "a".into(), 1),
+                (11, 20, "b".into(), 2),
+                (21, 30, "a".into(), 1),
+            ],
+        };
+        assert_eq!(split.one_slot_per_master().collect::<Vec<_>>(), [0, 11]);
         let gap = SlotMap {
             ranges: vec![(10, 20, "a".into(), 1)],
         };

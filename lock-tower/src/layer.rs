@@ -1,7 +1,6 @@
 //! [`LockLayer`]: configuration, and the [`Layer`] that wraps services in a [`LockService`].
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -10,12 +9,10 @@ use lock_runtime::{LockClient, LockOptions};
 use tower_layer::Layer;
 
 use crate::access::{Access, Classifier};
-use crate::name::{DEFAULT_MAX_NAME_VALUE_LEN, IntoNameSource, NameSource};
+use crate::config::Config;
+use crate::name::{IntoNameSource, NameSource};
 use crate::rejection::DefaultRejection;
-use crate::service::{LockService, Primitive, Shared};
-
-/// How long a request waits for a busy lock unless [`LockLayer::wait`] says otherwise.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+use crate::service::{LockService, LockSettings, Primitive};
 
 /// Serves each request while holding a distributed lock named after the request.
 ///
@@ -29,18 +26,17 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// | option | default |
 /// |---|---|
 /// | [`read_write`](LockLayer::read_write) / [`access`](LockLayer::access) | off: a mutex, every request alone |
-/// | [`wait`](LockLayer::wait) for a busy lock | [`DEFAULT_WAIT`] (10 s), then 423 |
+/// | [`wait`](LockLayer::wait) for a busy lock | [`DEFAULT_WAIT`](crate::DEFAULT_WAIT) (10 s), then 423 |
 /// | [`retry_after`](LockLayer::retry_after): longest `Retry-After` of a 423 | 1 s |
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
 /// | [`require_name`](LockLayer::require_name) | off: requests without a lock name pass unlocked |
-/// | [`max_name_value_len`](LockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`] (128 bytes) |
+/// | [`max_name_value_len`](LockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`](crate::name::DEFAULT_MAX_NAME_VALUE_LEN) (128 bytes) |
 /// | [`with_rejection_response`](LockLayer::with_rejection_response) | [`DefaultRejection`] |
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct LockLayer<N, R = DefaultRejection> {
-    shared: Arc<Shared<N>>,
-    rejection: Arc<R>,
+    config: Config<N, LockSettings, R>,
 }
 
 impl<N: NameSource> LockLayer<N> {
@@ -55,42 +51,31 @@ impl<N: NameSource> LockLayer<N> {
 
     /// A layer holding `primitive`, with the default options.
     pub(crate) fn of(client: LockClient, names: N, primitive: Primitive) -> LockLayer<N> {
+        let own = LockSettings {
+            primitive,
+            require_name: false,
+        };
         LockLayer {
-            shared: Arc::new(Shared {
-                client,
-                names,
-                primitive,
-                options: LockOptions::new().wait(DEFAULT_WAIT),
-                hold_body: false,
-                max_value_len: DEFAULT_MAX_NAME_VALUE_LEN,
-                require_name: false,
-            }),
-            rejection: Arc::new(DefaultRejection::new()),
+            config: Config::new(client, names, own),
         }
     }
 
     /// Changes the default rejection.
     pub(crate) fn map_rejection(
-        mut self,
+        self,
         f: impl FnOnce(DefaultRejection) -> DefaultRejection,
     ) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = f(*r);
-        self
+        self.map(|c| c.map_rejection(f))
     }
 
     /// The HTTP status for a busy lock (default 423 Locked; 409 Conflict is common too).
-    pub fn busy_status(mut self, status: StatusCode) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.busy_status(status);
-        self
+    pub fn busy_status(self, status: StatusCode) -> Self {
+        self.map_rejection(|r| r.busy_status(status))
     }
 
     /// The HTTP status when the lock was lost while the handler ran (default 503).
-    pub fn lost_status(mut self, status: StatusCode) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.lost_status(status);
-        self
+    pub fn lost_status(self, status: StatusCode) -> Self {
+        self.map_rejection(|r| r.lost_status(status))
     }
 
     /// The longest `Retry-After` a busy (423) response suggests (default
@@ -98,18 +83,12 @@ impl<N: NameSource> LockLayer<N> {
     /// the smaller of this and the holder's remaining TTL when known, rounded up to whole
     /// seconds, never 0. (The TTL alone is no help for a watchdog-renewed lock: it always has
     /// about the watchdog timeout left.) gRPC rejections carry no retry hint.
-    pub fn retry_after(mut self, hint: Duration) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.retry_after(hint);
-        self
+    pub fn retry_after(self, hint: Duration) -> Self {
+        self.map_rejection(|r| r.retry_after(hint))
     }
 }
 
 impl<N: NameSource + Clone, R> LockLayer<N, R> {
-    fn shared_mut(&mut self) -> &mut Shared<N> {
-        Arc::make_mut(&mut self.shared)
-    }
-
     /// Read/write mode: requests take a side of a read/write lock
     /// ([`LockClient::rw_lock`]) of their lock name instead of a mutex. Safe methods (`GET`,
     /// `HEAD`, `OPTIONS`, `TRACE`) take the read side and run together; every other method
@@ -195,40 +174,36 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
     ///     });
     /// # let _ = layer; }
     /// ```
-    pub fn access<F>(mut self, classify: F) -> Self
+    pub fn access<F>(self, classify: F) -> Self
     where
         F: Fn(&Parts) -> Access + Send + Sync + 'static,
     {
-        self.shared_mut().primitive = Primitive::ReadWrite(Classifier::new(classify));
-        self
+        let primitive = Primitive::ReadWrite(Classifier::new(classify));
+        self.map(|c| c.map_shared(|s| s.own.primitive = primitive))
     }
 
     /// How long a request waits for a busy lock before it is rejected as busy;
     /// `Duration::ZERO` tries once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.shared_mut().options.wait = Some(wait);
-        self
+    pub fn wait(self, wait: Duration) -> Self {
+        self.map(|c| c.wait(wait))
     }
 
     /// Holds the lock for this fixed lease instead of renewing it with the watchdog. A request
     /// still running when the lease is about to end (a safety margin of a tenth of it, at least
     /// 5 ms, before Redis lets the lock go) is dropped and answered as lost (503). At least 10 ms.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.shared_mut().options.lease = Some(lease);
-        self
+    pub fn lease(self, lease: Duration) -> Self {
+        self.map(|c| c.lease(lease))
     }
 
     /// With the watchdog: the longest a request may hold its lock; after that the lock is
     /// released and the request dropped and answered as lost (503).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.shared_mut().options.max_hold = Some(max_hold);
-        self
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        self.map(|c| c.max_hold(max_hold))
     }
 
     /// Replaces all lock options (a [`LockOptions`] without `wait` waits indefinitely).
-    pub fn options(mut self, options: LockOptions) -> Self {
-        self.shared_mut().options = options;
-        self
+    pub fn options(self, options: LockOptions) -> Self {
+        self.map(|c| c.options(options))
     }
 
     /// Keeps the lock until the response body has ended (or is dropped), not just until the
@@ -241,9 +216,8 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
     /// with the [`LockError`](crate::LockError) (see [`ResponseBody`](crate::ResponseBody)),
     /// so the client sees a truncated response fail (hyper resets the stream) rather than end
     /// normally. The status and headers have been sent by then; they cannot be changed.
-    pub fn hold_until_body_end(mut self) -> Self {
-        self.shared_mut().hold_body = true;
-        self
+    pub fn hold_until_body_end(self) -> Self {
+        self.map(Config::hold_until_body_end)
     }
 
     /// Rejects requests whose lock name cannot be built (a missing header or path parameter, a
@@ -256,9 +230,8 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
     /// `Router::route_layer` on the routes that have the parameter (with `Router::layer`,
     /// unknown paths would be answered 400 rather than 404). Without this option, a request
     /// passing unlocked is logged at debug level (`tracing`).
-    pub fn require_name(mut self) -> Self {
-        self.shared_mut().require_name = true;
-        self
+    pub fn require_name(self) -> Self {
+        self.map(|c| c.map_shared(|s| s.own.require_name = true))
     }
 
     /// Renamed to [`require_name`](LockLayer::require_name).
@@ -269,9 +242,8 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
 
     /// The longest value taken from a request for a lock name (a path parameter, a header), in
     /// bytes before escaping; longer ones are rejected with 400 / `INVALID_ARGUMENT`.
-    pub fn max_name_value_len(mut self, max: usize) -> Self {
-        self.shared_mut().max_value_len = max;
-        self
+    pub fn max_name_value_len(self, max: usize) -> Self {
+        self.map(|c| c.max_name_value_len(max))
     }
 
     /// Renamed to [`max_name_value_len`](LockLayer::max_name_value_len).
@@ -282,6 +254,15 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
 }
 
 impl<N, R> LockLayer<N, R> {
+    fn map<R2>(
+        self,
+        f: impl FnOnce(Config<N, LockSettings, R>) -> Config<N, LockSettings, R2>,
+    ) -> LockLayer<N, R2> {
+        LockLayer {
+            config: f(self.config),
+        }
+    }
+
     /// Replaces the rejection response: a
     /// [`RejectionResponse`](crate::RejectionResponse), such as a closure
     /// `Fn(LockRejection) -> Response<B>` where `B` is the inner service's response body.
@@ -305,20 +286,17 @@ impl<N, R> LockLayer<N, R> {
     /// # }
     /// ```
     pub fn with_rejection_response<R2>(self, rejection: R2) -> LockLayer<N, R2> {
-        LockLayer {
-            shared: self.shared,
-            rejection: Arc::new(rejection),
-        }
+        self.map(|c| c.with_rejection_response(rejection))
     }
 
     /// The lock client.
     pub fn client(&self) -> &LockClient {
-        &self.shared.client
+        &self.config.shared.client
     }
 
     /// The name source.
     pub fn name_source(&self) -> &N {
-        &self.shared.names
+        &self.config.shared.names
     }
 
     /// Renamed to [`name_source`](LockLayer::name_source).
@@ -329,12 +307,12 @@ impl<N, R> LockLayer<N, R> {
 
     /// The lock options used for every acquisition.
     pub fn lock_options(&self) -> LockOptions {
-        self.shared.options
+        self.config.shared.options
     }
 
     /// Whether the layer is in [read/write mode](LockLayer::read_write).
     pub fn is_read_write(&self) -> bool {
-        matches!(self.shared.primitive, Primitive::ReadWrite(_))
+        matches!(self.config.shared.own.primitive, Primitive::ReadWrite(_))
     }
 }
 
@@ -342,29 +320,29 @@ impl<S, N, R> Layer<S> for LockLayer<N, R> {
     type Service = LockService<S, N, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        LockService::new(inner, self.shared.clone(), self.rejection.clone())
+        LockService::new(inner, self.config.clone())
     }
 }
 
 impl<N, R> Clone for LockLayer<N, R> {
     fn clone(&self) -> Self {
         LockLayer {
-            shared: self.shared.clone(),
-            rejection: self.rejection.clone(),
+            config: self.config.clone(),
         }
     }
 }
 
 impl<N: fmt::Debug, R> fmt::Debug for LockLayer<N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = &self.config.shared;
         f.debug_struct("LockLayer")
-            .field("client", &self.shared.client)
-            .field("names", &self.shared.names)
-            .field("primitive", &self.shared.primitive)
-            .field("options", &self.shared.options)
-            .field("hold_body", &self.shared.hold_body)
-            .field("max_name_value_len", &self.shared.max_value_len)
-            .field("require_name", &self.shared.require_name)
+            .field("client", &shared.client)
+            .field("names", &shared.names)
+            .field("primitive", &shared.own.primitive)
+            .field("options", &shared.options)
+            .field("hold_body", &shared.hold_body)
+            .field("max_name_value_len", &shared.max_value_len)
+            .field("require_name", &shared.own.require_name)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

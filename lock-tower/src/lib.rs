@@ -251,8 +251,12 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[macro_use]
+mod macros;
+
 mod access;
 mod body;
+mod config;
 mod extension;
 pub mod future;
 mod hold;
@@ -263,12 +267,14 @@ mod limit;
 mod multi;
 pub mod name;
 pub mod rejection;
+mod response;
 mod service;
 
 pub use access::Access;
 pub use body::{BoxError, ResponseBody};
+pub use config::DEFAULT_WAIT;
 pub use extension::{HeldLock, HeldLocks};
-pub use layer::{DEFAULT_WAIT, LockLayer};
+pub use layer::LockLayer;
 pub use limit::KeyedConcurrencyLimitLayer;
 pub use lock_runtime::{LockClient, LockError, LockOptions};
 pub use multi::{

@@ -2,50 +2,45 @@
 
 use std::fmt;
 use std::mem;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::LockError;
 use tower_service::Service;
 
 use crate::access::{Access, Classifier};
-use crate::future::{AcquireFuture, Origin, ResponseFuture};
+use crate::config::{Config, Shared};
 use crate::hold::Hold;
 use crate::name::NameSource;
 use crate::rejection::{DefaultRejection, RejectionResponse, is_grpc};
+use crate::response::{AcquireFuture, Origin, ResponseFuture};
 
-/// What a layer and its services share.
+/// The settings of a [`LockService`] besides those of every layer.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared<N> {
-    pub(crate) client: LockClient,
-    pub(crate) names: N,
+pub(crate) struct LockSettings {
     pub(crate) primitive: Primitive,
-    pub(crate) options: LockOptions,
-    pub(crate) hold_body: bool,
-    pub(crate) max_value_len: usize,
     pub(crate) require_name: bool,
 }
 
 /// What a request holds while it is served.
 #[derive(Debug, Clone)]
 pub(crate) enum Primitive {
-    /// [`LockClient::lock`]: one request per name at a time.
+    /// [`LockClient::lock`](lock_runtime::LockClient::lock): one request per name at a time.
     Mutex,
-    /// A side of [`LockClient::rw_lock`], chosen per request by the classifier.
+    /// A side of [`LockClient::rw_lock`](lock_runtime::LockClient::rw_lock), chosen per request by the classifier.
     ReadWrite(Classifier),
-    /// One permit of [`LockClient::semaphore`] with this capacity.
+    /// One permit of [`LockClient::semaphore`](lock_runtime::LockClient::semaphore) with this capacity.
     Semaphore {
         /// The capacity while none is stored in Redis.
         limit: u32,
     },
 }
 
-impl<N> Shared<N> {
+impl<N> Shared<N, LockSettings> {
     /// Starts acquiring what a request named `name` (classified as `access`) needs.
     fn acquire(&self, name: String, access: Option<Access>) -> AcquireFuture {
         let options = self.options;
-        match &self.primitive {
+        match &self.own.primitive {
             Primitive::Mutex => {
                 let lock = self.client.lock(name);
                 Box::pin(async move { lock.acquire_with(options).await.map(Hold::One) })
@@ -69,7 +64,7 @@ impl<N> Shared<N> {
     fn origin(&self, grpc: bool) -> Origin {
         Origin {
             grpc,
-            permit: matches!(self.primitive, Primitive::Semaphore { .. }),
+            permit: matches!(self.own.primitive, Primitive::Semaphore { .. }),
         }
     }
 }
@@ -87,33 +82,15 @@ impl<N> Shared<N> {
 /// ready, so there this costs nothing).
 pub struct LockService<S, N, R = DefaultRejection> {
     inner: S,
-    shared: Arc<Shared<N>>,
-    rejection: Arc<R>,
+    config: Config<N, LockSettings, R>,
 }
 
 impl<S, N, R> LockService<S, N, R> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<N>>, rejection: Arc<R>) -> Self {
-        LockService {
-            inner,
-            shared,
-            rejection,
-        }
+    pub(crate) fn new(inner: S, config: Config<N, LockSettings, R>) -> Self {
+        LockService { inner, config }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S, N, R, ReqBody, ResBody: 'static> Service<Request<ReqBody>> for LockService<S, N, R>
@@ -133,20 +110,18 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &self.config.shared;
         let (mut parts, body) = request.into_parts();
-        let origin = self.shared.origin(is_grpc(&parts.headers));
-        let name = self
-            .shared
-            .names
-            .lock_name(&mut parts, self.shared.max_value_len);
-        let access = match &self.shared.primitive {
+        let origin = shared.origin(is_grpc(&parts.headers));
+        let name = shared.names.lock_name(&mut parts, shared.max_value_len);
+        let access = match &shared.own.primitive {
             Primitive::ReadWrite(classifier) => Some(classifier.classify(&parts)),
             Primitive::Mutex | Primitive::Semaphore { .. } => None,
         };
         let request = Request::from_parts(parts, body);
-        let rejection = self.rejection.clone();
+        let rejection = self.config.rejection.clone();
         match name {
-            Ok(None) if self.shared.require_name => {
+            Ok(None) if shared.own.require_name => {
                 tracing::debug!(
                     method = %request.method(),
                     path = request.uri().path(),
@@ -167,33 +142,29 @@ where
                 ResponseFuture::unlocked(self.inner.call(request), rejection)
             }
             Err(error) => ResponseFuture::rejected(error, rejection, origin),
-            Ok(Some(name)) => {
-                // The instance that went through `poll_ready` goes into the future; a fresh
-                // clone stays here (tower-service, "Be careful when cloning inner services").
-                let clone = self.inner.clone();
-                let inner = mem::replace(&mut self.inner, clone);
-                let acquire = self.shared.acquire(name, access);
-                ResponseFuture::acquiring(
-                    acquire,
-                    inner,
-                    request,
-                    access,
-                    rejection,
-                    self.shared.hold_body,
-                    origin,
-                )
-            }
+            Ok(Some(name)) => ResponseFuture::acquiring(
+                shared.acquire(name, access),
+                take_ready(&mut self.inner),
+                request,
+                access,
+                rejection,
+                shared.hold_body,
+                origin,
+            ),
         }
     }
 }
 
+/// The instance of `inner` that went through `poll_ready`, for the response future; a fresh
+/// clone stays in the service (tower-service, "Be careful when cloning inner services").
+pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    mem::replace(inner, clone)
+}
+
 impl<S: Clone, N, R> Clone for LockService<S, N, R> {
     fn clone(&self) -> Self {
-        LockService {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-            rejection: self.rejection.clone(),
-        }
+        LockService::new(self.inner.clone(), self.config.clone())
     }
 }
 
@@ -201,7 +172,7 @@ impl<S: fmt::Debug, N: fmt::Debug, R> fmt::Debug for LockService<S, N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockService")
             .field("inner", &self.inner)
-            .field("shared", &self.shared)
+            .field("shared", &self.config.shared)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

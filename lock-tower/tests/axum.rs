@@ -20,12 +20,12 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
-use common::{ChannelBody, send};
+use common::{ChannelBody, freed_within, is_free, send};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lock_tests::RedisServer;
 use lock_tower::name::{self, UriPattern};
-use lock_tower::{HeldLock, LockClient, LockLayer, LockOptions, LockRejection, RejectionKind};
+use lock_tower::{HeldLock, LockLayer, LockOptions, LockRejection, RejectionKind};
 use tokio::sync::{Notify, mpsc};
 use tower::ServiceExt;
 
@@ -122,30 +122,6 @@ fn app(layer: LockLayer<name::PathParams>, probe: Arc<Probe>) -> Router {
 
 fn post_to(uri: &str) -> Request<Body> {
     Request::post(uri).body(Body::empty()).unwrap()
-}
-
-/// Whether `name` can be taken right now by an independent client.
-async fn is_free(locks: &LockClient, name: &str) -> bool {
-    match locks.lock(name).try_acquire(Duration::ZERO).await {
-        Ok(guard) => {
-            guard.release().await.unwrap();
-            true
-        }
-        Err(e) if e.is_busy() => false,
-        Err(e) => panic!("unexpected {e}"),
-    }
-}
-
-/// How long until `name` becomes free (polling every 5 ms), or `None` within `limit`.
-async fn freed_within(locks: &LockClient, name: &str, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if is_free(locks, name).await {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -469,9 +445,7 @@ async fn client_disconnect_over_tcp_frees_the_lock_at_once() {
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let probe = Probe::new(Duration::from_secs(3600));
         let app = app(LockLayer::new(locks.clone(), "stock:<id>"), probe.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = common::serve(app).await;
 
         let entered = probe.entered.notified();
         let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -491,7 +465,6 @@ async fn client_disconnect_over_tcp_frees_the_lock_at_once() {
             1,
             "the handler was not dropped"
         );
-        server.abort();
     })
     .await;
 }
@@ -831,9 +804,7 @@ async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
         let app: Router = Router::new()
             .route("/report/{id}", get(streaming))
             .layer(layer);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = common::serve(app).await;
 
         let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         tcp.write_all(b"GET /report/1 HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -854,7 +825,6 @@ async fn held_body_lost_mid_stream_is_not_a_complete_http_response() {
             "the truncated body ended like a complete one: {text:?}"
         );
         drop(senders);
-        server.abort();
     })
     .await;
 }

@@ -10,31 +10,26 @@
 mod common;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Extension, Router};
 use bytes::Bytes;
-use common::{ChannelBody, Gauge, Inside};
-use http::uri::PathAndQuery;
+use common::{
+    BoxFuture, ChannelBody, Gauge, GrpcServer, Inside, UnaryMethod, freed_within, is_free, serve,
+};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use lock_tests::RedisServer;
 use lock_tower::name::{BodyNames, JsonNames, escape, grpc_message, invalid_body};
 use lock_tower::{HeldLocks, LockClient, MultiLockLayer};
 use tokio::sync::mpsc;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Server;
 use tonic::{Code, Status};
-use tonic_prost::ProstCodec;
 
 /// How long a reply may take before it counts as lost.
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -123,11 +118,14 @@ fn app(layer: MultiLockLayer<JsonNames>, shop: Arc<Shop>) -> Router {
         .with_state(shop)
 }
 
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+/// Serves `shop` behind a layer on a new client of `redis`, with the options `configure` sets.
+async fn serve_shop(
+    redis: &RedisServer,
+    shop: &Arc<Shop>,
+    configure: impl FnOnce(MultiLockLayer<JsonNames>) -> MultiLockLayer<JsonNames>,
+) -> SocketAddr {
+    let layer = configure(layer(common::client(redis, RESPONSE_TIMEOUT).await));
+    serve(app(layer, shop.clone())).await
 }
 
 /// A response as the client saw it.
@@ -165,12 +163,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let mut sender = common::connect(addr).await;
     let response = sender.send_request(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
@@ -200,45 +193,13 @@ fn cart(skus: &[&str]) -> String {
     format!(r#"{{"items": [{}]}}"#, items.join(", "))
 }
 
-/// Whether `name` can be taken right now by an independent client.
-async fn is_free(locks: &LockClient, name: &str) -> bool {
-    match locks.lock(name).try_acquire(Duration::ZERO).await {
-        Ok(guard) => {
-            guard.release().await.unwrap();
-            true
-        }
-        Err(e) if e.is_busy() => false,
-        Err(e) => panic!("unexpected {e}"),
-    }
-}
-
-/// How long until `name` becomes free (polling every 5 ms), or `None` within `limit`.
-async fn freed_within(locks: &LockClient, name: &str, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if is_free(locks, name).await {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    None
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn carts_sharing_a_sku_never_hold_it_at_once_across_two_instances() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::from_millis(15));
-        let a = serve(app(
-            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
-            shop.clone(),
-        ))
-        .await;
-        let b = serve(app(
-            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
-            shop.clone(),
-        ))
-        .await;
+        let a = serve_shop(&redis, &shop, |l| l).await;
+        let b = serve_shop(&redis, &shop, |l| l).await;
         let carts: [&[&str]; 4] = [
             &["shared", "x1"],
             &["y1", "shared"],
@@ -284,11 +245,7 @@ async fn disjoint_carts_run_in_parallel() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::from_millis(400));
-        let addr = serve(app(
-            layer(common::client(&redis, RESPONSE_TIMEOUT).await),
-            shop.clone(),
-        ))
-        .await;
+        let addr = serve_shop(&redis, &shop, |l| l).await;
         let started = Instant::now();
         let tasks: Vec<_> = (0..4)
             .map(|i| {
@@ -311,16 +268,8 @@ async fn carts_listing_skus_in_opposite_orders_never_deadlock() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::from_millis(5));
-        let a = serve(app(
-            layer(common::client(&redis, RESPONSE_TIMEOUT).await).wait(Duration::from_secs(20)),
-            shop.clone(),
-        ))
-        .await;
-        let b = serve(app(
-            layer(common::client(&redis, RESPONSE_TIMEOUT).await).wait(Duration::from_secs(20)),
-            shop.clone(),
-        ))
-        .await;
+        let a = serve_shop(&redis, &shop, |l| l.wait(Duration::from_secs(20))).await;
+        let b = serve_shop(&redis, &shop, |l| l.wait(Duration::from_secs(20))).await;
         let started = Instant::now();
         let tasks: Vec<_> = (0..40)
             .map(|i| {
@@ -468,8 +417,7 @@ async fn an_oversized_content_length_is_413_before_the_body_is_sent() {
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::ZERO);
-        let layer = layer(common::client(&redis, RESPONSE_TIMEOUT).await).max_body_bytes(1024);
-        let addr = serve(app(layer, shop.clone())).await;
+        let addr = serve_shop(&redis, &shop, |l| l.max_body_bytes(1024)).await;
 
         // The head announces 1025 bytes and no byte of the body follows: only a layer that
         // answers from the head can reply.
@@ -504,8 +452,7 @@ async fn a_chunked_body_without_content_length_is_413_once_it_passes_the_bound()
     common::bounded(TEST_LIMIT, async {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::ZERO);
-        let layer = layer(common::client(&redis, RESPONSE_TIMEOUT).await).max_body_bytes(1024);
-        let addr = serve(app(layer, shop.clone())).await;
+        let addr = serve_shop(&redis, &shop, |l| l.max_body_bytes(1024)).await;
 
         let (tx, rx) = mpsc::channel(1);
         let request = Request::post("/checkout")
@@ -613,13 +560,7 @@ async fn hold_until_body_end_keeps_every_lock_until_the_response_body_ends() {
         let app: Router = Router::new()
             .route("/checkout", post(streaming))
             .route_layer(layer(locks.clone()).hold_until_body_end());
-        let addr = serve(app).await;
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
+        let mut sender = common::connect(serve(app).await).await;
         let request = Request::post("/checkout")
             .header("host", "shop")
             .body(Full::new(Bytes::from(cart(&["a", "b"]))))
@@ -666,23 +607,22 @@ struct CheckoutReply {
     fencing_tokens: Vec<u64>,
 }
 
-/// A hand-written unary gRPC service (what tonic-build would generate, minus the trait).
+/// A hand-written unary gRPC service: counts its calls, replies with the locks it holds.
 #[derive(Clone, Default)]
 struct GrpcShop {
     calls: Arc<AtomicUsize>,
 }
 
-impl tonic::server::NamedService for GrpcShop {
-    const NAME: &'static str = "shop.Shop";
-}
+impl UnaryMethod for GrpcShop {
+    type Request = CheckoutRequest;
+    type Reply = CheckoutReply;
+    const SERVICE: &'static str = "shop.Shop";
+    const PATH: &'static str = CHECKOUT;
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl tonic::server::UnaryService<CheckoutRequest> for GrpcShop {
-    type Response = CheckoutReply;
-    type Future = BoxFuture<Result<tonic::Response<CheckoutReply>, Status>>;
-
-    fn call(&mut self, request: tonic::Request<CheckoutRequest>) -> Self::Future {
+    fn call(
+        &self,
+        request: tonic::Request<CheckoutRequest>,
+    ) -> BoxFuture<Result<tonic::Response<CheckoutReply>, Status>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             let held = request
@@ -698,45 +638,11 @@ impl tonic::server::UnaryService<CheckoutRequest> for GrpcShop {
     }
 }
 
-impl tower::Service<http::Request<tonic::body::Body>> for GrpcShop {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            if request.uri().path() != CHECKOUT {
-                return Ok(Status::unimplemented(request.uri().path()).into_http());
-            }
-            let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
-            Ok(grpc.unary(this, request).await)
-        })
-    }
-}
-
 async fn call<M>(addr: SocketAddr, message: M) -> Result<CheckoutReply, Status>
 where
     M: prost::Message + Send + Sync + 'static,
 {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
-    grpc.unary(
-        tonic::Request::new(message),
-        PathAndQuery::from_static(CHECKOUT),
-        ProstCodec::<M, CheckoutReply>::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    common::call_unary(addr, CHECKOUT, tonic::Request::new(message)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,14 +663,12 @@ async fn grpc_calls_lock_the_skus_of_their_message_and_bad_messages_are_rejected
             .max_body_bytes(256)
             .wait(Duration::from_millis(200));
         let shop = GrpcShop::default();
-        let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = incoming.local_addr().unwrap();
-        tokio::spawn(
+        let addr = common::serve_grpc(
             Server::builder()
                 .layer(layer)
-                .add_service(shop.clone())
-                .serve_with_incoming(incoming),
-        );
+                .add_service(GrpcServer(shop.clone())),
+        )
+        .await;
 
         let skus = |s: &[&str]| CheckoutRequest {
             skus: s.iter().map(|&s| s.to_owned()).collect(),

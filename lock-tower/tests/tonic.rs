@@ -5,23 +5,17 @@
 
 mod common;
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::uri::PathAndQuery;
+use common::{BoxFuture, GrpcServer, UnaryMethod};
 use lock_tests::RedisServer;
 use lock_tower::name::Headers;
 use lock_tower::{HeldLock, KeyedConcurrencyLimitLayer, LockClient, LockLayer, LockOptions};
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Server;
 use tonic::{Code, Status};
-use tonic_prost::ProstCodec;
 
 /// How long a reply may take before it counts as lost.
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -51,24 +45,23 @@ struct Probe {
     calls: AtomicUsize,
 }
 
-/// A hand-written unary gRPC service: what tonic-build would generate, minus the trait.
+/// A hand-written unary gRPC service: holds each call for `hold`, replies with its lock.
 #[derive(Clone)]
 struct Inventory {
     probe: Arc<Probe>,
     hold: Duration,
 }
 
-impl tonic::server::NamedService for Inventory {
-    const NAME: &'static str = "inventory.Inventory";
-}
+impl UnaryMethod for Inventory {
+    type Request = ReserveRequest;
+    type Reply = ReserveReply;
+    const SERVICE: &'static str = "inventory.Inventory";
+    const PATH: &'static str = RESERVE;
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl tonic::server::UnaryService<ReserveRequest> for Inventory {
-    type Response = ReserveReply;
-    type Future = BoxFuture<Result<tonic::Response<ReserveReply>, Status>>;
-
-    fn call(&mut self, request: tonic::Request<ReserveRequest>) -> Self::Future {
+    fn call(
+        &self,
+        request: tonic::Request<ReserveRequest>,
+    ) -> BoxFuture<Result<tonic::Response<ReserveReply>, Status>> {
         let this = self.clone();
         Box::pin(async move {
             let held = request
@@ -89,52 +82,25 @@ impl tonic::server::UnaryService<ReserveRequest> for Inventory {
     }
 }
 
-impl tower::Service<http::Request<tonic::body::Body>> for Inventory {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            if request.uri().path() != RESERVE {
-                return Ok(Status::unimplemented(request.uri().path()).into_http());
-            }
-            let mut grpc = tonic::server::Grpc::new(ProstCodec::default());
-            Ok(grpc.unary(this, request).await)
-        })
-    }
-}
-
 async fn serve(layer: LockLayer<Headers>, service: Inventory) -> SocketAddr {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = incoming.local_addr().unwrap();
-    tokio::spawn(
+    common::serve_grpc(
         Server::builder()
             .layer(layer)
-            .add_service(service)
-            .serve_with_incoming(incoming),
-    );
-    addr
+            .add_service(GrpcServer(service)),
+    )
+    .await
 }
 
 async fn serve_limited(
     layer: KeyedConcurrencyLimitLayer<Headers>,
     service: Inventory,
 ) -> SocketAddr {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = incoming.local_addr().unwrap();
-    tokio::spawn(
+    common::serve_grpc(
         Server::builder()
             .layer(layer)
-            .add_service(service)
-            .serve_with_incoming(incoming),
-    );
-    addr
+            .add_service(GrpcServer(service)),
+    )
+    .await
 }
 
 async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply, Status> {
@@ -144,25 +110,12 @@ async fn reserve(addr: SocketAddr, product: Option<&str>) -> Result<ReserveReply
 
 /// A call carrying these metadata entries.
 async fn reserve_with(addr: SocketAddr, metadata: &[(&str, &str)]) -> Result<ReserveReply, Status> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
     let mut request = tonic::Request::new(ReserveRequest { quantity: 1 });
     for (key, value) in metadata {
         let key = tonic::metadata::MetadataKey::from_bytes(key.as_bytes()).unwrap();
         request.metadata_mut().insert(key, value.parse().unwrap());
     }
-    grpc.unary(
-        request,
-        PathAndQuery::from_static(RESERVE),
-        ProstCodec::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    common::call_unary(addr, RESERVE, request).await
 }
 
 fn layer(locks: LockClient) -> LockLayer<Headers> {

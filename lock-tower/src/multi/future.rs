@@ -15,11 +15,12 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::buffer::BufferedBody;
-use super::service::MultiShared;
+use super::service::Bounds;
 use crate::body::{BoxError, ResponseBody};
-use crate::future::{Origin, ResponseFuture};
+use crate::config::Config;
 use crate::name::{BodyNameSource, invalid_body};
 use crate::rejection::{LockRejection, RejectionResponse};
+use crate::response::{Origin, ResponseFuture};
 
 /// Frames read in one poll before yielding to the executor (a body that is always ready
 /// must not starve the other tasks of the worker).
@@ -66,8 +67,7 @@ pin_project! {
 struct Read<S, N, R> {
     parts: Parts,
     inner: S,
-    shared: Arc<MultiShared<N>>,
-    rejection: Arc<R>,
+    config: Config<N, Bounds, R>,
     origin: Origin,
     data: BytesMut,
     trailers: Option<HeaderMap>,
@@ -87,18 +87,11 @@ where
 {
     /// Where the request goes once its body is read.
     fn finish(self, outcome: Outcome) -> ResponseFuture<S, BufferedBody, R> {
-        let Read {
-            parts,
-            inner,
-            shared,
-            rejection,
-            origin,
-            data,
-            trailers,
-        } = self;
+        let Config { shared, rejection } = self.config;
+        let origin = self.origin;
         match outcome {
             Outcome::TooLarge => {
-                let info = LockRejection::body_too_large(shared.max_body_bytes, origin.grpc);
+                let info = LockRejection::body_too_large(shared.own.max_body_bytes, origin.grpc);
                 ResponseFuture::rejected_with(info, rejection, origin)
             }
             Outcome::Failed(error) => {
@@ -107,15 +100,15 @@ where
                 ResponseFuture::rejected(error, rejection, origin)
             }
             Outcome::Complete => {
-                let data = data.freeze();
-                match shared.acquire(&parts, &data) {
+                let data = self.data.freeze();
+                match shared.acquire(&self.parts, &data) {
                     Err(error) => ResponseFuture::rejected(error, rejection, origin),
                     Ok(acquire) => {
-                        let body = BufferedBody::with_trailers(data, trailers);
+                        let body = BufferedBody::with_trailers(data, self.trailers);
                         ResponseFuture::acquiring(
                             acquire,
-                            inner,
-                            Request::from_parts(parts, body),
+                            self.inner,
+                            Request::from_parts(self.parts, body),
                             None,
                             rejection,
                             shared.hold_body,
@@ -137,24 +130,23 @@ where
         parts: Parts,
         body: ReqBody,
         inner: S,
-        shared: Arc<MultiShared<N>>,
-        rejection: Arc<R>,
+        config: Config<N, Bounds, R>,
         origin: Origin,
     ) -> Self {
         let expected = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
-        let data = BytesMut::with_capacity(expected.min(shared.max_body_bytes));
+        let data = BytesMut::with_capacity(expected.min(config.shared.own.max_body_bytes));
+        let read = Read {
+            parts,
+            inner,
+            config,
+            origin,
+            data,
+            trailers: None,
+        };
         MultiResponseFuture {
             state: State::Reading {
                 body,
-                read: Some(Read {
-                    parts,
-                    inner,
-                    shared,
-                    rejection,
-                    origin,
-                    data,
-                    trailers: None,
-                }),
+                read: Some(read),
             },
         }
     }
@@ -229,7 +221,7 @@ where
                 StateProj::Locked { fut } => return fut.poll(cx),
                 StateProj::Reading { body, read } => {
                     let r = read.as_mut().expect("polled after completion");
-                    let max = r.shared.max_body_bytes;
+                    let max = r.config.shared.own.max_body_bytes;
                     let outcome = ready!(read_frames(body, &mut r.data, &mut r.trailers, max, cx));
                     let read = read.take().expect("polled after completion");
                     state.set(State::Locked {

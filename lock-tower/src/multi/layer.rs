@@ -2,16 +2,15 @@
 //! [`MultiLockService`].
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
 use lock_runtime::{LockClient, LockOptions};
 use tower_layer::Layer;
 
-use super::service::{MultiLockService, MultiShared};
-use crate::layer::DEFAULT_WAIT;
-use crate::name::{BodyNameSource, DEFAULT_MAX_NAME_VALUE_LEN};
+use super::service::{Bounds, MultiLockService};
+use crate::config::Config;
+use crate::name::BodyNameSource;
 use crate::rejection::DefaultRejection;
 
 /// The default bound on a request body a [`MultiLockLayer`] reads: 64 KiB.
@@ -60,8 +59,8 @@ pub const DEFAULT_MAX_NAMES: usize = 64;
 /// |---|---|
 /// | [`max_body_bytes`](MultiLockLayer::max_body_bytes) | [`DEFAULT_MAX_BODY_BYTES`] (64 KiB), then 413 |
 /// | [`max_names`](MultiLockLayer::max_names) distinct names per request | [`DEFAULT_MAX_NAMES`] (64), then 400 |
-/// | [`max_name_value_len`](MultiLockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`] (128 bytes) |
-/// | [`wait`](MultiLockLayer::wait) for all the locks together | [`DEFAULT_WAIT`] (10 s), then 423 |
+/// | [`max_name_value_len`](MultiLockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`](crate::name::DEFAULT_MAX_NAME_VALUE_LEN) (128 bytes) |
+/// | [`wait`](MultiLockLayer::wait) for all the locks together | [`DEFAULT_WAIT`](crate::DEFAULT_WAIT) (10 s), then 423 |
 /// | [`retry_after`](MultiLockLayer::retry_after): longest `Retry-After` of a 423 | 1 s |
 /// | [`lease`](MultiLockLayer::lease) | none: the watchdog renews the locks while the request runs |
 /// | [`max_hold`](MultiLockLayer::max_hold) | none |
@@ -102,8 +101,7 @@ pub const DEFAULT_MAX_NAMES: usize = 64;
 /// (each template prefix) for one kind of primitive only, as with `LockLayer`.
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct MultiLockLayer<N, R = DefaultRejection> {
-    shared: Arc<MultiShared<N>>,
-    rejection: Arc<R>,
+    config: Config<N, Bounds, R>,
 }
 
 impl<N: BodyNameSource> MultiLockLayer<N> {
@@ -119,83 +117,63 @@ impl<N: BodyNameSource> MultiLockLayer<N> {
     /// # }
     /// ```
     pub fn new(client: LockClient, names: N) -> MultiLockLayer<N> {
+        let bounds = Bounds {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_names: DEFAULT_MAX_NAMES,
+        };
         MultiLockLayer {
-            shared: Arc::new(MultiShared {
-                client,
-                names,
-                options: LockOptions::new().wait(DEFAULT_WAIT),
-                hold_body: false,
-                max_value_len: DEFAULT_MAX_NAME_VALUE_LEN,
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                max_names: DEFAULT_MAX_NAMES,
-            }),
-            rejection: Arc::new(DefaultRejection::new()),
+            config: Config::new(client, names, bounds),
         }
     }
 
     /// The HTTP status when a lock stayed busy (default 423 Locked; 409 Conflict is common
     /// too).
-    pub fn busy_status(mut self, status: StatusCode) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.busy_status(status);
-        self
+    pub fn busy_status(self, status: StatusCode) -> Self {
+        self.map(|c| c.map_rejection(|r| r.busy_status(status)))
     }
 
     /// The HTTP status when a lock was lost while the handler ran (default 503).
-    pub fn lost_status(mut self, status: StatusCode) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.lost_status(status);
-        self
+    pub fn lost_status(self, status: StatusCode) -> Self {
+        self.map(|c| c.map_rejection(|r| r.lost_status(status)))
     }
 
     /// The longest `Retry-After` a busy (423) response suggests (default
     /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s); see
     /// [`LockLayer::retry_after`](crate::LockLayer::retry_after).
-    pub fn retry_after(mut self, hint: Duration) -> Self {
-        let r = Arc::make_mut(&mut self.rejection);
-        *r = r.retry_after(hint);
-        self
+    pub fn retry_after(self, hint: Duration) -> Self {
+        self.map(|c| c.map_rejection(|r| r.retry_after(hint)))
     }
 }
 
 impl<N: BodyNameSource + Clone, R> MultiLockLayer<N, R> {
-    fn shared_mut(&mut self) -> &mut MultiShared<N> {
-        Arc::make_mut(&mut self.shared)
-    }
-
     /// How long a request waits for all of its locks together before it is rejected as busy;
     /// `Duration::ZERO` tries each once. Reading the body does not count.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.shared_mut().options.wait = Some(wait);
-        self
+    pub fn wait(self, wait: Duration) -> Self {
+        self.map(|c| c.wait(wait))
     }
 
     /// Holds each lock for this fixed lease instead of renewing it with the watchdog; see
     /// [`LockLayer::lease`](crate::LockLayer::lease). At least 10 ms.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.shared_mut().options.lease = Some(lease);
-        self
+    pub fn lease(self, lease: Duration) -> Self {
+        self.map(|c| c.lease(lease))
     }
 
     /// With the watchdog: the longest a request may hold its locks; after that they are
     /// released and the request dropped and answered as lost (503).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.shared_mut().options.max_hold = Some(max_hold);
-        self
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        self.map(|c| c.max_hold(max_hold))
     }
 
     /// Replaces all lock options (a [`LockOptions`] without `wait` waits indefinitely).
-    pub fn options(mut self, options: LockOptions) -> Self {
-        self.shared_mut().options = options;
-        self
+    pub fn options(self, options: LockOptions) -> Self {
+        self.map(|c| c.options(options))
     }
 
     /// Keeps the locks until the response body has ended (or is dropped); see
     /// [`LockLayer::hold_until_body_end`](crate::LockLayer::hold_until_body_end). The body is
     /// polled inside the scope of every lock and ends with an error if any of them is lost.
-    pub fn hold_until_body_end(mut self) -> Self {
-        self.shared_mut().hold_body = true;
-        self
+    pub fn hold_until_body_end(self) -> Self {
+        self.map(Config::hold_until_body_end)
     }
 
     /// The largest request body read, in bytes (default [`DEFAULT_MAX_BODY_BYTES`], 64 KiB).
@@ -203,29 +181,35 @@ impl<N: BodyNameSource + Clone, R> MultiLockLayer<N, R> {
     /// one whose body streams past the bound is answered 413 as soon as it does (the rest is
     /// not read). For gRPC the bound counts the whole body: each message and its 5-byte
     /// frame header.
-    pub fn max_body_bytes(mut self, max: usize) -> Self {
-        self.shared_mut().max_body_bytes = max;
-        self
+    pub fn max_body_bytes(self, max: usize) -> Self {
+        self.map(|c| c.map_shared(|s| s.own.max_body_bytes = max))
     }
 
     /// The most distinct lock names one request may ask for (default [`DEFAULT_MAX_NAMES`],
     /// 64); more are answered 400 / `INVALID_ARGUMENT`
     /// ([`LockError::TooManyNames`](crate::LockError::TooManyNames)) and nothing is locked.
     /// Each lock costs a round trip to Redis while the request waits.
-    pub fn max_names(mut self, max: usize) -> Self {
-        self.shared_mut().max_names = max;
-        self
+    pub fn max_names(self, max: usize) -> Self {
+        self.map(|c| c.map_shared(|s| s.own.max_names = max))
     }
 
     /// The longest value taken from the body for a lock name, in bytes before escaping;
     /// longer ones are rejected with 400 / `INVALID_ARGUMENT`.
-    pub fn max_name_value_len(mut self, max: usize) -> Self {
-        self.shared_mut().max_value_len = max;
-        self
+    pub fn max_name_value_len(self, max: usize) -> Self {
+        self.map(|c| c.max_name_value_len(max))
     }
 }
 
 impl<N, R> MultiLockLayer<N, R> {
+    fn map<R2>(
+        self,
+        f: impl FnOnce(Config<N, Bounds, R>) -> Config<N, Bounds, R2>,
+    ) -> MultiLockLayer<N, R2> {
+        MultiLockLayer {
+            config: f(self.config),
+        }
+    }
+
     /// Replaces the rejection response, as
     /// [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response)
     /// does. Bodies over the bound have the kind
@@ -250,26 +234,23 @@ impl<N, R> MultiLockLayer<N, R> {
     /// # }
     /// ```
     pub fn with_rejection_response<R2>(self, rejection: R2) -> MultiLockLayer<N, R2> {
-        MultiLockLayer {
-            shared: self.shared,
-            rejection: Arc::new(rejection),
-        }
+        self.map(|c| c.with_rejection_response(rejection))
     }
 
     /// The lock client.
     pub fn client(&self) -> &LockClient {
-        &self.shared.client
+        &self.config.shared.client
     }
 
     /// The name source.
     pub fn name_source(&self) -> &N {
-        &self.shared.names
+        &self.config.shared.names
     }
 
     /// The lock options used for every acquisition (`wait` bounds all of a request's locks
     /// together).
     pub fn lock_options(&self) -> LockOptions {
-        self.shared.options
+        self.config.shared.options
     }
 }
 
@@ -277,15 +258,14 @@ impl<S, N, R> Layer<S> for MultiLockLayer<N, R> {
     type Service = MultiLockService<S, N, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        MultiLockService::new(inner, self.shared.clone(), self.rejection.clone())
+        MultiLockService::new(inner, self.config.clone())
     }
 }
 
 impl<N, R> Clone for MultiLockLayer<N, R> {
     fn clone(&self) -> Self {
         MultiLockLayer {
-            shared: self.shared.clone(),
-            rejection: self.rejection.clone(),
+            config: self.config.clone(),
         }
     }
 }
@@ -293,7 +273,7 @@ impl<N, R> Clone for MultiLockLayer<N, R> {
 impl<N: fmt::Debug, R> fmt::Debug for MultiLockLayer<N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLockLayer")
-            .field("shared", &self.shared)
+            .field("shared", &self.config.shared)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

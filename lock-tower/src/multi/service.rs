@@ -1,8 +1,6 @@
 //! [`MultiLockService`]: the middleware service of a [`MultiLockLayer`](crate::MultiLockLayer).
 
 use std::fmt;
-use std::mem;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -10,30 +8,28 @@ use http::header::CONTENT_LENGTH;
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
-use lock_runtime::{LockClient, LockError, LockOptions, MultiLock};
+use lock_runtime::{LockError, MultiLock};
 use tower_service::Service;
 
 use super::buffer::BufferedBody;
 use super::future::MultiResponseFuture;
 use crate::body::{BoxError, ResponseBody};
-use crate::future::{AcquireFuture, Origin};
+use crate::config::{Config, Shared};
 use crate::hold::Hold;
 use crate::name::{BodyNameSource, invalid_body};
 use crate::rejection::{DefaultRejection, LockRejection, RejectionResponse, is_grpc};
+use crate::response::{AcquireFuture, Origin};
+use crate::service::take_ready;
 
-/// What a layer and its services share.
+/// What a [`MultiLockService`] reads and takes for one request at most, besides the settings
+/// of every layer.
 #[derive(Debug, Clone)]
-pub(crate) struct MultiShared<N> {
-    pub(crate) client: LockClient,
-    pub(crate) names: N,
-    pub(crate) options: LockOptions,
-    pub(crate) hold_body: bool,
-    pub(crate) max_value_len: usize,
+pub(crate) struct Bounds {
     pub(crate) max_body_bytes: usize,
     pub(crate) max_names: usize,
 }
 
-impl<N: BodyNameSource> MultiShared<N> {
+impl<N: BodyNameSource> Shared<N, Bounds> {
     /// Computes the request's names and starts taking them all.
     pub(crate) fn acquire(
         &self,
@@ -46,10 +42,10 @@ impl<N: BodyNameSource> MultiShared<N> {
         if names.is_empty() {
             return Err(invalid_body("the request body names no lock"));
         }
-        if names.len() > self.max_names {
+        if names.len() > self.own.max_names {
             return Err(LockError::TooManyNames {
                 count: names.len(),
-                max: self.max_names,
+                max: self.own.max_names,
             });
         }
         let multi = MultiLock::new(names.iter().map(|name| self.client.lock(name)))?;
@@ -61,7 +57,7 @@ impl<N: BodyNameSource> MultiShared<N> {
 
     /// Whether the head alone shows the body to be over the bound.
     fn declared_too_large(&self, parts: &Parts, hint: u64) -> bool {
-        let max = u64::try_from(self.max_body_bytes).unwrap_or(u64::MAX);
+        let max = u64::try_from(self.own.max_body_bytes).unwrap_or(u64::MAX);
         let declared = parts
             .headers
             .get(CONTENT_LENGTH)
@@ -78,33 +74,15 @@ impl<N: BodyNameSource> MultiShared<N> {
 /// held.
 pub struct MultiLockService<S, N, R = DefaultRejection> {
     inner: S,
-    shared: Arc<MultiShared<N>>,
-    rejection: Arc<R>,
+    config: Config<N, Bounds, R>,
 }
 
 impl<S, N, R> MultiLockService<S, N, R> {
-    pub(crate) fn new(inner: S, shared: Arc<MultiShared<N>>, rejection: Arc<R>) -> Self {
-        MultiLockService {
-            inner,
-            shared,
-            rejection,
-        }
+    pub(crate) fn new(inner: S, config: Config<N, Bounds, R>) -> Self {
+        MultiLockService { inner, config }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S, N, R, ReqBody, ResBody: 'static> Service<Request<ReqBody>> for MultiLockService<S, N, R>
@@ -131,29 +109,19 @@ where
             grpc: is_grpc(&parts.headers),
             permit: false,
         };
-        let rejection = self.rejection.clone();
-        if self
-            .shared
-            .declared_too_large(&parts, body.size_hint().lower())
-        {
-            let info = LockRejection::body_too_large(self.shared.max_body_bytes, origin.grpc);
-            return MultiResponseFuture::rejected(info, rejection, origin);
+        let shared = &self.config.shared;
+        if shared.declared_too_large(&parts, body.size_hint().lower()) {
+            let info = LockRejection::body_too_large(shared.own.max_body_bytes, origin.grpc);
+            return MultiResponseFuture::rejected(info, self.config.rejection.clone(), origin);
         }
-        // The instance that went through `poll_ready` goes into the future; a fresh clone
-        // stays here (tower-service, "Be careful when cloning inner services").
-        let clone = self.inner.clone();
-        let inner = mem::replace(&mut self.inner, clone);
-        MultiResponseFuture::reading(parts, body, inner, self.shared.clone(), rejection, origin)
+        let inner = take_ready(&mut self.inner);
+        MultiResponseFuture::reading(parts, body, inner, self.config.clone(), origin)
     }
 }
 
 impl<S: Clone, N, R> Clone for MultiLockService<S, N, R> {
     fn clone(&self) -> Self {
-        MultiLockService {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-            rejection: self.rejection.clone(),
-        }
+        MultiLockService::new(self.inner.clone(), self.config.clone())
     }
 }
 
@@ -161,7 +129,7 @@ impl<S: fmt::Debug, N: fmt::Debug, R> fmt::Debug for MultiLockService<S, N, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiLockService")
             .field("inner", &self.inner)
-            .field("shared", &self.shared)
+            .field("shared", &self.config.shared)
             .field("rejection", &std::any::type_name::<R>())
             .finish()
     }

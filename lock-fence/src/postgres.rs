@@ -39,8 +39,7 @@ use std::fmt::Display;
 
 use sqlx::{Encode, PgConnection, PgPool, Postgres, Type};
 
-use crate::sql::token_from_sql;
-use crate::{FenceError, FencedUpdate, TokenColumn, sql_token};
+use crate::{FenceError, FencedUpdate, TokenColumn, sql};
 
 /// Serialises this crate's migrations across processes (`pg_advisory_xact_lock`): PostgreSQL's
 /// `CREATE TABLE IF NOT EXISTS` alone can fail when two sessions run it at once.
@@ -95,35 +94,15 @@ pub async fn migrate(pool: &PgPool) -> Result<(), FenceError> {
 /// - [`FenceError::TokenOutOfRange`] above `i64::MAX`.
 /// - [`FenceError::Database`], e.g. when [`migrate`] has not run.
 pub async fn advance(conn: &mut PgConnection, name: &str, token: u64) -> Result<(), FenceError> {
-    let param = sql_token(token)?;
-    let accepted: Option<i64> = sqlx::query_scalar(ADVANCE)
-        .bind(name)
-        .bind(param)
-        .fetch_optional(&mut *conn)
-        .await?;
-    if accepted.is_some() {
-        return Ok(());
-    }
-    // The upsert locked the row although it did not update it, so this read (a new statement,
-    // a new snapshot) sees the committed newest token, and no one can change it before we end.
-    let newest: Option<i64> = sqlx::query_scalar(NEWEST)
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Err(FenceError::Stale {
-        name: name.to_string(),
-        token,
-        newest: newest.map_or(0, token_from_sql),
-    })
+    // When the upsert did not update the row it still locked it, so the read of the newest
+    // token (a new statement, a new snapshot) sees the committed one, and no one can change it
+    // before we end.
+    sql::advance::<Postgres>(conn, ADVANCE, NEWEST, name, token).await
 }
 
 /// The newest token recorded for the lock `name` in `lock_fences`, if any.
 pub async fn newest(conn: &mut PgConnection, name: &str) -> Result<Option<u64>, FenceError> {
-    let newest: Option<i64> = sqlx::query_scalar(NEWEST)
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(newest.map(token_from_sql))
+    sql::select_token::<Postgres, _>(conn, NEWEST, name).await
 }
 
 /// Adds the token column to your table if it is not there yet (existing rows get token 0, so
@@ -173,17 +152,5 @@ pub async fn check_update<'k, K>(
 where
     K: Encode<'k, Postgres> + Type<Postgres> + Display + Send + 'k,
 {
-    sql_token(token)?;
-    if rows_affected > 0 {
-        return Ok(FencedUpdate::Applied);
-    }
-    let name = key.to_string();
-    let stored: Option<i64> = sqlx::query_scalar(column.select_token_sql(true))
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match stored.map(token_from_sql) {
-        Some(newest) if newest > token => Err(column.stale(&name, token, newest)),
-        _ => Ok(FencedUpdate::NotMatched),
-    }
+    sql::check_update::<Postgres, K>(conn, column, true, key, token, rows_affected).await
 }

@@ -1,7 +1,10 @@
-//! What the PostgreSQL and SQLite modules share: token conversion, identifier validation and
-//! the description of a token column.
+//! What the PostgreSQL and SQLite modules share: token conversion, identifier validation, the
+//! description of a token column, and the queries that differ between them only in their SQL.
 
 use std::fmt;
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use crate::FenceError;
 
@@ -154,6 +157,92 @@ impl fmt::Display for TokenColumn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.table, self.column)
     }
+}
+
+/// `advance` of either store: `upsert` records `token` for `name` unless a newer one is
+/// recorded (returning a row when it did); when it did not, `select_newest` reads the newest
+/// token for the error. The caller's transaction must make that read the committed newest.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) async fn advance<DB>(
+    conn: &mut DB::Connection,
+    upsert: &str,
+    select_newest: &str,
+    name: &str,
+    token: u64,
+) -> Result<(), FenceError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let param = sql_token(token)?;
+    let accepted: Option<i64> = sqlx::query_scalar(upsert)
+        .bind(name)
+        .bind(param)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if accepted.is_some() {
+        return Ok(());
+    }
+    Err(FenceError::Stale {
+        name: name.to_string(),
+        token,
+        newest: select_token(conn, select_newest, name).await?.unwrap_or(0),
+    })
+}
+
+/// `check_update` of either store; `dollar`: the store numbers parameters `$1` (PostgreSQL),
+/// not `?1` (SQLite).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) async fn check_update<'k, DB, K>(
+    conn: &mut DB::Connection,
+    column: &'k TokenColumn,
+    dollar: bool,
+    key: K,
+    token: u64,
+    rows_affected: u64,
+) -> Result<FencedUpdate, FenceError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+    K: Encode<'k, DB> + Type<DB> + fmt::Display + Send + 'k,
+{
+    sql_token(token)?;
+    if rows_affected > 0 {
+        return Ok(FencedUpdate::Applied);
+    }
+    let name = key.to_string();
+    match select_token(conn, column.select_token_sql(dollar), key).await? {
+        Some(newest) if newest > token => Err(column.stale(&name, token, newest)),
+        _ => Ok(FencedUpdate::NotMatched),
+    }
+}
+
+/// Runs `select`, which selects one token by one key (`$1`/`?1`): the token, if a row has
+/// that key.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) async fn select_token<'k, DB, K>(
+    conn: &mut DB::Connection,
+    select: &'k str,
+    key: K,
+) -> Result<Option<u64>, FenceError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+    K: Encode<'k, DB> + Type<DB> + Send + 'k,
+{
+    let stored: Option<i64> = sqlx::query_scalar(select)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(stored.map(token_from_sql))
 }
 
 /// A table name, optionally schema-qualified, validated and double-quoted.

@@ -41,8 +41,7 @@ use std::fmt::Display;
 
 use sqlx::{Encode, Sqlite, SqliteConnection, SqlitePool, Type};
 
-use crate::sql::token_from_sql;
-use crate::{FenceError, FencedUpdate, TokenColumn, sql_token};
+use crate::{FenceError, FencedUpdate, TokenColumn, sql};
 
 const CREATE_FENCE_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS lock_fences (name TEXT PRIMARY KEY, token INTEGER NOT NULL)";
@@ -89,31 +88,14 @@ pub async fn advance(
     name: &str,
     token: u64,
 ) -> Result<(), FenceError> {
-    let param = sql_token(token)?;
-    let accepted: Option<i64> = sqlx::query_scalar(ADVANCE)
-        .bind(name)
-        .bind(param)
-        .fetch_optional(&mut *conn)
-        .await?;
-    if accepted.is_some() {
-        return Ok(());
-    }
     // Our transaction has written (or holds the write lock), so no one can change the row
-    // before it ends: this is the newest token.
-    Err(FenceError::Stale {
-        name: name.to_string(),
-        token,
-        newest: newest(conn, name).await?.unwrap_or(0),
-    })
+    // before it ends: the token read after a refusal is the newest.
+    sql::advance::<Sqlite>(conn, ADVANCE, NEWEST, name, token).await
 }
 
 /// The newest token recorded for the lock `name` in `lock_fences`, if any.
 pub async fn newest(conn: &mut SqliteConnection, name: &str) -> Result<Option<u64>, FenceError> {
-    let newest: Option<i64> = sqlx::query_scalar(NEWEST)
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(newest.map(token_from_sql))
+    sql::select_token::<Sqlite, _>(conn, NEWEST, name).await
 }
 
 /// Adds the token column to your table if it is not there yet (existing rows get token 0, so
@@ -173,17 +155,5 @@ pub async fn check_update<'k, K>(
 where
     K: Encode<'k, Sqlite> + Type<Sqlite> + Display + Send + 'k,
 {
-    sql_token(token)?;
-    if rows_affected > 0 {
-        return Ok(FencedUpdate::Applied);
-    }
-    let name = key.to_string();
-    let stored: Option<i64> = sqlx::query_scalar(column.select_token_sql(false))
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match stored.map(token_from_sql) {
-        Some(newest) if newest > token => Err(column.stale(&name, token, newest)),
-        _ => Ok(FencedUpdate::NotMatched),
-    }
+    sql::check_update::<Sqlite, K>(conn, column, false, key, token, rows_affected).await
 }

@@ -1,16 +1,19 @@
 //! `lock_fence::postgres` against a real PostgreSQL server (one per test, on a free loopback
 //! port), with real locks from `lock-runtime` on a real `redis-server` where a lock is lost.
 
-use std::time::Duration;
+mod common;
 
 use lock_fence::postgres::{add_token_column, advance, check_update, migrate, newest};
 use lock_fence::{FenceError, FencedUpdate, TokenColumn, sql_token};
-use lock_runtime::LockOptions;
 use lock_tests::{PostgresServer, RedisServer};
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio::task::JoinHandle;
 
-const LIMIT: Duration = Duration::from_secs(10);
+use common::{
+    LIMIT, acquire_short_lease, assert_invalid_identifiers, assert_stale, assert_stale_named,
+    until_lease_ran_out, until_lock_waiters,
+};
 
 /// A fresh server with the fence table; drop the pool before the server (declare it after).
 async fn database() -> (PostgresServer, PgPool) {
@@ -33,12 +36,37 @@ async fn connect(url: &str) -> PgPool {
 async fn fenced_write(pool: &PgPool, name: &str, token: u64) -> Result<(), FenceError> {
     let mut tx = pool.begin().await?;
     advance(&mut tx, name, token).await?;
+    log_and_commit(tx, token).await
+}
+
+/// Logs the write of `token` in `tx` and commits.
+async fn log_and_commit(mut tx: Transaction<'_, Postgres>, token: u64) -> Result<(), FenceError> {
     sqlx::query("INSERT INTO writes (token) VALUES ($1)")
         .bind(sql_token(token)?)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// A transaction that has advanced "stock:42" to `first`, and a fenced write of `second`
+/// spawned and waiting behind it at `advance`.
+async fn write_queued_behind(
+    pool: &PgPool,
+    first: u64,
+    second: u64,
+) -> (
+    Transaction<'static, Postgres>,
+    JoinHandle<Result<(), FenceError>>,
+) {
+    let mut tx = pool.begin().await.unwrap();
+    advance(&mut tx, "stock:42", first).await.unwrap();
+    let queued = tokio::spawn({
+        let pool = pool.clone();
+        async move { fenced_write(&pool, "stock:42", second).await }
+    });
+    until_lock_waiters(pool, 1).await;
+    (tx, queued)
 }
 
 async fn create_log(pool: &PgPool) {
@@ -59,39 +87,6 @@ async fn newest_of(pool: &PgPool, name: &str) -> Option<u64> {
     newest(&mut pool.acquire().await.unwrap(), name)
         .await
         .unwrap()
-}
-
-/// Waits (bounded) until `n` sessions of this database wait for a lock.
-async fn until_lock_waiters(pool: &PgPool, n: i64) {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting >= n {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no session waited for a lock within {LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn assert_stale(result: Result<impl std::fmt::Debug, FenceError>, token: u64, newest: u64) {
-    match result {
-        Err(FenceError::Stale {
-            token: t,
-            newest: n,
-            ..
-        }) => assert_eq!((t, n), (token, newest)),
-        other => panic!("expected Stale {{ token: {token}, newest: {newest} }}, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -122,20 +117,10 @@ async fn newer_transaction_committing_first_makes_the_older_one_stale() {
     create_log(&pool).await;
     fenced_write(&pool, "stock:42", 1).await.unwrap();
 
-    let mut newer = pool.begin().await.unwrap();
-    advance(&mut newer, "stock:42", 3).await.unwrap();
     // The older transaction waits at `advance` on the row lock the newer one holds.
-    let older = tokio::spawn({
-        let pool = pool.clone();
-        async move { fenced_write(&pool, "stock:42", 2).await }
-    });
-    until_lock_waiters(&pool, 1).await;
+    let (newer, older) = write_queued_behind(&pool, 3, 2).await;
     assert!(!older.is_finished());
-    sqlx::query("INSERT INTO writes (token) VALUES (3)")
-        .execute(&mut *newer)
-        .await
-        .unwrap();
-    newer.commit().await.unwrap();
+    log_and_commit(newer, 3).await.unwrap();
 
     assert_stale(older.await.unwrap(), 2, 3);
     assert_eq!(logged(&pool).await, [1, 3]);
@@ -146,18 +131,8 @@ async fn older_transaction_committing_first_lets_both_through_in_order() {
     let (_pg, pool) = database().await;
     create_log(&pool).await;
 
-    let mut older = pool.begin().await.unwrap();
-    advance(&mut older, "stock:42", 2).await.unwrap();
-    let newer = tokio::spawn({
-        let pool = pool.clone();
-        async move { fenced_write(&pool, "stock:42", 3).await }
-    });
-    until_lock_waiters(&pool, 1).await;
-    sqlx::query("INSERT INTO writes (token) VALUES (2)")
-        .execute(&mut *older)
-        .await
-        .unwrap();
-    older.commit().await.unwrap();
+    let (older, newer) = write_queued_behind(&pool, 2, 3).await;
+    log_and_commit(older, 2).await.unwrap();
 
     newer.await.unwrap().unwrap();
     assert_eq!(logged(&pool).await, [2, 3]);
@@ -169,13 +144,7 @@ async fn rolled_back_newer_transaction_does_not_block_the_older_one() {
     let (_pg, pool) = database().await;
     create_log(&pool).await;
 
-    let mut newer = pool.begin().await.unwrap();
-    advance(&mut newer, "stock:42", 3).await.unwrap();
-    let older = tokio::spawn({
-        let pool = pool.clone();
-        async move { fenced_write(&pool, "stock:42", 2).await }
-    });
-    until_lock_waiters(&pool, 1).await;
+    let (newer, older) = write_queued_behind(&pool, 3, 2).await;
     newer.rollback().await.unwrap();
 
     older.await.unwrap().unwrap();
@@ -193,19 +162,10 @@ async fn write_after_the_lease_ran_out_is_refused() {
     let locks = lock_tests::client(&redis).await;
     let lock = locks.lock("stock:42");
 
-    let a = lock
-        .acquire_with(
-            LockOptions::new()
-                .wait(Duration::ZERO)
-                .lease(Duration::from_millis(300)),
-        )
-        .await
-        .unwrap();
+    let a = acquire_short_lease(&lock).await;
     let a_token = a.fencing_token();
     // … A stalls (a GC pause, a slow call) until its lease is gone.
-    tokio::time::timeout(LIMIT, a.lost())
-        .await
-        .expect("the lease runs out");
+    until_lease_ran_out(&a).await;
 
     let b = lock.try_acquire(LIMIT).await.unwrap();
     let b_token = b.fencing_token();
@@ -338,12 +298,12 @@ async fn token_column_refuses_stale_updates_and_tells_missing_rows_apart() {
         fenced_update(&pool, &column, "42", 8, 5).await.unwrap(),
         FencedUpdate::Applied
     );
-    let stale = fenced_update(&pool, &column, "42", 1, 4).await;
-    match &stale {
-        Err(FenceError::Stale { name, .. }) => assert_eq!(name, "stock[42]"),
-        other => panic!("{other:?}"),
-    }
-    assert_stale(stale, 4, 5);
+    assert_stale_named(
+        fenced_update(&pool, &column, "42", 1, 4).await,
+        "stock[42]",
+        4,
+        5,
+    );
     assert_eq!(qty_and_token(&pool).await, (8, 5));
 
     assert_eq!(
@@ -412,7 +372,7 @@ async fn hostile_identifiers_are_rejected_before_any_sql_runs() {
         .await
         .unwrap();
     let long = "a".repeat(64);
-    for (table, key, column) in [
+    assert_invalid_identifiers(&[
         ("stock; DROP TABLE x", "sku", "lock_token"),
         ("x", "sku", "lock_token INT; DROP TABLE x; --"),
         ("x\"; DROP TABLE x; --", "sku", "lock_token"),
@@ -421,12 +381,7 @@ async fn hostile_identifiers_are_rejected_before_any_sql_runs() {
         ("x", "", "lock_token"),
         ("x", "sku", long.as_str()),
         ("public.x.y", "sku", "lock_token"),
-    ] {
-        match TokenColumn::new(table, key, column) {
-            Err(FenceError::InvalidIdentifier { .. }) => {}
-            other => panic!("{table:?} {key:?} {column:?} accepted: {other:?}"),
-        }
-    }
+    ]);
     let still_there: i64 = sqlx::query_scalar("SELECT count(*) FROM x")
         .fetch_one(&pool)
         .await

@@ -1,14 +1,13 @@
 //! `lock_fence::redis` against a real `redis-server`, with real locks from `lock-runtime`.
 
-use std::time::Duration;
+mod common;
 
 use lock_fence::FenceError;
 use lock_fence::redis::{advance, get, newest, set};
-use lock_runtime::LockOptions;
 use lock_tests::{RedisServer, Resp};
 use redis::aio::MultiplexedConnection;
 
-const LIMIT: Duration = Duration::from_secs(10);
+use common::{LIMIT, acquire_short_lease, assert_stale, until_lease_ran_out};
 
 async fn connect(server: &RedisServer) -> MultiplexedConnection {
     redis::Client::open(server.url())
@@ -16,17 +15,6 @@ async fn connect(server: &RedisServer) -> MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
-}
-
-fn assert_stale(result: Result<impl std::fmt::Debug, FenceError>, token: u64, newest: u64) {
-    match result {
-        Err(FenceError::Stale {
-            token: t,
-            newest: n,
-            ..
-        }) => assert_eq!((t, n), (token, newest)),
-        other => panic!("expected Stale {{ token: {token}, newest: {newest} }}, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -156,20 +144,11 @@ async fn write_after_the_lease_ran_out_is_refused() {
     let locks = lock_tests::client(&server).await;
     let lock = locks.lock("stock:42");
 
-    let a = lock
-        .acquire_with(
-            LockOptions::new()
-                .wait(Duration::ZERO)
-                .lease(Duration::from_millis(300)),
-        )
-        .await
-        .unwrap();
+    let a = acquire_short_lease(&lock).await;
     let a_token = a.fencing_token();
     advance(&mut con, "stock:42", a_token).await.unwrap();
     let a_read: u32 = get(&mut con, "stock:42").await.unwrap().unwrap();
-    tokio::time::timeout(LIMIT, a.lost())
-        .await
-        .expect("the lease runs out");
+    until_lease_ran_out(&a).await;
 
     let b = lock.try_acquire(LIMIT).await.unwrap();
     let b_token = b.fencing_token();

@@ -1,6 +1,8 @@
 //! `lock_fence::sqlite` against a real SQLite database file (WAL, busy timeout), with real
 //! locks from `lock-runtime` on a real `redis-server` where a lock is lost.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -9,9 +11,10 @@ use lock_fence::sqlite::{add_token_column, advance, check_update, migrate, newes
 use lock_fence::{FenceError, FencedUpdate, TokenColumn, sql_token};
 use lock_tests::RedisServer;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Connection, SqlitePool};
+use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
+use tokio::task::JoinHandle;
 
-const LIMIT: Duration = Duration::from_secs(10);
+use common::{LIMIT, assert_invalid_identifiers, assert_stale, assert_stale_named};
 
 /// A database file in a temp dir of its own, removed on drop.
 struct Database {
@@ -72,6 +75,11 @@ async fn fenced_write(pool: &SqlitePool, name: &str, token: u64) -> Result<(), F
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
     advance(&mut tx, name, token).await?;
+    log_and_commit(tx, token).await
+}
+
+/// Logs the write of `token` in `tx` and commits.
+async fn log_and_commit(mut tx: Transaction<'_, Sqlite>, token: u64) -> Result<(), FenceError> {
     sqlx::query("INSERT INTO writes (token) VALUES (?1)")
         .bind(sql_token(token)?)
         .execute(&mut *tx)
@@ -80,21 +88,30 @@ async fn fenced_write(pool: &SqlitePool, name: &str, token: u64) -> Result<(), F
     Ok(())
 }
 
+/// A `BEGIN IMMEDIATE` transaction that has advanced "stock:42" to `first`, and a fenced
+/// write of `second` spawned from another "process" (pool), which cannot get the write lock
+/// meanwhile.
+async fn write_queued_behind(
+    db: &Database,
+    first: u64,
+    second: u64,
+) -> (
+    Transaction<'static, Sqlite>,
+    JoinHandle<Result<(), FenceError>>,
+) {
+    let other_process = pool(&db.dir).await;
+    let mut tx = db.pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+    advance(&mut tx, "stock:42", first).await.unwrap();
+    let queued =
+        tokio::spawn(async move { fenced_write(&other_process, "stock:42", second).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    (tx, queued)
+}
+
 async fn newest_of(pool: &SqlitePool, name: &str) -> Option<u64> {
     newest(&mut pool.acquire().await.unwrap(), name)
         .await
         .unwrap()
-}
-
-fn assert_stale(result: Result<impl std::fmt::Debug, FenceError>, token: u64, newest: u64) {
-    match result {
-        Err(FenceError::Stale {
-            token: t,
-            newest: n,
-            ..
-        }) => assert_eq!((t, n), (token, newest)),
-        other => panic!("expected Stale {{ token: {token}, newest: {newest} }}, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -119,20 +136,11 @@ async fn stale_token_is_refused_and_newest_or_equal_goes_through() {
 async fn newer_transaction_committing_first_makes_the_older_one_stale() {
     let db = database().await;
     create_log(&db.pool).await;
-    let other_process = pool(&db.dir).await;
 
-    let mut conn = db.pool.acquire().await.unwrap();
-    let mut newer = conn.begin_with("BEGIN IMMEDIATE").await.unwrap();
-    advance(&mut newer, "stock:42", 3).await.unwrap();
-    let older = tokio::spawn(async move { fenced_write(&other_process, "stock:42", 2).await });
+    let (newer, older) = write_queued_behind(&db, 3, 2).await;
     // The older one cannot get the write lock while the newer one holds it.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!older.is_finished());
-    sqlx::query("INSERT INTO writes (token) VALUES (3)")
-        .execute(&mut *newer)
-        .await
-        .unwrap();
-    newer.commit().await.unwrap();
+    log_and_commit(newer, 3).await.unwrap();
 
     assert_stale(older.await.unwrap(), 2, 3);
     assert_eq!(logged(&db.pool).await, [3]);
@@ -142,18 +150,9 @@ async fn newer_transaction_committing_first_makes_the_older_one_stale() {
 async fn older_transaction_committing_first_lets_both_through_in_order() {
     let db = database().await;
     create_log(&db.pool).await;
-    let other_process = pool(&db.dir).await;
 
-    let mut conn = db.pool.acquire().await.unwrap();
-    let mut older = conn.begin_with("BEGIN IMMEDIATE").await.unwrap();
-    advance(&mut older, "stock:42", 2).await.unwrap();
-    let newer = tokio::spawn(async move { fenced_write(&other_process, "stock:42", 3).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    sqlx::query("INSERT INTO writes (token) VALUES (2)")
-        .execute(&mut *older)
-        .await
-        .unwrap();
-    older.commit().await.unwrap();
+    let (older, newer) = write_queued_behind(&db, 2, 3).await;
+    log_and_commit(older, 2).await.unwrap();
 
     newer.await.unwrap().unwrap();
     assert_eq!(logged(&db.pool).await, [2, 3]);
@@ -267,12 +266,12 @@ async fn token_column_refuses_stale_updates_and_tells_missing_rows_apart() {
         fenced_update(&db.pool, &column, "42", 8, 5).await.unwrap(),
         FencedUpdate::Applied
     );
-    let stale = fenced_update(&db.pool, &column, "42", 1, 4).await;
-    match &stale {
-        Err(FenceError::Stale { name, .. }) => assert_eq!(name, "main.stock[42]"),
-        other => panic!("{other:?}"),
-    }
-    assert_stale(stale, 4, 5);
+    assert_stale_named(
+        fenced_update(&db.pool, &column, "42", 1, 4).await,
+        "main.stock[42]",
+        4,
+        5,
+    );
     assert_eq!(
         fenced_update(&db.pool, &column, "nope", 1, 9)
             .await
@@ -294,22 +293,14 @@ async fn hostile_identifiers_are_rejected_before_any_sql_runs() {
         .await
         .unwrap();
     let long = "a".repeat(64);
-    for (table, key, column) in [
+    assert_invalid_identifiers(&[
         ("stock; DROP TABLE x", "sku", "lock_token"),
         ("x", "sku", "lock_token INT; DROP TABLE x; --"),
         ("x\"; DROP TABLE x; --", "sku", "lock_token"),
         ("x", "sku` OR 1", "lock_token"),
         ("x", "sku", ""),
         ("x", "sku", long.as_str()),
-    ] {
-        assert!(
-            matches!(
-                TokenColumn::new(table, key, column),
-                Err(FenceError::InvalidIdentifier { .. })
-            ),
-            "{table:?} {key:?} {column:?} accepted"
-        );
-    }
+    ]);
     let still_there: i64 = sqlx::query_scalar("SELECT count(*) FROM x")
         .fetch_one(&db.pool)
         .await

@@ -7,18 +7,20 @@
 //! - Released before COMMIT, but with `advance` first in each transaction: the second purchaser
 //!   waits at `advance` until the first commits, then sees the stock is gone.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lock_fence::postgres::{advance, migrate};
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockGuard};
 use lock_tests::{PostgresServer, RedisServer};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::oneshot;
 
-const LIMIT: Duration = Duration::from_secs(10);
+use common::{LIMIT, until_lock_waiters};
 
 struct Shop {
     _pg: PostgresServer,
@@ -52,6 +54,11 @@ async fn shop() -> Shop {
         pool,
         locks,
     }
+}
+
+/// Takes the lock of product 42; a purchase's first step.
+async fn lock_stock(locks: &LockClient) -> LockGuard {
+    locks.lock("stock:42").try_acquire(LIMIT).await.unwrap()
 }
 
 /// Reads the stock (inside the caller's transaction); the first half of a purchase.
@@ -100,7 +107,7 @@ async fn commit_inside_the_locked_body_sells_the_last_unit_once() {
         let (pool, locks) = (shop.pool.clone(), shop.locks.clone());
         let (in_body, committed) = (first_in_body.clone(), first_committed.clone());
         async move {
-            let guard = locks.lock("stock:42").try_acquire(LIMIT).await.unwrap();
+            let guard = lock_stock(&locks).await;
             let mut tx = pool.begin().await.unwrap();
             let qty = read_qty(&mut tx).await;
             in_body.notify_one();
@@ -115,12 +122,7 @@ async fn commit_inside_the_locked_body_sells_the_last_unit_once() {
         }
     });
     first_in_body.notified().await;
-    let guard = shop
-        .locks
-        .lock("stock:42")
-        .try_acquire(LIMIT)
-        .await
-        .unwrap();
+    let guard = lock_stock(&shop.locks).await;
     assert!(
         first_committed.load(Ordering::SeqCst),
         "the lock was granted before the first purchase committed"
@@ -149,7 +151,7 @@ async fn commit_after_release_oversells() {
     let first = tokio::spawn({
         let (pool, locks) = (shop.pool.clone(), shop.locks.clone());
         async move {
-            let guard = locks.lock("stock:42").try_acquire(LIMIT).await.unwrap();
+            let guard = lock_stock(&locks).await;
             let mut tx = pool.begin().await.unwrap();
             let qty = read_qty(&mut tx).await;
             assert_eq!(qty, 1);
@@ -165,12 +167,7 @@ async fn commit_after_release_oversells() {
         }
     });
     released.await.unwrap();
-    let guard = shop
-        .locks
-        .lock("stock:42")
-        .try_acquire(LIMIT)
-        .await
-        .unwrap();
+    let guard = lock_stock(&shop.locks).await;
     let mut tx = shop.pool.begin().await.unwrap();
     let qty = read_qty(&mut tx).await;
     assert_eq!(
@@ -200,7 +197,7 @@ async fn advance_first_orders_even_a_commit_after_release() {
     let first = tokio::spawn({
         let (pool, locks) = (shop.pool.clone(), shop.locks.clone());
         async move {
-            let guard = locks.lock("stock:42").try_acquire(LIMIT).await.unwrap();
+            let guard = lock_stock(&locks).await;
             let mut tx = pool.begin().await.unwrap();
             advance(&mut tx, "stock:42", guard.fencing_token())
                 .await
@@ -214,12 +211,7 @@ async fn advance_first_orders_even_a_commit_after_release() {
         }
     });
     released.await.unwrap();
-    let guard = shop
-        .locks
-        .lock("stock:42")
-        .try_acquire(LIMIT)
-        .await
-        .unwrap();
+    let guard = lock_stock(&shop.locks).await;
     let second = tokio::spawn({
         let pool = shop.pool.clone();
         let token = guard.fencing_token();
@@ -235,23 +227,7 @@ async fn advance_first_orders_even_a_commit_after_release() {
         }
     });
     // Let the first purchaser commit only once the second one waits at `advance`.
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
-        )
-        .fetch_one(&shop.pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the second purchaser never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_lock_waiters(&shop.pool, 1).await;
     second_waits_tx.send(()).unwrap();
     first.await.unwrap();
     assert_eq!(

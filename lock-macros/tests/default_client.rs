@@ -2,19 +2,12 @@
 //!
 //! The default is process-global, so this file is its own test binary with a single test.
 
+mod common;
+
 use lock_runtime::{LockClient, LockError, distributed_lock};
 use lock_tests::RedisServer;
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
+use common::AppError;
 
 #[distributed_lock(name = "default:<id>", wait = "100ms")]
 async fn with_default(id: u32) -> Result<u32, AppError> {

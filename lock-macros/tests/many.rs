@@ -3,6 +3,8 @@
 //! all or nothing within the one `wait`, the body inside every lock's scope, dropped if any
 //! lock is lost; `max_names` and empty collections.
 
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -12,20 +14,7 @@ use lock_runtime::{LockClient, LockError, distributed_lock};
 use lock_tests::RedisServer;
 use tokio::time::{sleep, timeout};
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-async fn connect(server: &RedisServer) -> LockClient {
-    lock_tests::client(server).await
-}
+use common::{AppError, connect};
 
 #[derive(Debug, Clone)]
 struct Item {

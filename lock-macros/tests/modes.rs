@@ -1,6 +1,8 @@
 //! `#[distributed_lock]`'s lock kinds against a real `redis-server`: `mode = "read"`,
 //! `"write"` and `"fair"`, semaphores (`permits`/`capacity`), and `max_hold`.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,20 +12,7 @@ use lock_tests::RedisServer;
 use tokio::sync::Barrier;
 use tokio::time::{sleep, timeout};
 
-#[derive(Debug)]
-enum AppError {
-    Lock(LockError),
-}
-
-impl From<LockError> for AppError {
-    fn from(e: LockError) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-async fn connect(server: &RedisServer) -> LockClient {
-    lock_tests::client(server).await
-}
+use common::{AppError, connect};
 
 /// Measures how many bodies run at the same time, and records when each entered (`who`) and
 /// left (`/who`).

@@ -12,7 +12,7 @@ use std::ops::Deref;
 
 use crate::guard::LockGuard;
 use crate::lock::Lock;
-use crate::multi::MultiLock;
+use crate::multi::{MultiLock, MultiLockGuard};
 
 /// What to do when the lock is lost while the body runs (`on_lost = …`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,21 +126,10 @@ where
         Ok(guard) => guard,
         Err(e) => return R::from_lock_error(e),
     };
-    let out = match on_lost {
-        OnLost::Abort => match guard.run(body).await {
-            Ok(out) => out,
-            Err(lost) => {
-                // Frees whatever is left of the hold; its error repeats `lost`.
-                let _ = guard.release().await;
-                return R::from_lock_error(lost);
-            }
-        },
-        OnLost::Ignore => guard.scope(body).await,
-    };
-    if let Err(e) = guard.release().await {
+    run_guarded(guard, on_lost, body, |e| {
         tracing::warn!(lock = %key, error = %e, "could not release the lock after the body; returning the body's result");
-    }
-    out
+    })
+    .await
 }
 
 /// The lock names of one call whose template runs over a collection (`<cart.items[].sku>`):
@@ -280,32 +269,91 @@ where
         },
         Err(e) => return R::from_lock_error(e),
     };
-    let helds = guard.guards().iter().map(|g| g.held.clone()).collect();
-    let body = crate::scope::enter_all(helds, body);
-    let out = match on_lost {
-        OnLost::Abort => {
-            let outcome = if guard.is_lost() {
-                Err(guard.lost().await)
-            } else {
-                tokio::select! {
-                    biased;
-                    lost = guard.lost() => Err(lost),
-                    out = body => Ok(out),
-                }
-            };
-            match outcome {
-                Ok(out) => out,
-                Err(lost) => {
-                    // Frees whatever is left of the holds; its error repeats `lost`.
-                    let _ = guard.release().await;
-                    return R::from_lock_error(lost);
-                }
-            }
+    run_guarded(guard, on_lost, body, |e| {
+        tracing::warn!(locks = %names, error = %e, "could not release the locks after the body; returning the body's result");
+    })
+    .await
+}
+
+/// What the body of a `#[distributed_lock]` fn runs under: the guard of its lock
+/// ([`run_locked`]) or of all the locks of its names ([`run_locked_all`]).
+trait BodyGuard: Sized {
+    /// Runs `body` inside the reentrancy scope of every lock held.
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output>;
+
+    /// Like [`scope`](BodyGuard::scope), but drops `body` and returns [`LockError::Lost`] if a
+    /// lock is lost (or already was).
+    fn run<F: Future>(&self, body: F) -> impl Future<Output = Result<F::Output, LockError>>;
+
+    /// Releases every lock held.
+    fn release(self) -> impl Future<Output = Result<(), LockError>>;
+}
+
+impl BodyGuard for LockGuard {
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
+        LockGuard::scope(self, body)
+    }
+
+    fn run<F: Future>(&self, body: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        LockGuard::run(self, body)
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        LockGuard::release(self)
+    }
+}
+
+impl BodyGuard for MultiLockGuard {
+    /// All the holds in one task-local scope, so that (unlike [`MultiLockGuard::scope`]) the
+    /// body need not be `Send`.
+    fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
+        let helds = self.guards().iter().map(|g| g.held.clone()).collect();
+        crate::scope::enter_all(helds, body)
+    }
+
+    async fn run<F: Future>(&self, body: F) -> Result<F::Output, LockError> {
+        if self.is_lost() {
+            return Err(self.lost().await);
         }
-        OnLost::Ignore => body.await,
+        let body = BodyGuard::scope(self, body);
+        tokio::select! {
+            biased;
+            lost = self.lost() => Err(lost),
+            out = body => Ok(out),
+        }
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        MultiLockGuard::release(self)
+    }
+}
+
+/// What [`run_locked`] and [`run_locked_all`] do once the locks are taken: run `body` under
+/// `guard` as `on_lost` says, then release, handing a release error to `release_failed`.
+async fn run_guarded<R, F, G>(
+    guard: G,
+    on_lost: OnLost,
+    body: F,
+    release_failed: impl FnOnce(LockError),
+) -> R
+where
+    R: LockedResult,
+    F: Future<Output = R>,
+    G: BodyGuard,
+{
+    let out = match on_lost {
+        OnLost::Abort => match guard.run(body).await {
+            Ok(out) => out,
+            Err(lost) => {
+                // Frees whatever is left of the holds; its error repeats `lost`.
+                let _ = guard.release().await;
+                return R::from_lock_error(lost);
+            }
+        },
+        OnLost::Ignore => guard.scope(body).await,
     };
     if let Err(e) = guard.release().await {
-        tracing::warn!(locks = %names, error = %e, "could not release the locks after the body; returning the body's result");
+        release_failed(e);
     }
     out
 }

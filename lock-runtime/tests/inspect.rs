@@ -11,17 +11,6 @@ use lock_runtime::{HoldMode, LockClient, LockError, LockKind, LockOptions};
 use lock_tests::RedisServer;
 use lock_tests::topology::RedisCluster;
 
-/// Polls `cond` every 20 ms for up to 5 s.
-async fn until<F: std::future::Future<Output = bool>>(mut cond: impl FnMut() -> F) -> bool {
-    for _ in 0..250 {
-        if cond().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn info_reads_a_mutex_holder_lease_token_and_subscribed_waiters() {
     let redis = RedisServer::start();
@@ -50,15 +39,13 @@ async fn info_reads_a_mutex_holder_lease_token_and_subscribed_waiters() {
     let waiters: Vec<_> = (0..2)
         .map(|_| {
             let lock = b.lock("stock:42");
-            tokio::spawn(async move { lock.acquire().await })
+            // Released at once, so that whichever is granted first does not hold up the other
+            // while the test waits for them in spawn order.
+            tokio::spawn(async move { lock.acquire().await?.release().await })
         })
         .collect();
-    let subscribed = until(|| async {
-        a.lock("stock:42")
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.waiters.subscribed == 1 && i.waiting() == 1)
+    let subscribed = lock_tests::until_info(&a.lock("stock:42"), |i| {
+        i.waiters.subscribed == 1 && i.waiting() == 1
     })
     .await;
     assert!(
@@ -67,12 +54,7 @@ async fn info_reads_a_mutex_holder_lease_token_and_subscribed_waiters() {
     );
     guard.release().await.unwrap();
     for waiter in waiters {
-        let held = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        held.release().await.unwrap();
+        lock_tests::granted(waiter).await;
     }
 }
 
@@ -121,15 +103,7 @@ async fn info_reads_readers_a_writer_and_a_fair_queue() {
     let r2 = b.rw_lock("stock:42").read().acquire().await.unwrap();
     let writer = b.rw_lock("stock:42").write().clone();
     let waiting_writer = tokio::spawn(async move { writer.acquire().await });
-    let queued = until(|| async {
-        stock
-            .read()
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.waiters.queued == 1)
-    })
-    .await;
+    let queued = lock_tests::until_info(stock.read(), |i| i.waiters.queued == 1).await;
     assert!(queued, "the waiting writer was not counted");
     let info = stock.read().info().await.unwrap().unwrap();
     assert_eq!(info.kind, LockKind::ReadWrite);
@@ -137,11 +111,7 @@ async fn info_reads_readers_a_writer_and_a_fair_queue() {
     assert!(info.holders.iter().all(|h| h.mode == HoldMode::Read));
     r1.release().await.unwrap();
     r2.release().await.unwrap();
-    let writing = tokio::time::timeout(Duration::from_secs(5), waiting_writer)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let writing = lock_tests::granted(waiting_writer).await;
     let info = stock.read().info().await.unwrap().unwrap();
     assert_eq!(info.holders[0].mode, HoldMode::Write);
     assert_eq!(info.fencing_token, Some(writing.fencing_token()));
@@ -159,21 +129,13 @@ async fn info_reads_readers_a_writer_and_a_fair_queue() {
     );
     let fair = b.fair_lock("drop:1");
     let waiter = tokio::spawn(async move { fair.acquire().await });
-    let queued = until(|| async {
-        a.lock("drop:1")
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.kind == LockKind::Fair && i.waiting() == 1)
+    let queued = lock_tests::until_info(&a.lock("drop:1"), |i| {
+        i.kind == LockKind::Fair && i.waiting() == 1
     })
     .await;
     assert!(queued, "the fair lock's queue was not read");
     turn.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = lock_tests::granted(waiter).await;
     next.release().await.unwrap();
 }
 

@@ -86,17 +86,6 @@ fn owners(lock: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Polls `cond` every 20 ms for up to 5 s.
-async fn until<F: std::future::Future<Output = bool>>(mut cond: impl FnMut() -> F) -> bool {
-    for _ in 0..250 {
-        if cond().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_waiters() {
     let redis = RedisServer::start();
@@ -115,14 +104,7 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
     let turn = a.fair_lock("drop:1").acquire().await.unwrap();
     let fair = b.fair_lock("drop:1");
     let waiter = tokio::spawn(async move { fair.acquire().await });
-    let queued = until(|| async {
-        a.fair_lock("drop:1")
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.waiters.queued == 1)
-    })
-    .await;
+    let queued = lock_tests::until_info(&a.fair_lock("drop:1"), |i| i.waiters.queued == 1).await;
     assert!(queued, "the fair lock's waiter never queued");
 
     let doc = json(&lockctl(&["--url", &url, "--json", "list"]).await);
@@ -186,11 +168,7 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
     );
 
     turn.release().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter got its turn")
-        .unwrap()
-        .unwrap();
+    let granted = lock_tests::granted(waiter).await;
     drop((granted, mutex, permits, permit, reader));
 }
 
@@ -325,14 +303,7 @@ async fn top_refreshes_as_often_as_asked_busiest_first() {
     let busy = a.lock("busy").acquire().await.unwrap();
     let contender = b.lock("busy");
     let waiter = tokio::spawn(async move { contender.acquire().await });
-    let subscribed = until(|| async {
-        a.lock("busy")
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.waiters.subscribed == 1)
-    })
-    .await;
+    let subscribed = lock_tests::until_info(&a.lock("busy"), |i| i.waiters.subscribed == 1).await;
     assert!(subscribed, "the waiter never subscribed");
 
     let out = lockctl(&[
@@ -379,11 +350,7 @@ async fn top_refreshes_as_often_as_asked_busiest_first() {
     assert!(table.contains("TOKEN+"), "{table}");
 
     busy.release().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = lock_tests::granted(waiter).await;
     drop((granted, quiet));
 }
 
@@ -509,15 +476,8 @@ async fn a_cluster_is_listed_from_every_master() {
     }
     let contender = waiting_client.lock(&names[0]);
     let waiter = tokio::spawn(async move { contender.acquire().await });
-    let subscribed = until(|| async {
-        locks
-            .lock(&names[0])
-            .info()
-            .await
-            .unwrap()
-            .is_some_and(|i| i.waiters.subscribed == 1)
-    })
-    .await;
+    let subscribed =
+        lock_tests::until_info(&locks.lock(&names[0]), |i| i.waiters.subscribed == 1).await;
     assert!(subscribed, "SHARDNUMSUB never counted the waiter");
 
     let seed = cluster.seed_url();
@@ -540,11 +500,7 @@ async fn a_cluster_is_listed_from_every_master() {
 
     let first = guards.remove(0);
     first.release().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = lock_tests::granted(waiter).await;
     drop((granted, guards));
 }
 

@@ -1,9 +1,10 @@
 //! Clients for tests and examples: one place that connects a [`LockClient`] to a test server,
-//! and one that finds a Redis for an example.
+//! one that finds a Redis for an example, and waits for what the clients' locks do.
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockClientBuilder};
+use lock_runtime::{Lock, LockClient, LockClientBuilder, LockError, LockInfo};
+use tokio::task::JoinHandle;
 
 use crate::RedisServer;
 
@@ -42,6 +43,34 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Reads `lock`'s [`info`](Lock::info) every 20 ms until the lock is held and `cond` holds for
+/// what was read, for up to 5 s; returns whether it did.
+///
+/// # Panics
+/// If reading the info fails.
+pub async fn until_info(lock: &Lock, mut cond: impl FnMut(&LockInfo) -> bool) -> bool {
+    for _ in 0..250 {
+        if lock.info().await.unwrap().is_some_and(|info| cond(&info)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// What a spawned acquisition (`tokio::spawn(async move { lock.acquire().await })`) got, once
+/// it was granted.
+///
+/// # Panics
+/// If it is not granted within 5 s, the task panicked, or the acquisition failed.
+pub async fn granted<G>(waiter: JoinHandle<Result<G, LockError>>) -> G {
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was granted the lock within 5 s")
+        .expect("the waiting task")
+        .expect("the acquisition")
 }
 
 /// The Redis an example runs against: `REDIS_URL` when set, or else a `redis-server` started

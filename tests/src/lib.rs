@@ -20,7 +20,7 @@ mod process;
 mod proxy;
 pub mod topology;
 
-pub use client::{client, client_with, eventually, local_redis};
+pub use client::{client, client_with, eventually, granted, local_redis, until_info};
 pub use postgres::PostgresServer;
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;

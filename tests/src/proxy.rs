@@ -83,10 +83,14 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
             let mut cut = shared.generation.subscribe();
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
+            // The cut first: `cut_all` then `set_black_hole(false)` must never let bytes the
+            // hole held reach the server after the cut (a real cut connection delivers
+            // nothing more), whichever branch a loaded runtime finds ready first.
             tokio::select! {
+                biased;
+                _ = cut.changed() => {}
                 _ = pipe(cr, sw, &shared) => {}
                 _ = pipe(sr, cw, &shared) => {}
-                _ = cut.changed() => {}
             }
         });
     }

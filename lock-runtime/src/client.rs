@@ -131,6 +131,51 @@ impl LockClient {
         LockClientBuilder::new(Topology::Single(url.to_owned()))
     }
 
+    /// Starts configuring a client for the server the application's own [`redis::Client`]
+    /// connects to: the same address, credentials, database and TLS settings (client
+    /// certificates and custom roots included), with the same defaults and options as
+    /// [`builder`](LockClient::builder). The lock client opens its own two connections; the
+    /// application's client is not used afterwards. (With feature `tls`, a
+    /// `tls_root_certificate` set on the builder replaces the client's TLS settings.)
+    ///
+    /// The [deployment identity](LockClient::deployment_id) is derived from the address and
+    /// database, as for the URL `redis://host:port/db`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// // The application's existing client.
+    /// let redis = redis::Client::open("redis://locker:secret@127.0.0.1:6379/0")?;
+    /// let locks = LockClient::builder_from_client(&redis).prefix("shop").build().await?;
+    /// assert_eq!(locks.deployment_id(), "127.0.0.1:6379/0");
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_from_client(client: &redis::Client) -> LockClientBuilder {
+        LockClient::builder_from_connection_info(client.get_connection_info().clone())
+    }
+
+    /// Starts configuring a client from redis' [`ConnectionInfo`](redis::ConnectionInfo),
+    /// like [`builder_from_client`](LockClient::builder_from_client).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_runtime::LockClient;
+    /// use redis::{ConnectionAddr, IntoConnectionInfo};
+    ///
+    /// let info = ConnectionAddr::Tcp("10.0.0.1".into(), 6379).into_connection_info()?;
+    /// let db2 = info.redis_settings().clone().set_db(2);
+    /// let info = info.set_redis_settings(db2);
+    /// let locks = LockClient::builder_from_connection_info(info).build().await?;
+    /// assert_eq!(locks.deployment_id(), "10.0.0.1:6379/2");
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_from_connection_info(info: redis::ConnectionInfo) -> LockClientBuilder {
+        let mut builder = LockClientBuilder::new(Topology::Single(identity_url(&info)));
+        builder.connection_info = Some(info);
+        builder
+    }
+
     /// Starts configuring a client for a Redis Cluster, given one or more seed nodes
     /// (`redis://host:port`); the rest of the cluster is discovered from them.
     ///
@@ -193,10 +238,34 @@ impl LockClient {
     }
 }
 
+/// A URL without credentials naming the server `info` connects to, for the deployment identity
+/// and for `Debug`; the connection itself is made from `info`.
+fn identity_url(info: &redis::ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    let bracketed = |host: &str| {
+        if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        }
+    };
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => {
+            format!("redis://{}:{port}/{db}", bracketed(host))
+        }
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{}:{port}/{db}", bracketed(host))
+        }
+        redis::ConnectionAddr::Unix(path) => format!("redis+unix://{}?db={db}", path.display()),
+        other => other.to_string(),
+    }
+}
+
 impl LockClientBuilder {
     fn new(topology: Topology) -> LockClientBuilder {
         LockClientBuilder {
             topology,
+            connection_info: None,
             misplaced: None,
             replica_ack: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
@@ -328,11 +397,15 @@ impl fmt::Debug for LockClient {
     }
 }
 
-/// Configures a [`LockClient`]; made by [`LockClient::builder`].
+/// Configures a [`LockClient`]; made by [`LockClient::builder`] (or
+/// [`builder_from_client`](LockClient::builder_from_client), or a cluster or Sentinel builder).
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until you call `build`"]
 pub struct LockClientBuilder {
     topology: Topology,
+    /// One server given as redis' connection info (`topology` then holds a URL derived from it,
+    /// without credentials): connect with this, so that every setting of it carries over.
+    connection_info: Option<redis::ConnectionInfo>,
     /// A setting that does not apply to this topology.
     misplaced: Option<&'static str>,
     replica_ack: Option<ReplicaAck>,
@@ -496,12 +569,26 @@ impl LockClientBuilder {
     }
 
     /// Connects both connections and starts the background tasks.
-    pub async fn build(self) -> Result<LockClient, LockError> {
+    pub async fn build(mut self) -> Result<LockClient, LockError> {
+        let info = self.connection_info.take();
         let (config, settings) = self.into_parts()?;
         let demux = Demux::new();
         let renew_now = Arc::new(tokio::sync::Notify::new());
-        let (conn, pubsub) =
-            topology::connect(&config.topology, &settings, &demux, &renew_now).await?;
+        let (conn, pubsub) = match info {
+            Some(info) => {
+                // RESP2 for commands (a URL's default) even if the application's client speaks
+                // RESP3; `managers` switches the pub/sub connection to RESP3 itself.
+                let resp2 = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP2);
+                let (conn, pubsub) = settings
+                    .managers(info.set_redis_settings(resp2), &demux)
+                    .await?;
+                (Conn::Single(conn), Conn::Single(pubsub))
+            }
+            None => topology::connect(&config.topology, &settings, &demux, &renew_now).await?,
+        };
         let backend = redis_backend(&config, conn);
         Ok(LockClient::start(
             config,

@@ -169,6 +169,31 @@
 //! double grant would corrupt data, pass the [fencing token](LockGuard::fencing_token) to the
 //! storage and have it reject older tokens.
 //!
+//! # Redis ACLs
+//!
+//! A Redis 7 user for the default prefix needs these commands, keys and channels (commands
+//! the scripts call count too); the `managed` tests run every operation as exactly this user:
+//!
+//! ```text
+//! ACL SETUSER locker reset on >secret ~lock:* &lock:* -@all +evalsha +script|load
+//!     +subscribe +unsubscribe +scan +del +exists +get +set +type +pexpire +pttl +time
+//!     +publish +pubsub|numsub +hdel +hexists +hgetall +hlen +hscan +hset +zadd +zcard
+//!     +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
+//! ```
+//!
+//! (one line in `redis-cli`). With another [`prefix`](LockClientBuilder::prefix) use
+//! `~<prefix>:*` and `&<prefix>:*`; a database other than 0 needs `+select`,
+//! [`replica_ack`](LockClientBuilder::replica_ack) `+wait`, and a cluster the sharded forms
+//! `+ssubscribe +sunsubscribe +spublish +pubsub|shardnumsub` and `+cluster|slots`. Connect as
+//! the user with `redis://locker:secret@host:6379`, or give
+//! [`LockClient::builder_from_client`] the application's `redis::Client`.
+//!
+//! A missing permission is a [`LockError::Backend`]: for a command the client sends, its
+//! message names it (`NoPerm: this user has no permissions to run the 'evalsha' command`), as
+//! it does a key outside the pattern; for a command a script calls, Redis 7.0 replies only
+//! "The user executing the script can't run this command or subcommand", and `ACL LOG` names
+//! the command.
+//!
 //! # Caveats
 //!
 //! - A lock on one Redis primary is as safe as that primary: a failover to a replica that had

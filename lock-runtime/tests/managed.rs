@@ -1,0 +1,302 @@
+//! Clients built from the application's own `redis::Client` or `ConnectionInfo`, and Redis 7
+//! ACL users with exactly the commands the crate docs list.
+
+mod common;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError};
+use lock_tests::{RedisServer, Resp};
+
+/// The ACL rules of the crate docs' "Redis ACLs" section, for the default prefix.
+const LOCK_USER_RULES: &[&str] = &[
+    "~lock:*",
+    "&lock:*",
+    "-@all",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+scan",
+    "+del",
+    "+exists",
+    "+get",
+    "+set",
+    "+type",
+    "+pexpire",
+    "+pttl",
+    "+time",
+    "+publish",
+    "+pubsub|numsub",
+    "+hdel",
+    "+hexists",
+    "+hgetall",
+    "+hlen",
+    "+hscan",
+    "+hset",
+    "+zadd",
+    "+zcard",
+    "+zcount",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
+];
+
+/// Creates the user `name` (password `pw`) with `rules`, after `reset on >pw`.
+fn create_user(redis: &RedisServer, name: &str, rules: &[&str]) {
+    let mut args = vec!["ACL", "SETUSER", name, "reset", "on", ">pw"];
+    args.extend_from_slice(rules);
+    let reply = redis.cmd(&args);
+    assert!(
+        matches!(reply, Resp::Simple(ref ok) if ok == "OK"),
+        "{reply:?}"
+    );
+}
+
+fn user_url(redis: &RedisServer, name: &str) -> String {
+    format!("redis://{name}:pw@127.0.0.1:{}", redis.port())
+}
+
+/// The ACL log (denied commands, keys and channels) as text.
+fn acl_log(redis: &RedisServer) -> String {
+    format!("{:?}", redis.cmd(&["ACL", "LOG"]))
+}
+
+/// `a` holds `name`, a task of `b` waits, and is woken by the release.
+async fn contend_and_wake(a: &LockClient, b: &LockClient, name: &str) {
+    let held = a.lock(name).acquire().await.unwrap();
+    let b = b.clone();
+    let name_b = name.to_owned();
+    let waiter = tokio::spawn(async move { b.lock(&name_b).acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must wait while `a` holds {name}"
+    );
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken after release")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_from_the_applications_redis_client_locks_contends_and_wakes() {
+    let redis = RedisServer::start();
+    let app = redis::Client::open(redis.url()).unwrap();
+    let a = LockClient::builder_from_client(&app)
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let b = LockClient::connect(&redis.url()).await.unwrap();
+    assert_eq!(a.watchdog_timeout(), Duration::from_secs(3));
+    assert_eq!(a.prefix(), "lock");
+    // The same deployment identity as a client from the URL, so MultiLocks order alike.
+    assert_eq!(a.deployment_id(), b.deployment_id());
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", redis.port()));
+    contend_and_wake(&a, &b, "from-client").await;
+    contend_and_wake(&b, &a, "from-client").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_info_carries_its_credentials_and_database_over() {
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = redis.port();
+    let info = redis::IntoConnectionInfo::into_connection_info(format!(
+        "redis://:s3cret@127.0.0.1:{port}/3"
+    ))
+    .unwrap();
+    let a = LockClient::builder_from_connection_info(info.clone())
+        .prefix("shop")
+        .build()
+        .await
+        .unwrap();
+    let b = LockClient::builder_from_connection_info(info)
+        .prefix("shop")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(a.prefix(), "shop");
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{port}/3"));
+    assert!(!format!("{a:?}").contains("s3cret"), "{a:?}");
+
+    let held = a.lock("db3").acquire().await.unwrap();
+    let ttl = redis.cmd(&["PTTL", "shop:{db3}"]).int().unwrap();
+    assert_eq!(ttl, -2, "the lock is in database 3, not 0");
+    held.release().await.unwrap();
+    contend_and_wake(&a, &b, "db3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
+    let redis = RedisServer::start();
+    create_user(&redis, "locker", LOCK_USER_RULES);
+    let url = user_url(&redis, "locker");
+    let connect = || {
+        LockClient::builder(&url)
+            .watchdog_timeout(Duration::from_millis(300))
+            .build()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+
+    contend_and_wake(&a, &b, "acl").await;
+
+    // Renewal: the watchdog keeps a 300 ms lease alive well past its end.
+    let held = a.lock("renewed").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(a.stats().renewal_round_trips > 0, "{:?}", a.stats());
+    let info = a.lock("renewed").info().await.unwrap();
+    assert!(info.is_some(), "still held after three leases");
+    held.release().await.unwrap();
+
+    // An explicit lease, a busy try, the rest of the family, inspection.
+    let opts = lock_runtime::LockOptions::new()
+        .wait(Duration::ZERO)
+        .lease(Duration::from_secs(5));
+    let leased = a.lock("leased").acquire_with(opts).await.unwrap();
+    let busy = b.lock("leased").acquire_with(opts).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy:?}");
+    leased.release().await.unwrap();
+
+    let permit = a.semaphore("sem", 2).acquire().await.unwrap();
+    assert_eq!(b.semaphore("sem", 2).available().await.unwrap(), 1);
+    permit.release().await.unwrap();
+    let read = a.rw_lock("rw").read().acquire().await.unwrap();
+    read.release().await.unwrap();
+    let write = b.rw_lock("rw").write().acquire().await.unwrap();
+    write.release().await.unwrap();
+    contend_and_wake(&a, &b, "fair").await;
+    let fair = a.fair_lock("fair").acquire().await.unwrap();
+    let names = b.scan("fai*").collect_up_to(10).await.unwrap();
+    assert_eq!(names, ["fair"]);
+    fair.release().await.unwrap();
+
+    assert_eq!(acl_log(&redis), "Array(Some([]))", "nothing was denied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_evalsha_gets_a_backend_error_naming_it() {
+    let redis = RedisServer::start();
+    let rules: Vec<&str> = LOCK_USER_RULES
+        .iter()
+        .copied()
+        .filter(|r| *r != "+evalsha")
+        .collect();
+    create_user(&redis, "no-evalsha", &rules);
+    let locks = LockClient::connect(&user_url(&redis, "no-evalsha"))
+        .await
+        .unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("NoPerm") && message.contains("'evalsha'"),
+        "{message}"
+    );
+    assert!(redis.keys("lock:*").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_command_the_scripts_call_gets_a_backend_error_and_an_acl_log_entry() {
+    let redis = RedisServer::start();
+    let rules: Vec<&str> = LOCK_USER_RULES
+        .iter()
+        .copied()
+        .filter(|r| *r != "+pexpire")
+        .collect();
+    create_user(&redis, "no-pexpire", &rules);
+    let locks = LockClient::connect(&user_url(&redis, "no-pexpire"))
+        .await
+        .unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let message = err.to_string();
+    // Redis 7.0 does not name a command a script was refused in the reply; its ACL log does.
+    assert!(message.contains("can't run this command"), "{message}");
+    let log = acl_log(&redis);
+    assert!(
+        log.contains("pexpire") && log.contains("no-pexpire"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_access_to_the_prefix_gets_a_backend_error() {
+    let redis = RedisServer::start();
+    let rules: Vec<&str> = LOCK_USER_RULES
+        .iter()
+        .map(|r| if *r == "~lock:*" { "~app:*" } else { r })
+        .collect();
+    create_user(&redis, "no-keys", &rules);
+    let locks = LockClient::connect(&user_url(&redis, "no-keys"))
+        .await
+        .unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("NoPerm") && message.contains("keys"),
+        "{message}"
+    );
+}
+
+/// The TLS settings of the application's client (here: a private CA as the only root) carry
+/// over; a client from the bare `rediss://` URL could not verify the server.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_from_a_tls_redis_client_keeps_its_root_certificate() {
+    use std::process::Command;
+
+    let dir = std::env::temp_dir().join(format!("lock-managed-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let openssl = |args: &str| {
+        let status = Command::new("openssl")
+            .args(args.split(' '))
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl {args}");
+    };
+    openssl(
+        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=lock-test-ca",
+    );
+    openssl("req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
+    openssl(
+        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext",
+    );
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let tls_port = lock_tests::free_port();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.crt"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.crt"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(std::fs::read(dir.join("ca.crt")).unwrap()),
+    };
+    let app = redis::Client::build_with_tls(url.as_str(), certs).unwrap();
+
+    let a = LockClient::builder_from_client(&app).build().await.unwrap();
+    let b = LockClient::builder_from_client(&app).build().await.unwrap();
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{tls_port}/0"));
+    contend_and_wake(&a, &b, "tls").await;
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
+}

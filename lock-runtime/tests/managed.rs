@@ -179,21 +179,29 @@ async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
     assert_eq!(acl_log(&redis), "Array(Some([]))", "nothing was denied");
 }
 
+/// Acquires a lock as a user with `rules` (the documented rules changed by the test), which
+/// must fail with a backend error: its message.
+async fn refused_acquire(redis: &RedisServer, user: &str, rules: &[&str]) -> String {
+    create_user(redis, user, rules);
+    let locks = LockClient::connect(&user_url(redis, user)).await.unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    err.to_string()
+}
+
+/// The documented rules without `rule`.
+fn rules_without(rule: &str) -> Vec<&'static str> {
+    LOCK_USER_RULES
+        .iter()
+        .copied()
+        .filter(|r| *r != rule)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_evalsha_gets_a_backend_error_naming_it() {
     let redis = RedisServer::start();
-    let rules: Vec<&str> = LOCK_USER_RULES
-        .iter()
-        .copied()
-        .filter(|r| *r != "+evalsha")
-        .collect();
-    create_user(&redis, "no-evalsha", &rules);
-    let locks = LockClient::connect(&user_url(&redis, "no-evalsha"))
-        .await
-        .unwrap();
-    let err = locks.lock("x").acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
-    let message = err.to_string();
+    let message = refused_acquire(&redis, "no-evalsha", &rules_without("+evalsha")).await;
     assert!(
         message.contains("NoPerm") && message.contains("'evalsha'"),
         "{message}"
@@ -204,18 +212,7 @@ async fn a_user_without_evalsha_gets_a_backend_error_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_a_command_the_scripts_call_gets_a_backend_error_and_an_acl_log_entry() {
     let redis = RedisServer::start();
-    let rules: Vec<&str> = LOCK_USER_RULES
-        .iter()
-        .copied()
-        .filter(|r| *r != "+pexpire")
-        .collect();
-    create_user(&redis, "no-pexpire", &rules);
-    let locks = LockClient::connect(&user_url(&redis, "no-pexpire"))
-        .await
-        .unwrap();
-    let err = locks.lock("x").acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
-    let message = err.to_string();
+    let message = refused_acquire(&redis, "no-pexpire", &rules_without("+pexpire")).await;
     // Redis 7.0 does not name a command a script was refused in the reply; its ACL log does.
     assert!(message.contains("can't run this command"), "{message}");
     let log = acl_log(&redis);
@@ -232,13 +229,7 @@ async fn a_user_without_access_to_the_prefix_gets_a_backend_error() {
         .iter()
         .map(|r| if *r == "~lock:*" { "~app:*" } else { r })
         .collect();
-    create_user(&redis, "no-keys", &rules);
-    let locks = LockClient::connect(&user_url(&redis, "no-keys"))
-        .await
-        .unwrap();
-    let err = locks.lock("x").acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
-    let message = err.to_string();
+    let message = refused_acquire(&redis, "no-keys", &rules).await;
     assert!(
         message.contains("NoPerm") && message.contains("keys"),
         "{message}"

@@ -28,17 +28,8 @@ async fn a_password_and_an_acl_user_in_the_url_work_for_both_connections() {
     ] {
         let a = LockClient::connect(&url).await.unwrap();
         let b = LockClient::connect(&url).await.unwrap();
-        let held = a.lock("auth").acquire().await.unwrap();
         // b waits through its (authenticated) pub/sub connection and is woken by the release.
-        let waiter = tokio::spawn(async move { b.lock("auth").acquire().await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        held.release().await.unwrap();
-        let g = tokio::time::timeout(Duration::from_secs(2), waiter)
-            .await
-            .expect("woken after release")
-            .unwrap()
-            .unwrap();
-        g.release().await.unwrap();
+        common::contend_and_wake(&a, &b, "auth").await;
     }
 }
 

@@ -64,26 +64,6 @@ fn acl_log(redis: &RedisServer) -> String {
     format!("{:?}", redis.cmd(&["ACL", "LOG"]))
 }
 
-/// `a` holds `name`, a task of `b` waits, and is woken by the release.
-async fn contend_and_wake(a: &LockClient, b: &LockClient, name: &str) {
-    let held = a.lock(name).acquire().await.unwrap();
-    let b = b.clone();
-    let name_b = name.to_owned();
-    let waiter = tokio::spawn(async move { b.lock(&name_b).acquire().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !waiter.is_finished(),
-        "the waiter must wait while `a` holds {name}"
-    );
-    held.release().await.unwrap();
-    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("woken after release")
-        .unwrap()
-        .unwrap();
-    g.release().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_from_the_applications_redis_client_locks_contends_and_wakes() {
     let redis = RedisServer::start();
@@ -99,8 +79,8 @@ async fn a_client_from_the_applications_redis_client_locks_contends_and_wakes() 
     // The same deployment identity as a client from the URL, so MultiLocks order alike.
     assert_eq!(a.deployment_id(), b.deployment_id());
     assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", redis.port()));
-    contend_and_wake(&a, &b, "from-client").await;
-    contend_and_wake(&b, &a, "from-client").await;
+    common::contend_and_wake(&a, &b, "from-client").await;
+    common::contend_and_wake(&b, &a, "from-client").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +109,7 @@ async fn connection_info_carries_its_credentials_and_database_over() {
     let ttl = redis.cmd(&["PTTL", "shop:{db3}"]).int().unwrap();
     assert_eq!(ttl, -2, "the lock is in database 3, not 0");
     held.release().await.unwrap();
-    contend_and_wake(&a, &b, "db3").await;
+    common::contend_and_wake(&a, &b, "db3").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +124,7 @@ async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
     };
     let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
 
-    contend_and_wake(&a, &b, "acl").await;
+    common::contend_and_wake(&a, &b, "acl").await;
 
     // Renewal: the watchdog keeps a 300 ms lease alive well past its end.
     let held = a.lock("renewed").acquire().await.unwrap();
@@ -170,7 +150,7 @@ async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
     read.release().await.unwrap();
     let write = b.rw_lock("rw").write().acquire().await.unwrap();
     write.release().await.unwrap();
-    contend_and_wake(&a, &b, "fair").await;
+    common::contend_and_wake(&a, &b, "fair").await;
     let fair = a.fair_lock("fair").acquire().await.unwrap();
     let names = b.scan("fai*").collect_up_to(10).await.unwrap();
     assert_eq!(names, ["fair"]);
@@ -241,53 +221,15 @@ async fn a_user_without_access_to_the_prefix_gets_a_backend_error() {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_from_a_tls_redis_client_keeps_its_root_certificate() {
-    use std::process::Command;
-
-    let dir = std::env::temp_dir().join(format!("lock-managed-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    let openssl = |args: &str| {
-        let status = Command::new("openssl")
-            .args(args.split(' '))
-            .current_dir(&dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("run openssl");
-        assert!(status.success(), "openssl {args}");
-    };
-    openssl(
-        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=lock-test-ca",
-    );
-    openssl("req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1");
-    openssl(
-        "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext",
-    );
-    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    let tls_port = lock_tests::free_port();
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &path("server.crt"),
-        "--tls-key-file",
-        &path("server.key"),
-        "--tls-ca-cert-file",
-        &path("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]);
-    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let tls = lock_tests::TlsRedisServer::start();
     let certs = redis::TlsCertificates {
         client_tls: None,
-        root_cert: Some(std::fs::read(dir.join("ca.crt")).unwrap()),
+        root_cert: Some(tls.ca_pem()),
     };
-    let app = redis::Client::build_with_tls(url.as_str(), certs).unwrap();
+    let app = redis::Client::build_with_tls(tls.url(), certs).unwrap();
 
     let a = LockClient::builder_from_client(&app).build().await.unwrap();
     let b = LockClient::builder_from_client(&app).build().await.unwrap();
-    assert_eq!(a.deployment_id(), format!("127.0.0.1:{tls_port}/0"));
-    contend_and_wake(&a, &b, "tls").await;
-    drop(redis);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", tls.tls_port()));
+    common::contend_and_wake(&a, &b, "tls").await;
 }

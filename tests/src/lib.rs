@@ -18,12 +18,14 @@ pub mod family;
 mod postgres;
 mod process;
 mod proxy;
+mod tls;
 pub mod topology;
 
 pub use client::{client, client_with, eventually, granted, local_redis, until_info};
 pub use postgres::PostgresServer;
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;
+pub use tls::TlsRedisServer;
 
 /// Nanoseconds on the system-wide monotonic clock (`CLOCK_MONOTONIC`), comparable across
 /// processes on one machine.

@@ -35,3 +35,23 @@ pub async fn assert_unsubscribed(redis: &RedisServer) {
         redis.pubsub_channels("lock:*")
     );
 }
+
+/// `a` holds `name`, a task of `b` waits, and is woken by the release.
+pub async fn contend_and_wake(a: &LockClient, b: &LockClient, name: &str) {
+    let held = a.lock(name).acquire().await.unwrap();
+    let b = b.clone();
+    let name_b = name.to_owned();
+    let waiter = tokio::spawn(async move { b.lock(&name_b).acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must wait while `a` holds {name}"
+    );
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken after release")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+}

@@ -325,12 +325,13 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     }
 }
 
-/// Resolves with the first loss among `guards` (never, when there are none): what a
+/// Resolves with the first of `losses` (never, when there are none): what a
 /// [`MultiLockGuard`](crate::MultiLockGuard) or a [`RedLockGuard`](crate::RedLockGuard) waits on.
-pub(crate) async fn first_loss<'a>(guards: impl Iterator<Item = &'a LockGuard>) -> LockError {
-    type Loss<'a> = std::pin::Pin<Box<dyn Future<Output = LockError> + Send + 'a>>;
-    let mut losses: Vec<Loss<'a>> = guards.map(|g| Box::pin(g.lost()) as Loss<'a>).collect();
-    std::future::poll_fn(|cx| {
+pub(crate) fn first_loss<'a>(
+    losses: impl IntoIterator<Item = LossFuture<'a>>,
+) -> impl Future<Output = LockError> + Send + 'a {
+    let mut losses: Vec<LossFuture<'a>> = losses.into_iter().collect();
+    std::future::poll_fn(move |cx| {
         for loss in &mut losses {
             if let std::task::Poll::Ready(e) = loss.as_mut().poll(cx) {
                 return std::task::Poll::Ready(e);
@@ -338,8 +339,10 @@ pub(crate) async fn first_loss<'a>(guards: impl Iterator<Item = &'a LockGuard>) 
         }
         std::task::Poll::Pending
     })
-    .await
 }
+
+/// One guard's loss signal, boxed so that several can be raced by [`first_loss`].
+pub(crate) type LossFuture<'a> = std::pin::Pin<Box<dyn Future<Output = LockError> + Send + 'a>>;
 
 impl Drop for LockGuard {
     fn drop(&mut self) {

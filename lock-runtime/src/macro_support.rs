@@ -304,23 +304,12 @@ impl BodyGuard for LockGuard {
 }
 
 impl BodyGuard for MultiLockGuard {
-    /// All the holds in one task-local scope, so that (unlike [`MultiLockGuard::scope`]) the
-    /// body need not be `Send`.
     fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
-        let helds = self.guards().iter().map(|g| g.held.clone()).collect();
-        crate::scope::enter_all(helds, body)
+        MultiLockGuard::scope(self, body)
     }
 
-    async fn run<F: Future>(&self, body: F) -> Result<F::Output, LockError> {
-        if self.is_lost() {
-            return Err(self.lost().await);
-        }
-        let body = BodyGuard::scope(self, body);
-        tokio::select! {
-            biased;
-            lost = self.lost() => Err(lost),
-            out = body => Ok(out),
-        }
+    fn run<F: Future>(&self, body: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        MultiLockGuard::run(self, body)
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> {

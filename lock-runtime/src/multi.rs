@@ -2,11 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::guard::{LossFuture, first_loss};
+use crate::hold::Held;
+use crate::scope;
 use crate::{Lock, LockError, LockGuard, LockOptions};
 
 /// Several locks taken together: all of them or none.
@@ -130,38 +133,53 @@ impl MultiLockGuard {
 
     /// Resolves with the first loss among the locks.
     pub async fn lost(&self) -> LockError {
-        crate::guard::first_loss(self.guards.iter()).await
+        first_loss(
+            self.guards
+                .iter()
+                .map(|g| Box::pin(g.lost()) as LossFuture<'_>),
+        )
+        .await
     }
 
-    /// Runs `fut` inside the reentrancy scope of every lock. (`fut` must be `Send`: the scopes
-    /// are nested at run time, one per lock.)
-    pub async fn scope<F>(&self, fut: F) -> F::Output
-    where
-        F: Future + Send,
-        F::Output: Send,
-    {
-        let mut fut: Pin<Box<dyn Future<Output = F::Output> + Send + '_>> = Box::pin(fut);
-        for guard in &self.guards {
-            fut = Box::pin(guard.scope(fut));
-        }
-        fut.await
+    /// Like [`lost`](MultiLockGuard::lost), but the future owns what it needs (`'static`), so
+    /// it can be stored next to the guard (a response body that must stop on a loss).
+    pub fn lost_owned(&self) -> impl Future<Output = LockError> + Send + 'static {
+        first_loss(
+            self.guards
+                .iter()
+                .map(|g| Box::pin(g.lost_owned()) as LossFuture<'static>),
+        )
+    }
+
+    /// Runs `fut` inside the reentrancy scope of every lock: taking one of them again inside
+    /// it re-enters without a round trip. The locks share one scope, so `fut` need not be
+    /// `Send` and the depth does not grow with the number of locks.
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        scope::enter_all(self.helds(), fut)
+    }
+
+    /// Runs the synchronous `f` inside the reentrancy scope of every lock, like
+    /// [`scope`](MultiLockGuard::scope) does for a future (for poll-based code).
+    pub fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        scope::enter_sync_all(self.helds(), f)
     }
 
     /// Like [`scope`](MultiLockGuard::scope), but drops `fut` and returns [`LockError::Lost`]
-    /// if any of the locks is lost meanwhile.
-    pub async fn run<F>(&self, fut: F) -> Result<F::Output, LockError>
-    where
-        F: Future + Send,
-        F::Output: Send,
-    {
+    /// if any of the locks is lost meanwhile (or already was).
+    pub async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
         if let Some(guard) = self.guards.iter().find(|g| g.is_lost()) {
             return Err(guard.lost().await);
         }
+        let body = self.scope(fut);
         tokio::select! {
             biased;
             lost = self.lost() => Err(lost),
-            out = self.scope(fut) => Ok(out),
+            out = body => Ok(out),
         }
+    }
+
+    fn helds(&self) -> Vec<Arc<Held>> {
+        self.guards.iter().map(|g| g.held.clone()).collect()
     }
 
     /// Releases every lock; returns the first error, after trying them all.

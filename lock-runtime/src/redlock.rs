@@ -572,8 +572,12 @@ impl RedLockGuard {
             let Some(until) = self.quorum_until() else {
                 continue;
             };
-            let any_node_lost =
-                crate::guard::first_loss(self.guards.iter().filter(|g| !g.is_lost()));
+            let any_node_lost = crate::guard::first_loss(
+                self.guards
+                    .iter()
+                    .filter(|g| !g.is_lost())
+                    .map(|g| Box::pin(g.lost()) as crate::guard::LossFuture<'_>),
+            );
             // Wake on a node's loss, or when the validity as known now ends (renewals may have
             // moved it by then: look again).
             tokio::select! {

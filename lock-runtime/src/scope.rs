@@ -41,19 +41,8 @@ pub(crate) fn find(client_id: &str, key: &str) -> Option<Arc<Held>> {
         .flatten()
 }
 
-/// Runs `fut` with `held` added to the scope that is current when it *runs* (not when this is
-/// called), so a scoped future built outside and awaited inside another scope sees both.
-pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
-    let parent = SCOPE.try_with(Frame::clone).unwrap_or_default();
-    SCOPE
-        .scope(Frame(Some(Arc::new(Node { held, parent }))), fut)
-        .await
-}
-
-/// Runs `fut` with every hold of `helds` added to the scope that is current when it runs, in
-/// one task-local scope (no nesting, so the body need not be `Send` and the stack does not grow
-/// with the number of holds): what a `#[distributed_lock]` over a collection holds.
-pub(crate) async fn enter_all<F: Future>(helds: Vec<Arc<Held>>, fut: F) -> F::Output {
+/// The current scope (of the running task) with `helds` added.
+fn current_with(helds: impl IntoIterator<Item = Arc<Held>>) -> Frame {
     let mut frame = SCOPE.try_with(Frame::clone).unwrap_or_default();
     for held in helds {
         frame = Frame(Some(Arc::new(Node {
@@ -61,12 +50,35 @@ pub(crate) async fn enter_all<F: Future>(helds: Vec<Arc<Held>>, fut: F) -> F::Ou
             parent: frame,
         })));
     }
-    SCOPE.scope(frame, fut).await
+    frame
+}
+
+/// Runs `fut` with `held` added to the scope that is current when it *runs* (not when this is
+/// called), so a scoped future built outside and awaited inside another scope sees both.
+pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
+    enter_all([held], fut).await
+}
+
+/// Runs `fut` with every hold of `helds` added to the scope that is current when it runs, in
+/// one task-local scope (no nesting, so the body need not be `Send` and the stack does not grow
+/// with the number of holds): what a [`MultiLockGuard`](crate::MultiLockGuard) holds.
+pub(crate) async fn enter_all<F: Future>(
+    helds: impl IntoIterator<Item = Arc<Held>>,
+    fut: F,
+) -> F::Output {
+    SCOPE.scope(current_with(helds), fut).await
 }
 
 /// Runs `f` with `held` added to the current scope, synchronously: for poll-based code (a
 /// `Body` or `Stream` implementation) that polls its inner future or stream inside the scope.
 pub(crate) fn enter_sync<R>(held: Arc<Held>, f: impl FnOnce() -> R) -> R {
-    let parent = SCOPE.try_with(Frame::clone).unwrap_or_default();
-    SCOPE.sync_scope(Frame(Some(Arc::new(Node { held, parent }))), f)
+    enter_sync_all([held], f)
+}
+
+/// [`enter_sync`] for several holds, in one scope.
+pub(crate) fn enter_sync_all<R>(
+    helds: impl IntoIterator<Item = Arc<Held>>,
+    f: impl FnOnce() -> R,
+) -> R {
+    SCOPE.sync_scope(current_with(helds), f)
 }

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use http::Extensions;
 use lock_runtime::{LockError, LockGuard, MultiLockGuard};
@@ -25,13 +24,6 @@ pub(crate) enum Hold {
 }
 
 impl Hold {
-    fn guards(&self) -> &[LockGuard] {
-        match self {
-            Hold::One(guard) => std::slice::from_ref(guard),
-            Hold::Many(guards) => guards.guards(),
-        }
-    }
-
     /// Tells the inner service what it runs under: a [`HeldLock`] for one guard, a
     /// [`HeldLocks`] for several.
     pub(crate) fn describe(&self, extensions: &mut Extensions, access: Option<Access>) {
@@ -47,56 +39,26 @@ impl Hold {
 
     /// Runs `f` inside the reentrancy scope of every guard.
     pub(crate) fn sync_scope<T>(&self, f: impl FnOnce() -> T) -> T {
-        fn nest<T>(guards: &[LockGuard], f: impl FnOnce() -> T) -> T {
-            match guards.split_first() {
-                None => f(),
-                Some((first, rest)) => first.sync_scope(|| nest(rest, f)),
-            }
+        match self {
+            Hold::One(guard) => guard.sync_scope(f),
+            Hold::Many(guards) => guards.sync_scope(f),
         }
-        nest(self.guards(), f)
     }
 
     /// Resolves with the first loss among the guards.
     pub(crate) fn lost_owned(&self) -> LostFuture {
         match self {
             Hold::One(guard) => Box::pin(guard.lost_owned()),
-            Hold::Many(guards) => {
-                let mut losses: Vec<LostFuture> = guards
-                    .guards()
-                    .iter()
-                    .map(|g| Box::pin(g.lost_owned()) as LostFuture)
-                    .collect();
-                Box::pin(std::future::poll_fn(move |cx| first_ready(&mut losses, cx)))
-            }
+            Hold::Many(guards) => Box::pin(guards.lost_owned()),
         }
     }
 
     /// Runs `fut` inside the reentrancy scope of every guard; drops it and returns
-    /// [`LockError::Lost`] as soon as any of them is lost (checked before every poll of `fut`).
+    /// [`LockError::Lost`] as soon as any of them is lost.
     pub(crate) async fn run<F: Future>(&self, fut: F) -> Result<F::Output, LockError> {
         match self {
-            // The runtime's own, for the single guard.
             Hold::One(guard) => guard.run(fut).await,
-            Hold::Many(_) => {
-                let mut lost = self.lost_owned();
-                let mut fut = std::pin::pin!(fut);
-                std::future::poll_fn(|cx| {
-                    if let Poll::Ready(error) = lost.as_mut().poll(cx) {
-                        return Poll::Ready(Err(error));
-                    }
-                    self.sync_scope(|| fut.as_mut().poll(cx)).map(Ok)
-                })
-                .await
-            }
+            Hold::Many(guards) => guards.run(fut).await,
         }
     }
-}
-
-fn first_ready(losses: &mut [LostFuture], cx: &mut Context<'_>) -> Poll<LockError> {
-    for loss in losses {
-        if let Poll::Ready(error) = loss.as_mut().poll(cx) {
-            return Poll::Ready(error);
-        }
-    }
-    Poll::Pending
 }

@@ -3,6 +3,8 @@
 # for lock-fence, PostgreSQL) processes that the tests start on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A suite run builds once from scratch: incremental caches would only double the disk it uses.
+export CARGO_INCREMENTAL=0
 bash scripts/ensure-deps.sh openssl postgres
 redis-server --version
 cargo fmt --all -- --check
@@ -21,3 +23,5 @@ cargo test -p lock-runtime --features tls --test tls
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc -p lock-fence --all-features --no-deps -q
 cargo test -p lock-fence --all-features
+# The disk the build used, for the record (CI machines have had little to spare).
+du -sh target 2>/dev/null || true

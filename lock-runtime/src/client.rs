@@ -11,6 +11,7 @@ use tokio::task::AbortHandle;
 use crate::backend::{Backend, Channels};
 use crate::demux::Demux;
 use crate::handoff::HandOffs;
+use crate::layout::Layout;
 use crate::names::validate_prefix;
 use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
@@ -78,10 +79,15 @@ pub(crate) struct Inner {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) prefix: String,
+    /// Where locks live: this crate's keys or Redisson's.
+    pub(crate) layout: Layout,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// How long the fencing counter is kept after its last grant; zero: for ever (Redisson's
+    /// layout, whose token key Java services `INCR`).
     pub(crate) fence_retention: Duration,
-    /// Local hand-overs of one lock in a row (0: off; always off with replica acknowledgement).
+    /// Local hand-overs of one lock in a row (0: off; always off with replica acknowledgement
+    /// and with Redisson's layout).
     pub(crate) handoff_limit: u32,
     pub(crate) topology: Topology,
     pub(crate) replica_ack: Option<ReplicaAck>,
@@ -275,6 +281,7 @@ impl LockClientBuilder {
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
             handoff_limit: crate::handoff::DEFAULT_LIMIT,
+            layout: Layout::Native,
             deployment_id: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
@@ -416,6 +423,7 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     fence_retention: Duration,
     handoff_limit: u32,
+    layout: Layout,
     deployment_id: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
@@ -490,6 +498,24 @@ impl LockClientBuilder {
     /// ```
     pub fn handoff_limit(mut self, limit: u32) -> Self {
         self.handoff_limit = limit;
+        self
+    }
+
+    /// Where this client's locks live on Redis (default [`Layout::Native`]):
+    /// [`Layout::Redisson`] shares mutexes with Java services that use Redisson.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{Layout, LockClient};
+    ///
+    /// let locks = LockClient::builder("redis://127.0.0.1/")
+    ///     .layout(Layout::Redisson)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
         self
     }
 
@@ -699,10 +725,17 @@ impl LockClientBuilder {
                 .deployment_id
                 .unwrap_or_else(|| self.topology.deployment_id()),
             prefix: self.prefix,
+            layout: self.layout,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
-            fence_retention: self.fence_retention,
-            handoff_limit: if self.replica_ack.is_some() {
+            fence_retention: match self.layout {
+                Layout::Native => self.fence_retention,
+                Layout::Redisson => Duration::ZERO,
+            },
+            // Redisson's layout: every release publishes, so that Java waiters get their turn
+            // (and the hand-off limit's yield mark, kept on the fencing counter, would break
+            // Java's `INCR` of it).
+            handoff_limit: if self.replica_ack.is_some() || self.layout == Layout::Redisson {
                 0
             } else {
                 self.handoff_limit
@@ -745,7 +778,11 @@ impl LockClient {
             counters.clone(),
         );
         let inner = Arc::new(Inner {
-            id: uuid::Uuid::new_v4().simple().to_string().into(),
+            id: match config.layout {
+                Layout::Native => uuid::Uuid::new_v4().simple().to_string().into(),
+                // Redisson's client ids, so owner fields read alike in tooling.
+                Layout::Redisson => uuid::Uuid::new_v4().hyphenated().to_string().into(),
+            },
             watchdog: Watchdog::new(&config, renew_now),
             config,
             backend,

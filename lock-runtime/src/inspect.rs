@@ -319,6 +319,9 @@ impl LockClient {
     /// and reported by [`LockScan::unknown_keys`]. Like `SCAN`, a lock taken or released
     /// during the scan may or may not be listed.
     ///
+    /// With [`Layout::Redisson`](crate::Layout::Redisson) locks are not under a prefix: the
+    /// scan's first batch is a [`LockError::InvalidConfig`].
+    ///
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
     /// let mut scan = locks.scan("stock:*");
@@ -383,6 +386,12 @@ impl LockScan {
     pub async fn next_batch(&mut self) -> Result<Option<Vec<String>>, LockError> {
         if !self.pending.is_empty() {
             return Ok(Some(self.pending.drain(..).collect()));
+        }
+        if self.client.inner.config.layout != crate::Layout::Native {
+            return Err(LockError::InvalidConfig(
+                "a scan lists the locks under the client's prefix, and Redisson's layout has none"
+                    .into(),
+            ));
         }
         let backend = self.client.inner.backend.clone();
         let nodes = match &self.nodes {

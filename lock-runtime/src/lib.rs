@@ -222,6 +222,7 @@ mod guard;
 mod handoff;
 mod hold;
 mod inspect;
+mod layout;
 mod lock;
 mod multi;
 mod names;
@@ -243,6 +244,7 @@ pub use client::{
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
+pub use layout::Layout;
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;

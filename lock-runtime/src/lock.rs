@@ -46,8 +46,9 @@ impl Lock {
 
     /// A handle on `name` used as `family`, taken in `mode`.
     pub(crate) fn of(client: LockClient, name: &str, family: Family, mode: Mode) -> Lock {
-        let names = LockNames::new(&client.inner.config.prefix, name)
-            .map(|n| Arc::new(n.with_family(family)))
+        let config = &client.inner.config;
+        let names = (config.layout.names(&config.prefix, name, family))
+            .map(Arc::new)
             .map_err(|e| match e {
                 LockError::InvalidName { name, reason } => (name, reason),
                 _ => (name.chars().take(64).collect(), "invalid lock name"),

@@ -168,7 +168,7 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
 
 /// Redis' own rule: the hash tag is the text between the first `{` and the first `}` after it,
 /// if that is not empty.
-fn hash_tag(key: &str) -> Option<&str> {
+pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     let open = key.find('{')?;
     let rest = &key[open + 1..];
     let len = rest.find('}')?;

@@ -54,7 +54,7 @@ end
 -- failover to a replica whose counter lagged, as long as the servers' clocks agree to within
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
--- the counter per grant (its retention is set by the same SET).
+-- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
 local function next_token(fence, owner, retention_ms)
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then
@@ -92,7 +92,13 @@ local function next_token(fence, owner, retention_ms)
       token = n + 1
     end
   end
-  redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+  if tonumber(retention_ms) > 0 then
+    redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+  else
+    -- Kept for ever: Redisson's token key, which Java services `INCR` (a TTL would let
+    -- their tokens restart at 1).
+    redis.call('SET', fence, string.format('%d', token))
+  end
   return token
 end
 

@@ -1,0 +1,201 @@
+//! Where a client's locks live on Redis: this crate's own key layout, or Redisson's, so that
+//! Rust and Java services lock the same names.
+
+use crate::LockError;
+use crate::family::Family;
+use crate::names::{LockNames, hash_tag};
+
+/// The keys, channels and fencing counter a client uses for a lock name; chosen per client with
+/// [`LockClientBuilder::layout`](crate::LockClientBuilder::layout).
+///
+/// Every client that shares a lock must use the same layout: two layouts never see each other's
+/// holders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layout {
+    /// This crate's layout: every key under the client's
+    /// [prefix](crate::LockClientBuilder::prefix), each name's keys in one cluster slot
+    /// whatever the name (see the crate docs, "How it works"). The default.
+    #[default]
+    Native,
+    /// Redisson's layout, to share mutexes with Java services that use Redisson's `RLock` or
+    /// `RFencedLock` (Redisson 3.22 or newer, or 4.x):
+    ///
+    /// | | Redis name | notes |
+    /// |---|---|---|
+    /// | lock | `N` (the name itself, no prefix) | a hash: owner field `<client uuid>:<n>` |
+    /// | unlock channel | `redisson_lock__channel:{N}` | payload `0`; `SPUBLISH` on a cluster, as Redisson on Redis 7 |
+    /// | fencing counter | `redisson_lock_token:{N}` | `RFencedLock`'s token: no TTL, shared with Java's `INCR` |
+    ///
+    /// (`{N}` is `N` itself when `N` already contains a `{`.) A Java holder excludes a Rust
+    /// acquirer and the other way round; each side's release wakes the other side's waiters;
+    /// a Java `forceUnlock()` makes a Rust guard's [`lost`](crate::LockGuard::lost) fire.
+    /// Fencing tokens keep increasing across both sides, provided the Java side takes the lock
+    /// as an `RFencedLock` (a plain `RLock` excludes just the same but does not advance the
+    /// token).
+    ///
+    /// What differs from [`Native`](Layout::Native):
+    /// - the [prefix](crate::LockClientBuilder::prefix) is not used, and
+    ///   [`LockClient::scan`](crate::LockClient::scan) has nothing to scan under;
+    /// - names must keep the lock and its channel in one cluster slot, as Redisson needs:
+    ///   a name with a `{` or `}` must contain a well-formed, non-empty hash tag (`a{b`, `a}b`
+    ///   and `{}x` are refused with [`LockError::InvalidName`]), and names that are a Redisson
+    ///   channel or token key are refused too;
+    /// - local hand-off is off (each release publishes, so Java waiters get their turn):
+    ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
+    /// - only the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
+    ///   of mutexes) is laid out Redisson's way so far: fair locks, read/write locks and
+    ///   semaphores are refused with [`LockError::InvalidName`] on acquire.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{Layout, LockClient};
+    ///
+    /// let locks = LockClient::builder("redis://127.0.0.1:6379")
+    ///     .layout(Layout::Redisson)
+    ///     .build()
+    ///     .await?;
+    /// // The same lock as `redisson.getFencedLock("stock:42")` in a Java service.
+    /// let guard = locks.lock("stock:42").acquire().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    Redisson,
+}
+
+impl Layout {
+    /// The keys of lock `name` used as `family`.
+    pub(crate) fn names(
+        self,
+        prefix: &str,
+        name: &str,
+        family: Family,
+    ) -> Result<LockNames, LockError> {
+        match self {
+            Layout::Native => Ok(LockNames::new(prefix, name)?.with_family(family)),
+            Layout::Redisson => redisson(name, family),
+        }
+    }
+}
+
+/// Redisson's `prefixName`: `p:N` when `N` has a `{` (its own tag), else `p:{N}`.
+fn prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+const CHANNEL: &str = "redisson_lock__channel";
+const TOKEN: &str = "redisson_lock_token";
+
+fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
+    let names = LockNames::new("-", name)?;
+    if family != Family::Mutex {
+        return Err(LockError::invalid_name(
+            name,
+            "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+        ));
+    }
+    if name.contains(['{', '}']) && hash_tag(name).is_none() {
+        return Err(LockError::invalid_name(
+            name,
+            "with the Redisson layout a name with `{` or `}` needs a well-formed, non-empty hash tag, or its lock and channel land in different cluster slots",
+        ));
+    }
+    if [CHANNEL, TOKEN].iter().any(|role| {
+        name.strip_prefix(role)
+            .is_some_and(|rest| rest.starts_with(':'))
+    }) {
+        return Err(LockError::invalid_name(
+            name,
+            "with the Redisson layout this name is another lock's channel or fencing counter",
+        ));
+    }
+    Ok(LockNames {
+        key: name.to_owned(),
+        channel: prefixed(CHANNEL, name),
+        fence: prefixed(TOKEN, name),
+        ..names
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(name: &str) -> (String, String, String) {
+        let n = Layout::Redisson
+            .names("ignored", name, Family::Mutex)
+            .unwrap();
+        (n.key, n.channel, n.fence)
+    }
+
+    fn slot_tag(key: &str) -> &str {
+        hash_tag(key).unwrap_or(key)
+    }
+
+    #[test]
+    fn redisson_keys_are_redissons() {
+        assert_eq!(
+            keys("stock:42"),
+            (
+                "stock:42".into(),
+                "redisson_lock__channel:{stock:42}".into(),
+                "redisson_lock_token:{stock:42}".into()
+            )
+        );
+        assert_eq!(
+            keys("order:{user:7}"),
+            (
+                "order:{user:7}".into(),
+                "redisson_lock__channel:order:{user:7}".into(),
+                "redisson_lock_token:order:{user:7}".into()
+            )
+        );
+    }
+
+    #[test]
+    fn every_accepted_name_keeps_its_keys_in_one_slot() {
+        for name in ["a", "stock:42", "x{tag}y", "{t}", "{a}}b", "ü{ß}"] {
+            let (key, channel, fence) = keys(name);
+            assert_eq!(slot_tag(&key), slot_tag(&channel), "{name}");
+            assert_eq!(slot_tag(&key), slot_tag(&fence), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_redisson_cannot_use_on_a_cluster_are_refused() {
+        for name in [
+            "a{b",
+            "a}b",
+            "{}x",
+            "}{",
+            "redisson_lock__channel:{x}",
+            "redisson_lock_token:x",
+            "",
+        ] {
+            let e = Layout::Redisson
+                .names("lock", name, Family::Mutex)
+                .unwrap_err();
+            assert!(matches!(e, LockError::InvalidName { .. }), "{name}: {e:?}");
+        }
+        assert!(
+            Layout::Redisson
+                .names("lock", "redisson_lock_tokens", Family::Mutex)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn other_primitives_are_refused_with_the_redisson_layout() {
+        for family in [
+            Family::Fair,
+            Family::ReadWrite,
+            Family::Semaphore { capacity: 3 },
+        ] {
+            assert!(Layout::Redisson.names("lock", "x", family).is_err());
+            assert!(Layout::Native.names("lock", "x", family).is_ok());
+        }
+    }
+}

@@ -16,8 +16,8 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 # rediss:// against a TLS redis-server with a private CA (certificates made with openssl, which
 # ensure-deps.sh installed above).
-cargo clippy -p lock-runtime --features tls --all-targets -- -D warnings
-cargo test -p lock-runtime --features tls --test tls
+cargo clippy -p lock-runtime --features tls,sentinel --all-targets -- -D warnings
+cargo test -p lock-runtime --features tls,sentinel --test tls
 # lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
 # against a real server or database file it makes itself; its stores are optional features.
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings

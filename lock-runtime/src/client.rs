@@ -213,7 +213,8 @@ impl LockClient {
     /// (`redis://host:26379`) monitor under `master_name`. When they fail over, the client
     /// switches to the new master and resubscribes its waiters. Credentials of the data nodes
     /// go in [`LockClientBuilder::master_credentials`]; the sentinels' own in their URLs. TLS to
-    /// the data nodes is not supported yet.
+    /// the sentinels is their URLs' `rediss://`; TLS to the data nodes is
+    /// [`LockClientBuilder::master_tls`] (feature `tls`).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -240,6 +241,7 @@ impl LockClient {
             sentinels: sentinels.into_iter().map(Into::into).collect(),
             master: master_name.into(),
             auth: None,
+            tls: false,
         })
     }
 }
@@ -590,6 +592,33 @@ impl LockClientBuilder {
             _ => {
                 self.misplaced = Some("master_credentials needs a client made by sentinel_builder")
             }
+        }
+        self
+    }
+
+    /// TLS to the Redis data nodes behind Sentinel, verified against the system's trust store
+    /// or the [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) (TLS to the
+    /// sentinels themselves is the `rediss://` of their URLs). The sentinels must report the
+    /// master's TLS port: monitor it there (`tls-replication yes` in the sentinels' config).
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .master_tls()
+    ///     .tls_root_certificate(ca_pem)
+    ///     .build()
+    ///     .await?;
+    /// # drop(locks); Ok(()) }
+    /// ```
+    #[cfg(all(feature = "sentinel", feature = "tls"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "sentinel", feature = "tls"))))]
+    pub fn master_tls(mut self) -> Self {
+        match &mut self.topology {
+            Topology::Sentinel { tls, .. } => *tls = true,
+            _ => self.misplaced = Some("master_tls needs a client made by sentinel_builder"),
         }
         self
     }

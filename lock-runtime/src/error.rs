@@ -106,6 +106,20 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
+    /// The Redis user (ACL) may not run a command a lock operation needs, or may not use the
+    /// lock's keys or channels: `denied` says which ("the `pexpire` command (called by a lock
+    /// script)", "the lock's keys"). A configuration error: retrying does not help. The
+    /// commands a lock user needs are listed in the crate docs ("Managed Redis and ACLs").
+    #[error("the redis user may not use {denied}, which {op} needs: {source}")]
+    NoPermission {
+        /// What we were doing.
+        op: &'static str,
+        /// What the ACL refused.
+        denied: String,
+        /// The underlying redis error.
+        #[source]
+        source: redis::RedisError,
+    },
     /// Redis did not answer within the configured time (the connect or response timeout): an
     /// "unavailable" error. Not to be confused with [`WaitTimeout`](LockError::WaitTimeout),
     /// where Redis answered and the lock stayed busy.
@@ -241,7 +255,10 @@ impl LockError {
     }
 
     pub(crate) fn backend(op: &'static str, source: redis::RedisError) -> Self {
-        LockError::Backend { op, source }
+        match crate::script::denied(&source) {
+            Some(denied) => LockError::NoPermission { op, denied, source },
+            None => LockError::Backend { op, source },
+        }
     }
 
     pub(crate) fn invalid_name(name: &str, reason: &'static str) -> Self {

@@ -188,11 +188,14 @@
 //! the user with `redis://locker:secret@host:6379`, or give
 //! [`LockClient::builder_from_client`] the application's `redis::Client`.
 //!
-//! A missing permission is a [`LockError::Backend`]: for a command the client sends, its
-//! message names it (`NoPerm: this user has no permissions to run the 'evalsha' command`), as
-//! it does a key outside the pattern; for a command a script calls, Redis 7.0 replies only
-//! "The user executing the script can't run this command or subcommand", and `ACL LOG` names
-//! the command.
+//! A missing permission is a [`LockError::NoPermission`] that names what was refused: a
+//! command the client sends (`the `evalsha` command`), a command one of the scripts calls
+//! (`the `pexpire` command (called by a lock script)`: Redis 7.0 does not name it from inside a
+//! script, but says on which line of which script it stopped, and the client knows its
+//! scripts), or the lock's keys or channels.
+//!
+//! With [`Layout::Redisson`] the keys are the lock names themselves and Redisson's
+//! `redisson_lock__channel:*` and `redisson_lock_token:*`: give the user those patterns instead.
 //!
 //! # Caveats
 //!

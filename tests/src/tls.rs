@@ -74,6 +74,18 @@ impl TlsRedisServer {
     pub fn ca_pem(&self) -> Vec<u8> {
         self.ca.clone()
     }
+
+    /// Config lines with which another redis process (a sentinel) reaches this server over TLS:
+    /// `tls-replication yes` and the test's certificates.
+    pub fn tls_client_conf(&self) -> String {
+        let path = |f: &str| self.dir.join(f).to_string_lossy().into_owned();
+        format!(
+            "tls-replication yes\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n",
+            path("server.crt"),
+            path("server.key"),
+            path("ca.crt")
+        )
+    }
 }
 
 impl Drop for TlsRedisServer {

@@ -14,6 +14,9 @@ pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
+mod denied;
+pub(crate) use denied::denied;
+
 /// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.
 macro_rules! script {
     ($file:literal) => {

@@ -61,6 +61,8 @@ pub(crate) enum Topology {
         master: String,
         /// Credentials for the data nodes (the sentinels' own are in their URLs).
         auth: Option<(Option<String>, String)>,
+        /// TLS to the data nodes (the sentinels' own is their URLs' scheme).
+        tls: bool,
     },
 }
 
@@ -361,11 +363,12 @@ pub(crate) async fn connect(
             sentinels,
             master,
             auth,
+            tls,
         } => {
             sentinel::connect(
                 sentinels,
                 master,
-                auth.as_ref(),
+                (auth.as_ref(), *tls),
                 settings,
                 demux,
                 renew_now.clone(),
@@ -430,6 +433,7 @@ mod tests {
                 sentinels: sentinels.iter().map(|n| n.to_string()).collect(),
                 master: master.to_owned(),
                 auth: Some((None, "secret".into())),
+                tls: false,
             }
             .deployment_id()
         };

@@ -67,11 +67,116 @@ struct Current {
     pubsub: ConnectionManager,
 }
 
+/// The redis-rs Sentinel client: which sentinels to ask, and how to reach the master they name
+/// (credentials, TLS). The master's TLS is verified against the system's roots or the
+/// builder's `tls_root_certificate`, which also verifies `rediss://` sentinels.
+fn sentinel_client(
+    sentinels: &[String],
+    master: &str,
+    (auth, tls): (Option<&(Option<String>, String)>, bool),
+    settings: &Settings,
+) -> Result<SentinelClient, LockError> {
+    let bad =
+        |e: redis::RedisError| LockError::InvalidConfig(format!("bad Sentinel settings: {e}"));
+    #[cfg(feature = "tls")]
+    if let Some(pem) = &settings.tls_root_certificate {
+        return with_root_certificate(sentinels, master, (auth, tls), pem).map_err(bad);
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = settings;
+    let mut redis_info = redis::RedisConnectionInfo::default();
+    if let Some((user, password)) = auth {
+        if let Some(user) = user {
+            redis_info = redis_info.set_username(user);
+        }
+        redis_info = redis_info.set_password(password);
+    }
+    let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+    // Without the `tls` feature the builder cannot ask for TLS.
+    #[cfg(feature = "tls")]
+    let node_info = match tls {
+        true => node_info.set_tls_mode(redis::TlsMode::Secure),
+        false => node_info,
+    };
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    // `build` takes a `String` without TLS and `impl AsRef<str>` with it.
+    #[allow(clippy::unnecessary_to_owned)]
+    SentinelClient::build(
+        sentinels.to_vec(),
+        master.to_owned(),
+        Some(node_info),
+        SentinelServerType::Master,
+    )
+    .map_err(bad)
+}
+
+/// [`sentinel_client`] with a private CA: redis-rs takes the certificates only through its
+/// builder, which takes the sentinels as addresses and one set of sentinel credentials.
+#[cfg(feature = "tls")]
+fn with_root_certificate(
+    sentinels: &[String],
+    master: &str,
+    (auth, tls): (Option<&(Option<String>, String)>, bool),
+    pem: &[u8],
+) -> redis::RedisResult<SentinelClient> {
+    use redis::sentinel::SentinelClientBuilder;
+    use redis::{ConnectionAddr, IntoConnectionInfo, TlsCertificates, TlsMode};
+
+    let infos = (sentinels.iter())
+        .map(|url| url.as_str().into_connection_info())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let credentials = |info: &redis::ConnectionInfo| {
+        let settings = info.redis_settings();
+        (
+            settings.username().map(str::to_owned),
+            settings.password().map(str::to_owned),
+        )
+    };
+    let (user, password) = credentials(&infos[0]);
+    if infos
+        .iter()
+        .any(|info| credentials(info) != (user.clone(), password.clone()))
+    {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "with a TLS root certificate every sentinel URL must carry the same credentials",
+        )));
+    }
+    let certs = || TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    };
+    let addrs = infos.iter().map(|info| info.addr().clone());
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?;
+    if let Some(user) = user {
+        builder = builder.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if (infos.iter()).any(|info| matches!(info.addr(), ConnectionAddr::TcpTls { .. })) {
+        builder = builder.set_client_to_sentinel_certificates(certs());
+    }
+    if let Some((user, password)) = auth {
+        if let Some(user) = user {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if tls {
+        builder = builder
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_redis_certificates(certs());
+    }
+    builder.build()
+}
+
 /// Asks the sentinels for the master and connects both connections to it.
 pub(crate) async fn connect(
     sentinels: &[String],
     master: &str,
-    auth: Option<&(Option<String>, String)>,
+    (auth, tls): (Option<&(Option<String>, String)>, bool),
     settings: &Settings,
     demux: &Demux,
     renew_now: Arc<tokio::sync::Notify>,
@@ -86,23 +191,7 @@ pub(crate) async fn connect(
             "Sentinel needs the master's name".into(),
         ));
     }
-    let mut redis_info = redis::RedisConnectionInfo::default();
-    if let Some((user, password)) = auth {
-        if let Some(user) = user {
-            redis_info = redis_info.set_username(user);
-        }
-        redis_info = redis_info.set_password(password);
-    }
-    let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
-    // `build` takes a `String` without TLS and `impl AsRef<str>` with it.
-    #[allow(clippy::unnecessary_to_owned)]
-    let mut sentinel = SentinelClient::build(
-        sentinels.to_vec(),
-        master.to_owned(),
-        Some(node_info),
-        SentinelServerType::Master,
-    )
-    .map_err(|e| LockError::InvalidConfig(format!("bad Sentinel settings: {e}")))?;
+    let mut sentinel = sentinel_client(sentinels, master, (auth, tls), settings)?;
 
     let client = settings
         .within_connect_timeout(sentinel.async_get_client())

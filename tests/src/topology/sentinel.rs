@@ -46,6 +46,16 @@ impl Sentinel {
     /// # Panics
     /// If it cannot be started.
     pub fn start(master_name: &str, master_port: u16, quorum: usize) -> Sentinel {
+        Sentinel::start_with(master_name, master_port, quorum, "")
+    }
+
+    /// Like [`start`](Sentinel::start), with `extra` appended to its config file (for example
+    /// [`TlsRedisServer::tls_client_conf`](crate::TlsRedisServer::tls_client_conf), to monitor a
+    /// master's TLS port).
+    ///
+    /// # Panics
+    /// If it cannot be started.
+    pub fn start_with(master_name: &str, master_port: u16, quorum: usize, extra: &str) -> Sentinel {
         let dir = ChildProcess::temp_dir("a sentinel");
         let mut last_err = String::new();
         // As for RedisServer: the free port may be taken before the sentinel binds it.
@@ -63,7 +73,8 @@ impl Sentinel {
                  sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {master_name} {SENTINEL_DOWN_AFTER_MS}\n\
                  sentinel failover-timeout {master_name} {SENTINEL_FAILOVER_TIMEOUT_MS}\n\
-                 sentinel parallel-syncs {master_name} 1\n",
+                 sentinel parallel-syncs {master_name} 1\n\
+                 {extra}",
                 port = sentinel.port(),
                 dir = dir.display(),
             );

@@ -1,0 +1,144 @@
+//! What a Redis ACL refused, read from the error: a command the connection's user may not run
+//! (`EVALSHA` itself, or a command one of our scripts calls), or the lock's keys or channels.
+//!
+//! Redis 7.0 names the command only when the client sent it; from inside a script it says "The
+//! user executing the script can't run this command or subcommand", followed by the script's
+//! SHA1 and the line (`script: <sha>, on @user_script:<line>.`). Every script's source is known
+//! here, so the line names the command, at no cost to the scripts themselves.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
+
+use super::with_prelude;
+
+/// Every script's source (classic and sharded) by its SHA1.
+static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
+    let files = [
+        include_str!("acquire.lua"),
+        include_str!("release.lua"),
+        include_str!("fair_acquire.lua"),
+        include_str!("fair_release.lua"),
+        include_str!("rw_acquire.lua"),
+        include_str!("semaphore_acquire.lua"),
+        include_str!("holders_release.lua"),
+        include_str!("semaphore_capacity.lua"),
+        include_str!("renew.lua"),
+        include_str!("force_unlock.lua"),
+        include_str!("inspect.lua"),
+    ];
+    let mut sources = HashMap::new();
+    for file in files {
+        let code = with_prelude(file);
+        #[cfg(feature = "cluster")]
+        if code.contains("redis.call('PUBLISH'") || code.contains("'PUBSUB', 'NUMSUB'") {
+            let sharded = super::sharded(&code);
+            sources.insert(Script::new(&sharded).get_hash().to_owned(), sharded);
+        }
+        sources.insert(Script::new(&code).get_hash().to_owned(), code);
+    }
+    sources
+});
+
+/// What the ACL refused, as words for an error message ("the `pexpire` command", "the lock's
+/// keys"), or `None` when `err` is no permission error.
+pub(crate) fn denied(err: &RedisError) -> Option<String> {
+    let detail = err.detail().unwrap_or_default();
+    if err.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
+        // Sent by the client: "User <u> has no permissions to run the '<cmd>' command", "No
+        // permissions to access a key" or "… a channel".
+        if let Some(command) = quoted(detail) {
+            return Some(format!("the `{command}` command"));
+        }
+        return Some(target(detail).to_owned());
+    }
+    if detail.contains("can't run this command") {
+        let command = script_line(detail).and_then(|(sha, line)| command_at(sha, line));
+        return Some(match command {
+            Some(command) => format!("the `{command}` command (called by a lock script)"),
+            None => "a command the lock scripts call".to_owned(),
+        });
+    }
+    if detail.contains("can't access") && detail.contains("user_script") {
+        return Some(target(detail).to_owned());
+    }
+    None
+}
+
+fn target(detail: &str) -> &'static str {
+    if detail.contains("channel") {
+        "the lock's channels"
+    } else {
+        "the lock's keys"
+    }
+}
+
+/// The text between the first pair of single quotes.
+fn quoted(detail: &str) -> Option<&str> {
+    let (_, rest) = detail.split_once('\'')?;
+    let (inner, _) = rest.split_once('\'')?;
+    (!inner.is_empty()).then_some(inner)
+}
+
+/// `script: <sha>, on @user_script:<line>.` → the SHA1 and the line.
+fn script_line(detail: &str) -> Option<(&str, usize)> {
+    let (_, rest) = detail.split_once("script: ")?;
+    let (sha, rest) = rest.split_once(',')?;
+    let (_, line) = rest.split_once("@user_script:")?;
+    let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
+    Some((sha.trim(), digits.parse().ok()?))
+}
+
+/// The command called on line `line` (1-based) of the script with SHA1 `sha`, lower-case.
+fn command_at(sha: &str, line: usize) -> Option<String> {
+    let text = SOURCES.get(sha)?.lines().nth(line.checked_sub(1)?)?;
+    let (_, rest) = text.split_once("call('")?;
+    let (command, _) = rest.split_once('\'')?;
+    Some(command.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_of_the_crate_is_known() {
+        for script in [
+            &super::super::ACQUIRE,
+            &super::super::RELEASE,
+            &super::super::FAIR_ACQUIRE,
+            &super::super::FAIR_RELEASE,
+            &super::super::RW_ACQUIRE,
+            &super::super::SEMAPHORE_ACQUIRE,
+            &super::super::HOLDERS_RELEASE,
+            &super::super::SEMAPHORE_CAPACITY,
+            &super::super::RENEW,
+            &super::super::FORCE_UNLOCK,
+            &super::super::INSPECT,
+        ] {
+            assert!(SOURCES.contains_key(script.get_hash()));
+        }
+    }
+
+    #[test]
+    fn a_script_line_names_its_command() {
+        let sha = super::super::ACQUIRE.get_hash();
+        let source = &SOURCES[sha];
+        let line = 1 + source
+            .lines()
+            .position(|l| l.contains("redis.call('PEXPIRE', lock"))
+            .unwrap();
+        let detail = format!(
+            "The user executing the script can't run this command or subcommand script: {sha}, on @user_script:{line}."
+        );
+        assert_eq!(script_line(&detail), Some((sha, line)));
+        assert_eq!(command_at(sha, line).as_deref(), Some("pexpire"));
+        assert_eq!(command_at("0000", line), None);
+        assert_eq!(
+            quoted("User u has no permissions to run the 'evalsha' command"),
+            Some("evalsha")
+        );
+        assert_eq!(quoted("No permissions to access a key"), None);
+    }
+}

@@ -16,6 +16,12 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "PREFIX")]
     pub(crate) prefix: Option<String>,
 
+    /// The locks are Redisson's (applications built with `Layout::Redisson`): `inspect` and
+    /// `force-unlock` take the name Java services use; `list` and `top`, which scan under a
+    /// prefix, are refused.
+    #[arg(long, global = true, conflicts_with = "prefix")]
+    pub(crate) redisson: bool,
+
     /// Print JSON for scripts: one document per command (for `top`, one per refresh, one a
     /// line).
     #[arg(long, global = true)]
@@ -61,6 +67,10 @@ pub(crate) struct Connection {
     /// The ACL user of the data nodes behind Sentinel (the sentinels' own go in their URLs).
     #[arg(long, global = true, value_name = "USER")]
     pub(crate) master_user: Option<String>,
+
+    /// TLS to the data nodes behind Sentinel (verified with `--tls-ca` if given).
+    #[arg(long, global = true, requires = "sentinel")]
+    pub(crate) master_tls: bool,
 
     /// The password of the data nodes behind Sentinel (also `LOCKCTL_MASTER_PASSWORD`).
     #[arg(long, global = true, value_name = "PASSWORD")]

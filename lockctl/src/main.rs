@@ -24,8 +24,12 @@
 //!   private CA;
 //! - `--cluster SEED[,SEED…]`: a Redis Cluster from its seed nodes;
 //! - `--sentinel URL[,URL…] --master NAME` (`--master-user`, `--master-password` or
-//!   `LOCKCTL_MASTER_PASSWORD` for the data nodes): the master behind Sentinel;
+//!   `LOCKCTL_MASTER_PASSWORD` for the data nodes, `--master-tls` for TLS to them): the master
+//!   behind Sentinel;
 //! - `--prefix PREFIX` (also `LOCKCTL_PREFIX`; default `lock`): the applications' key prefix;
+//! - `--redisson`: the applications use `Layout::Redisson` (locks shared with Java services):
+//!   `inspect` and `force-unlock` take the name the Java side uses; `list` and `top` need a
+//!   prefix and are refused;
 //! - `--json`: one JSON document per command (for `top`, one per refresh, one a line);
 //! - `--timeout DURATION` (default `5s`): connect and reply timeout.
 //!
@@ -182,6 +186,9 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
         if let Some(password) = password {
             builder = builder.master_credentials(c.master_user.as_deref(), &password);
         }
+        if c.master_tls {
+            builder = builder.master_tls();
+        }
         (builder, target)
     } else {
         let url = c
@@ -198,8 +205,13 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
         .clone()
         .or_else(|| std::env::var("LOCKCTL_PREFIX").ok())
         .unwrap_or_else(|| lock_runtime::DEFAULT_PREFIX.into());
+    let layout = match cli.redisson {
+        true => lock_runtime::Layout::Redisson,
+        false => lock_runtime::Layout::Native,
+    };
     let mut builder = builder
         .prefix(prefix)
+        .layout(layout)
         .connect_timeout(c.timeout)
         .response_timeout(c.timeout);
     if let Some(path) = &c.tls_ca {

@@ -527,3 +527,45 @@ async fn the_master_behind_sentinel_is_listed() {
     assert_eq!(owners(find(&doc, "stock:42")), [guard.owner()]);
     drop(guard);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let locks = lock_tests::client_with(&redis, |b| {
+        b.layout(lock_runtime::Layout::Redisson)
+            .watchdog_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let guard = locks.lock("stock:42").acquire().await.unwrap();
+
+    // Without --redisson the lock is not where lockctl looks.
+    let native = expect(&lockctl(&["--url", &url, "inspect", "stock:42"]).await, 0);
+    assert_eq!(native.trim(), "stock:42: not locked");
+
+    let doc = json(&lockctl(&["--url", &url, "--redisson", "--json", "inspect", "stock:42"]).await);
+    assert_eq!(doc["held"], true, "{doc}");
+    assert_eq!(doc["fencing_token"].as_u64(), Some(guard.fencing_token()));
+    assert_eq!(owners(&doc), [guard.owner()]);
+
+    // A scan has no prefix to look under: a clear error, exit code 1.
+    let out = lockctl(&["--url", &url, "--redisson", "list"]).await;
+    expect(&out, 1);
+    assert!(stderr(&out).contains("Redisson"), "{}", stderr(&out));
+
+    let out = lockctl(&[
+        "--url",
+        &url,
+        "--redisson",
+        "force-unlock",
+        "stock:42",
+        "--yes",
+    ])
+    .await;
+    assert!(expect(&out, 0).contains("force-unlocked stock:42"));
+    assert_eq!(redis.cmd(&["EXISTS", "stock:42"]).int(), Some(0));
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the holder learns of the loss at its next renewal");
+    assert!(lost.is_lost(), "{lost}");
+}

@@ -61,6 +61,7 @@ async fn locks_on_a_cluster() {
     eprintln!("lock family: {:?}", t.elapsed());
     names_with_their_own_hash_tag(&cluster).await;
     names_with_braces_anywhere(&cluster).await;
+    redisson_layout_on_every_master(&cluster).await;
     multilock_across_masters_and_script_flush(&cluster).await;
     let t = Instant::now();
     renewals_are_batched_per_slot_and_node(&cluster).await;
@@ -203,6 +204,77 @@ async fn prompt_wake_up_through_sharded_pub_sub(cluster: &RedisCluster) {
             master.command_calls("spublish") > spublish_before,
             "the release must publish on the shard channel"
         );
+    }
+}
+
+/// `Layout::Redisson` on a cluster, as Redisson 3.22+ runs on Redis 7: the lock hash is the name
+/// itself, the unlock message goes out with `SPUBLISH` on `redisson_lock__channel:{N}` in the
+/// name's slot, and a waiter is woken by it; a name whose channel would land in another slot is
+/// refused before anything is sent.
+async fn redisson_layout_on_every_master(cluster: &RedisCluster) {
+    let client = || async {
+        LockClient::cluster_builder([cluster.seed_url()])
+            .layout(lock_runtime::Layout::Redisson)
+            .build()
+            .await
+            .expect("connect to the cluster")
+    };
+    let (holder, waiter) = (client().await, client().await);
+    let mut masters = BTreeSet::new();
+    for i in 0.. {
+        let name = format!("sku-{i}");
+        if !masters.insert(cluster.master_index_for_key(&name)) {
+            continue;
+        }
+        let master = cluster.master_for_key(&name);
+        let guard = holder.lock(&name).acquire().await.expect("hold");
+        assert_eq!(
+            master.cmd(&["EXISTS", &name]).int(),
+            Some(1),
+            "the hash is {name}"
+        );
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = waiter
+                    .lock(&name)
+                    .try_acquire(Duration::from_secs(10))
+                    .await;
+                (Instant::now(), guard.expect("waiter"))
+            })
+        };
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        assert!(
+            common::eventually(Duration::from_secs(3), || {
+                master
+                    .cmd(&["PUBSUB", "SHARDCHANNELS"])
+                    .items()
+                    .iter()
+                    .any(|c| c.text() == Some(channel.as_str()))
+            })
+            .await,
+            "{channel} never subscribed on the master of {name}'s slot"
+        );
+        let released = Instant::now();
+        guard.release().await.expect("release");
+        let (acquired, guard) = waiting.await.expect("waiter task");
+        let delay = acquired.saturating_duration_since(released);
+        assert!(
+            delay < Duration::from_millis(500),
+            "{name}: woken after {delay:?}"
+        );
+        guard.release().await.expect("release");
+        if masters.len() == cluster.master_indices().len() {
+            break;
+        }
+    }
+    for name in ["a{b", "a}b"] {
+        let err = holder
+            .lock(name)
+            .try_acquire(Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LockError::InvalidName { .. }), "{err:?}");
     }
 }
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, docs, and every test against real redis-server (and,
-# for lock-fence, PostgreSQL) processes that the tests start on free loopback ports.
+# for lock-fence, PostgreSQL; for the Redisson interop tests, JVMs running Redisson) processes
+# that the tests start on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A suite run builds once from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=0
-bash scripts/ensure-deps.sh openssl postgres
+bash scripts/ensure-deps.sh openssl postgres java
 redis-server --version
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -18,6 +18,7 @@ pub mod family;
 mod postgres;
 mod process;
 mod proxy;
+pub mod redisson;
 mod tls;
 pub mod topology;
 
@@ -25,6 +26,7 @@ pub use client::{client, client_with, eventually, granted, local_redis, until_in
 pub use postgres::PostgresServer;
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;
+pub use redisson::Redisson;
 pub use tls::TlsRedisServer;
 
 /// Nanoseconds on the system-wide monotonic clock (`CLOCK_MONOTONIC`), comparable across

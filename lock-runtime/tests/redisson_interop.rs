@@ -1,0 +1,299 @@
+//! Rust and Java services lock the same products: `Layout::Redisson` against real Redisson (the
+//! newest 3.x and 4.x from Maven Central, each in a JVM of its own, see `lock_tests::redisson`).
+//! Every test runs against both versions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Layout, LockClient, LockError, LossReason};
+use lock_tests::redisson::REDISSON_VERSIONS;
+use lock_tests::{RedisServer, Redisson, mono_ns};
+
+async fn rust_client(url: &str, watchdog: Duration) -> LockClient {
+    LockClient::builder(url)
+        .layout(Layout::Redisson)
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// A Java holder excludes a Rust acquirer and its unlock wakes the Rust waiter at once; a Rust
+/// holder excludes a Java `tryLock` and its release wakes the Java waiter at once (both leases
+/// are 30 s: only the unlock message can explain a prompt wake-up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_and_rust_exclude_and_wake_each_other() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    for version in REDISSON_VERSIONS {
+        let java = Redisson::start(version, &redis.url(), Duration::from_secs(30));
+        let name = format!("stock:{version}");
+
+        // Java holds; Rust waits and is woken by Java's unlock.
+        java.lock("w1", &name).await;
+        let busy = rust
+            .lock(&name)
+            .try_acquire(Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(busy.is_busy(), "{version}: {busy:?}");
+        let waiter = {
+            let (rust, name) = (rust.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
+                (mono_ns(), guard)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiter.is_finished(),
+            "{version}: Rust got a lock Java holds"
+        );
+        // From the moment the unlock is sent (Java's own reply may come after our wake-up).
+        let unlocked = mono_ns();
+        java.unlock("w1", &name).await.expect("Java unlock");
+        let (acquired, guard) = waiter.await.unwrap();
+        let guard = guard.expect("the Rust waiter gets the lock");
+        let java_to_rust = acquired.saturating_sub(unlocked);
+        assert!(
+            java_to_rust < 2_000_000_000,
+            "{version}: woken {} ms after Java's unlock",
+            ms(java_to_rust)
+        );
+
+        // Rust holds; a Java tryLock waits and is woken by our release.
+        assert!(!java.held("w2", &name).await);
+        let java_wait = java.send(&format!("trylock w2 {name} 20000 -1"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(java.is_locked(&name).await);
+        let released = mono_ns();
+        guard.release().await.unwrap();
+        let reply = java_wait.reply().await;
+        let acquired: u64 = reply
+            .strip_prefix("ok ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{version}: Java tryLock: {reply}"));
+        let rust_to_java = acquired.saturating_sub(released);
+        assert!(
+            rust_to_java < 2_000_000_000,
+            "{version}: Java woken {} ms after our release",
+            ms(rust_to_java)
+        );
+        assert!(java.held("w2", &name).await);
+        java.unlock("w2", &name).await.expect("Java unlock");
+        eprintln!(
+            "redisson {version}: wake-up Java→Rust {:.2} ms, Rust→Java {:.2} ms",
+            ms(java_to_rust),
+            ms(rust_to_java)
+        );
+    }
+}
+
+/// Three processes (a JVM with Redisson 3, a JVM with Redisson 4, and this Rust process), two
+/// workers each, increment one counter with a non-atomic GET and SET under the shared lock: no
+/// increment is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_never_lose_an_increment() {
+    const ROUNDS: u32 = 40;
+    let redis = RedisServer::start();
+    let javas: Vec<Redisson> = REDISSON_VERSIONS
+        .iter()
+        .map(|v| Redisson::start(v, &redis.url(), Duration::from_secs(30)))
+        .collect();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    let started = Instant::now();
+    let tickets: Vec<_> = (javas.iter())
+        .flat_map(|java| ["w1", "w2"].map(|w| java.contend(w, "cart", "counter", ROUNDS)))
+        .collect();
+    let rust_tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let (rust, url) = (rust.clone(), redis.url());
+            tokio::spawn(async move {
+                let mut conn = redis::Client::open(url)
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                for _ in 0..ROUNDS {
+                    let guard = rust.lock("cart").acquire().await.unwrap();
+                    let value: Option<u64> = redis::cmd("GET")
+                        .arg("counter")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    if rand::random::<bool>() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(value.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for ticket in tickets {
+        let reply = ticket.reply().await;
+        assert_eq!(reply, format!("ok {ROUNDS}"));
+    }
+    for task in rust_tasks {
+        task.await.unwrap();
+    }
+    let total = redis.cmd(&["GET", "counter"]).text().map(str::to_owned);
+    assert_eq!(total, Some((6 * ROUNDS).to_string()), "lost increments");
+    eprintln!(
+        "{} locked increments by 2 JVMs and 1 Rust process in {:?}",
+        6 * ROUNDS,
+        started.elapsed()
+    );
+}
+
+/// A Java holder killed with SIGKILL: its watchdog stops, and the Rust waiter gets the lock once
+/// the lease (1.5 s here) runs out. Watchdog renewal works on both sides: each holds for well
+/// past its lease and the other side stays excluded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdogs_renew_on_both_sides_and_a_killed_java_holder_frees_the_lock() {
+    let redis = RedisServer::start();
+    let lease = Duration::from_millis(1500);
+    let rust = rust_client(&redis.url(), lease).await;
+    for version in REDISSON_VERSIONS {
+        let name = format!("sku:{version}");
+        let java = Redisson::start(version, &redis.url(), lease);
+        java.lock("w1", &name).await;
+        tokio::time::sleep(lease * 2).await;
+        let busy = rust.lock(&name).try_acquire(Duration::ZERO).await;
+        assert!(
+            busy.unwrap_err().is_busy(),
+            "{version}: Java's watchdog renews"
+        );
+
+        // Rust holds past its lease too.
+        java.unlock("w1", &name).await.unwrap();
+        let guard = rust.lock(&name).acquire().await.unwrap();
+        tokio::time::sleep(lease * 2).await;
+        assert!(java.try_lock("w2", &name, Duration::ZERO).await.is_none());
+        guard.release().await.unwrap();
+
+        java.lock("w1", &name).await;
+        let killed = Instant::now();
+        java.kill9();
+        let guard = rust
+            .lock(&name)
+            .try_acquire(Duration::from_secs(10))
+            .await
+            .expect("the lock comes free when the dead holder's lease ends");
+        let after = killed.elapsed();
+        assert!(
+            after < lease + Duration::from_secs(2),
+            "{version}: {after:?}"
+        );
+        guard.release().await.unwrap();
+        eprintln!("redisson {version}: lock free {after:?} after kill -9 of the Java holder");
+    }
+}
+
+/// Fencing tokens keep rising whichever side takes the lock (Java through `RFencedLock`), and
+/// a force-unlock from either side is seen by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_and_force_unlock_cross_the_languages() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_millis(600)).await;
+    for version in REDISSON_VERSIONS {
+        let name = format!("fenced:{version}");
+        let java = Redisson::start(version, &redis.url(), Duration::from_secs(30));
+        let t1 = java.fenced_lock("w1", &name).await;
+        java.fenced_unlock("w1", &name).await;
+        let guard = rust.lock(&name).acquire().await.unwrap();
+        let t2 = guard.fencing_token();
+        assert!(t2 > t1, "{version}: {t2} after Java's {t1}");
+
+        // Java force-unlocks a Rust holder: its guard learns it lost the lock.
+        assert!(java.force_unlock(&name).await);
+        let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .expect("the watchdog notices");
+        assert!(
+            matches!(
+                lost,
+                LockError::Lost {
+                    reason: LossReason::Deleted,
+                    ..
+                }
+            ),
+            "{lost:?}"
+        );
+        drop(guard);
+
+        let t3 = java.fenced_lock("w1", &name).await;
+        assert!(t3 > t2, "{version}: Java's {t3} after our {t2}");
+        // Rust force-unlocks a Java holder.
+        assert!(rust.lock(&name).force_unlock().await.unwrap());
+        assert!(!java.is_locked(&name).await);
+        assert!(!java.held("w1", &name).await);
+        let unlock = java.unlock("w1", &name).await;
+        assert!(unlock.is_err(), "{version}: {unlock:?}");
+    }
+}
+
+/// On a Redis 7 cluster Redisson publishes with `SPUBLISH` (its `AUTO` sharded mode), as we
+/// do: wake-ups cross the languages in both directions without waiting for a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_sharded_pub_sub() {
+    use lock_tests::topology::RedisCluster;
+
+    let cluster = RedisCluster::start(3, 0);
+    let rust = LockClient::cluster_builder([cluster.seed_url()])
+        .layout(Layout::Redisson)
+        .build()
+        .await
+        .expect("connect to the cluster");
+    for version in REDISSON_VERSIONS {
+        let java = Redisson::start_cluster(version, &cluster.urls(), Duration::from_secs(30));
+        for i in 0..3 {
+            let name = format!("sharded:{version}:{i}");
+            java.lock("w1", &name).await;
+            let waiter = {
+                let (rust, name) = (rust.clone(), name.clone());
+                tokio::spawn(async move {
+                    let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
+                    (mono_ns(), guard)
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!waiter.is_finished());
+            let unlocked = mono_ns();
+            java.unlock("w1", &name).await.unwrap();
+            let (acquired, guard) = waiter.await.unwrap();
+            let guard = guard.unwrap();
+            assert!(
+                acquired.saturating_sub(unlocked) < 2_000_000_000,
+                "{version} {name}: Rust woken {} ms after Java's unlock",
+                ms(acquired.saturating_sub(unlocked))
+            );
+
+            let java_wait = java.send(&format!("trylock w2 {name} 20000 -1"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = mono_ns();
+            guard.release().await.unwrap();
+            let reply = java_wait.reply().await;
+            let acquired: u64 = reply
+                .strip_prefix("ok ")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{version}: {reply}"));
+            assert!(
+                acquired.saturating_sub(released) < 2_000_000_000,
+                "{version} {name}: Java woken {} ms after our release",
+                ms(acquired.saturating_sub(released))
+            );
+            java.unlock("w2", &name).await.unwrap();
+        }
+    }
+}

@@ -169,6 +169,26 @@
 //! double grant would corrupt data, pass the [fencing token](LockGuard::fencing_token) to the
 //! storage and have it reject older tokens.
 //!
+//! # Sharing locks with Java services (Redisson)
+//!
+//! A client built with [`Layout::Redisson`] keeps its mutexes where Redisson's `RLock` and
+//! `RFencedLock` keep theirs, so a Rust service and a Java service with Redisson (3.22+ or 4.x)
+//! lock the same names: each excludes the other, each one's unlock wakes the other's waiters,
+//! and fencing tokens keep rising across both (the Java side with `getFencedLock`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_runtime::LockError> {
+//! use lock_runtime::{Layout, LockClient};
+//!
+//! let locks = LockClient::builder("redis://127.0.0.1:6379")
+//!     .layout(Layout::Redisson)
+//!     .build()
+//!     .await?;
+//! // Java: redisson.getFencedLock("stock:42").lockAndGetToken()
+//! let guard = locks.lock("stock:42").acquire().await?;
+//! # drop(guard); Ok(()) }
+//! ```
+//!
 //! # Redis ACLs
 //!
 //! A Redis 7 user for the default prefix needs these commands, keys and channels (commands

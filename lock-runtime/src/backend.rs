@@ -17,9 +17,12 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
+use crate::family::Family;
 use crate::names::LockNames;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "memory"))]
+// Without the feature only the unit tests use it, and not all of it.
+#[cfg_attr(not(feature = "memory"), allow(dead_code, unreachable_pub))]
 pub(crate) mod memory;
 #[cfg(test)]
 mod tests;
@@ -223,6 +226,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.
     fn fails_over(&self) -> bool;
+
+    /// Whether this backend implements `family` (the Redis backend implements them all; the
+    /// in-memory one the mutex only). A lock refuses a family its backend does not implement
+    /// before anything is sent.
+    fn supports(&self, family: Family) -> bool {
+        let _ = family;
+        true
+    }
 }
 
 /// The subscription side, driven by the demultiplexer. Messages and connection losses reach

@@ -223,6 +223,8 @@ mod handoff;
 mod hold;
 mod inspect;
 mod lock;
+#[cfg(feature = "memory")]
+mod memory;
 mod multi;
 mod names;
 mod options;
@@ -244,6 +246,8 @@ pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
 pub use lock::Lock;
+#[cfg(feature = "memory")]
+pub use memory::{Fault, MemoryHolder, MemoryLocks};
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
 pub use options::{LockOptions, MAX_LEASE};

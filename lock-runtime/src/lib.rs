@@ -19,6 +19,11 @@
 //!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
 //!   [Topologies](#topologies).
+//! - **Testable without Redis** (feature `memory`): `MemoryLocks` hands out clients whose
+//!   mutexes live in memory, with the same semantics (checked by one set of behaviour tests
+//!   run against both), under tokio's paused time, plus hooks that make an acquire find the
+//!   lock busy or Redis down and that take a held lock away. See
+//!   [Testing without Redis](#testing-without-redis).
 //!
 //! # Example
 //!
@@ -168,6 +173,32 @@
 //! No lease-based lock can stop a paused holder from acting after its lease ran out: where a
 //! double grant would corrupt data, pass the [fencing token](LockGuard::fencing_token) to the
 //! storage and have it reject older tokens.
+//!
+//! # Testing without Redis
+//!
+//! With the feature `memory`, `MemoryLocks` is a stand-in for a Redis server in the tests of
+//! code that takes locks: each of its clients is the real [`LockClient`] (acquire loop,
+//! reentrancy, wake-up, watchdog, leases, `lost()`, fencing tokens, `force_unlock`, `info`),
+//! whose locks live in the test process, with leases on tokio's clock. Mutexes only: a fair
+//! lock, read/write lock or semaphore on it fails with [`LockError::Unsupported`].
+//!
+//! ```ignore
+//! // [dev-dependencies] lock-runtime = { version = "…", features = ["memory"] }
+//! use std::time::Duration;
+//! use lock_runtime::{Fault, MemoryLocks};
+//!
+//! #[tokio::test(start_paused = true)]
+//! async fn busy_stock_is_reported() {
+//!     let memory = MemoryLocks::new();
+//!     let locks = memory.client();
+//!     memory.fail_next_acquire("stock:42", Fault::Busy(Duration::from_secs(5)));
+//!     let err = locks.lock("stock:42").try_acquire(Duration::ZERO).await.unwrap_err();
+//!     assert_eq!(err.retry_after(), Some(Duration::from_secs(5)));
+//!     memory.lose("stock:42"); // or: take a held lock away; its guard's lost() fires
+//! }
+//! ```
+//!
+//! The `MemoryLocks` type documents every hook (`fail_next_acquire`, `lose`, `holder`, …).
 //!
 //! # Redis ACLs
 //!

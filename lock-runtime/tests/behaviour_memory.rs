@@ -133,7 +133,8 @@ async fn a_fault_for_any_name_reaches_a_waiting_acquire() {
     // Queued faults can be dropped.
     memory.fail_next_acquire_of_any(Fault::Unavailable);
     memory.clear_faults();
-    a.lock("stock:4").acquire().await.unwrap();
+    let guard = a.lock("stock:4").acquire().await.unwrap();
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::family::Family;
 use crate::names::LockNames;
 
 #[cfg(any(test, feature = "memory"))]
@@ -226,14 +225,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.
     fn fails_over(&self) -> bool;
-
-    /// Whether this backend implements `family` (the Redis backend implements them all; the
-    /// in-memory one the mutex only). A lock refuses a family its backend does not implement
-    /// before anything is sent.
-    fn supports(&self, family: Family) -> bool {
-        let _ = family;
-        true
-    }
 }
 
 /// The subscription side, driven by the demultiplexer. Messages and connection losses reach

@@ -201,18 +201,6 @@ pub enum LockError {
         /// Why.
         reason: &'static str,
     },
-    /// The client's backend does not implement this member of the lock family: the in-memory
-    /// backend ([`MemoryLocks`](crate::MemoryLocks), feature `memory`) has mutexes only, so a
-    /// fair lock, a read/write lock or a semaphore on it is refused. Nothing was taken.
-    #[error("{kind} `{name}` is not supported by this client's backend ({reason})")]
-    Unsupported {
-        /// The lock name.
-        name: String,
-        /// The member of the family that was asked for (`"fair lock"`, `"semaphore"`, …).
-        kind: &'static str,
-        /// What the backend supports instead.
-        reason: &'static str,
-    },
     /// No default client was installed with
     /// [`LockClient::install_default`](crate::LockClient::install_default).
     #[error(

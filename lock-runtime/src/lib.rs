@@ -20,7 +20,7 @@
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
 //!   [Topologies](#topologies).
 //! - **Testable without Redis** (feature `memory`): `MemoryLocks` hands out clients whose
-//!   mutexes live in memory, with the same semantics (checked by one set of behaviour tests
+//!   locks live in memory, with the same semantics (checked by one set of behaviour tests
 //!   run against both), under tokio's paused time, plus hooks that make an acquire find the
 //!   lock busy or Redis down and that take a held lock away. See
 //!   [Testing without Redis](#testing-without-redis).
@@ -179,8 +179,8 @@
 //! With the feature `memory`, `MemoryLocks` is a stand-in for a Redis server in the tests of
 //! code that takes locks: each of its clients is the real [`LockClient`] (acquire loop,
 //! reentrancy, wake-up, watchdog, leases, `lost()`, fencing tokens, `force_unlock`, `info`),
-//! whose locks live in the test process, with leases on tokio's clock. Mutexes only: a fair
-//! lock, read/write lock or semaphore on it fails with [`LockError::Unsupported`].
+//! whose locks live in the test process, with leases on tokio's clock: every member of the
+//! family, by the rules of the Lua scripts.
 //!
 //! ```ignore
 //! // [dev-dependencies] lock-runtime = { version = "…", features = ["memory"] }

@@ -97,18 +97,6 @@ impl Lock {
             })
     }
 
-    /// Refuses a member of the family that the client's backend does not implement.
-    pub(crate) fn supported(&self, names: &LockNames) -> Result<(), LockError> {
-        if self.client.inner.backend.supports(names.family) {
-            return Ok(());
-        }
-        Err(LockError::Unsupported {
-            name: names.name.clone(),
-            kind: names.family.describe(),
-            reason: "the in-memory backend has mutexes only",
-        })
-    }
-
     /// The lock name (as given, without prefix).
     pub fn name(&self) -> &str {
         match &self.names {
@@ -142,7 +130,6 @@ impl Lock {
         opts.validate()?;
         let names = self.names()?;
         let inner = &self.client.inner;
-        self.supported(names)?;
         if let Some(held) = scope::find(&inner.id, &names.key) {
             if !held.names.family.same_kind(names.family) {
                 return Err(LockError::WouldDeadlock {

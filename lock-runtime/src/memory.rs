@@ -22,11 +22,14 @@ use crate::{LockClient, LockClientBuilder};
 /// clock, so under paused time (`#[tokio::test(start_paused = true)]`) a test of a 30 s lease
 /// takes no time at all.
 ///
-/// **Mutexes only**: [`LockClient::lock`] (and [`MultiLock`](crate::MultiLock) and
-/// `#[distributed_lock]` over it). A fair lock, a read/write lock or a semaphore on a memory
-/// client fails with [`LockError::Unsupported`](crate::LockError::Unsupported). Fencing tokens
-/// count from 1 per name and are kept as long as the `MemoryLocks` lives. No [`RedLock`](crate::RedLock)
-/// quorum or replica acknowledgement is simulated.
+/// The whole family: mutexes ([`LockClient::lock`], [`MultiLock`](crate::MultiLock),
+/// `#[distributed_lock]`), fair locks (first come, first served, a waiter's place lasting 5 s
+/// unless refreshed), read/write locks (writers first) and semaphores (per-holder permit
+/// leases, a capacity stored for every client), with the Lua scripts' rules; a name used as
+/// two kinds is [`LockError::ForeignData`](crate::LockError::ForeignData), as on Redis.
+/// Fencing tokens count from 1 per name and are kept as long as the `MemoryLocks` lives.
+/// Nothing of a deployment is simulated: no failover, replica acknowledgement or
+/// [`RedLock`](crate::RedLock) quorum (a `RedLock` over several `MemoryLocks`' clients works).
 ///
 /// Hooks let a test drive the error paths of the code under test:
 /// [`fail_next_acquire`](MemoryLocks::fail_next_acquire) makes an acquire find the lock busy
@@ -163,15 +166,26 @@ impl MemoryLocks {
         self.backend.lose(name)
     }
 
-    /// Who holds the lock named `name` (under any prefix) right now, if anyone.
+    /// Who holds the lock named `name` (under any prefix) right now, if anyone: for a read/write
+    /// lock or a semaphore, the holder whose lease ends first (see
+    /// [`holders`](MemoryLocks::holders)).
     pub fn holder(&self, name: &str) -> Option<MemoryHolder> {
+        self.holders(name).into_iter().next()
+    }
+
+    /// Every holder of the lock named `name` (under any prefix) right now: one for a mutex or
+    /// fair lock; each reader, the writer, or each permit holder of a read/write lock or
+    /// semaphore. The first lease to end comes first.
+    pub fn holders(&self, name: &str) -> Vec<MemoryHolder> {
         self.backend
-            .holder(name)
+            .holders(name)
+            .into_iter()
             .map(|(owner, token, until)| MemoryHolder {
                 owner,
                 fencing_token: token as u64,
                 until,
             })
+            .collect()
     }
 
     /// The fencing token last issued for the lock named `name`, held or not; `None` if it was
@@ -219,7 +233,7 @@ impl MemoryHolder {
     /// The id of the client that holds it (see [`LockClient::id`]); `None` for the stand-in
     /// owner of a [`Fault::Busy`].
     pub fn client_id(&self) -> Option<&str> {
-        if self.owner == BUSY_OWNER {
+        if self.owner.starts_with(BUSY_OWNER) {
             return None;
         }
         self.owner.rsplit_once(':').map(|(client, _)| client)

@@ -141,7 +141,6 @@ impl Semaphore {
 
     async fn capacity_call(&self, op: CapacityOp) -> Result<u32, LockError> {
         let names = self.lock.names()?;
-        self.lock.supported(names)?;
         let Acked { reply, shortfall } = self
             .lock
             .client()

@@ -25,6 +25,14 @@ impl behaviour::Fixture for Memory {
         assert!(self.0.lose(name), "{name} was not held");
     }
 
+    fn leftovers(&self, name: &str) -> Vec<String> {
+        self.0
+            .holders(name)
+            .iter()
+            .map(|h| h.owner().to_owned())
+            .collect()
+    }
+
     fn lock_round_trips(&self) -> Option<u64> {
         None
     }
@@ -238,33 +246,68 @@ async fn separate_memory_locks_share_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_rest_of_the_family_is_refused_with_a_typed_error() {
+async fn the_hooks_work_on_every_member_of_the_family() {
+    let memory = MemoryLocks::new();
+    let (a, b) = (memory.client(), memory.client());
+    // Busy: a stand-in writer, or a holder of every permit, for the lease.
+    memory.fail_next_acquire("rw", Fault::Busy(Duration::from_secs(1)));
+    let err = a.rw_lock("rw").read().try_acquire(Duration::ZERO).await;
+    assert!(err.unwrap_err().is_busy());
+    assert_eq!(memory.holder("rw").unwrap().client_id(), None);
+    let reader = b
+        .rw_lock("rw")
+        .read()
+        .try_acquire(Duration::from_secs(2))
+        .await;
+    let reader = reader.expect("free once the stand-in's lease ended");
+    memory.fail_next_acquire("sem", Fault::Busy(Duration::from_secs(1)));
+    let err = a.semaphore("sem", 3).try_acquire(Duration::ZERO).await;
+    assert!(err.unwrap_err().is_busy());
+    assert_eq!(a.semaphore("sem", 3).available().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every permit holder is listed, and loses its permits together with the others.
+    let p1 = a.semaphore("sem", 3).acquire().await.unwrap();
+    let p2 = b.semaphore("sem", 3).acquire().await.unwrap();
+    let holders = memory.holders("sem");
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().all(|h| h.client_id().is_some()));
+    assert!(memory.lose("sem"));
+    for permit in [&p1, &p2] {
+        let err = tokio::time::timeout(Duration::from_millis(10), permit.lost())
+            .await
+            .expect("lost() at once");
+        assert!(
+            matches!(
+                err,
+                LockError::Lost {
+                    reason: LossReason::Deleted,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert!(memory.holders("sem").is_empty());
+    // A fair lock's acquisition meets a server that is down.
+    memory.fail_next_acquire("fair", Fault::Unavailable);
+    let err = a.fair_lock("fair").acquire().await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    let turn = a.fair_lock("fair").acquire().await.unwrap();
+    assert_eq!(memory.held(), vec!["fair".to_owned(), "rw".to_owned()]);
+    turn.release().await.unwrap();
+    reader.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_name_used_as_two_kinds_of_lock_is_foreign_data() {
     let memory = MemoryLocks::new();
     let locks = memory.client();
-    let unsupported = |r: Result<lock_runtime::LockGuard, LockError>| match r {
-        Err(LockError::Unsupported { kind, .. }) => kind,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(
-        unsupported(locks.fair_lock("f").acquire().await),
-        "fair lock"
-    );
-    assert_eq!(
-        unsupported(locks.rw_lock("rw").read().acquire().await),
-        "read/write lock"
-    );
-    assert_eq!(
-        unsupported(locks.rw_lock("rw").write().acquire().await),
-        "read/write lock"
-    );
-    assert_eq!(
-        unsupported(locks.semaphore("s", 3).acquire().await),
-        "semaphore"
-    );
-    let available = locks.semaphore("s", 3).available().await;
-    assert!(
-        matches!(available, Err(LockError::Unsupported { .. })),
-        "{available:?}"
-    );
-    assert!(memory.held().is_empty());
+    let mutex = locks.lock("one").acquire().await.unwrap();
+    let err = locks.semaphore("one", 2).try_acquire(Duration::ZERO).await;
+    assert!(matches!(err, Err(LockError::ForeignData { .. })), "{err:?}");
+    mutex.release().await.unwrap();
+    let permit = locks.semaphore("one", 2).acquire().await.unwrap();
+    let err = locks.lock("one").try_acquire(Duration::ZERO).await;
+    assert!(matches!(err, Err(LockError::ForeignData { .. })), "{err:?}");
+    permit.release().await.unwrap();
 }

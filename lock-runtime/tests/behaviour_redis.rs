@@ -20,6 +20,12 @@ impl behaviour::Fixture for Redis {
         self.0.cmd(&["DEL", &format!("lock:{{{name}}}")]);
     }
 
+    fn leftovers(&self, name: &str) -> Vec<String> {
+        let mut keys = self.0.keys(&format!("lock:{{{name}}}*"));
+        keys.retain(|k| !k.ends_with(":fence"));
+        keys
+    }
+
     fn lock_round_trips(&self) -> Option<u64> {
         Some(self.0.command_calls("evalsha"))
     }

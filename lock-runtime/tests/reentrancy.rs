@@ -1,5 +1,4 @@
-//! Reentrancy: what only Redis can show (futures are `Send` and small, scopes nest by where
-//! they run). Re-entry in a scope, siblings and spawned tasks excluding each other are shared
+//! Reentrancy: futures are `Send` and small, scopes nest by where they run. Re-entry in a scope, siblings and spawned tasks excluding each other are shared
 //! behaviour tests (`behaviour/mod.rs`).
 
 mod common;

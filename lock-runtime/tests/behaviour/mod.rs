@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+mod family;
+pub use family::*;
+
 use lock_runtime::{DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockError, LockOptions, LossReason};
 use tokio::time::Instant;
 
@@ -29,6 +32,10 @@ pub trait Fixture {
     /// Takes the lock `name` away behind its holder's back (Redis: `DEL` of its key under the
     /// default prefix; memory: `MemoryLocks::lose`).
     fn take_away(&self, name: &str);
+
+    /// What is left of lock `name` besides its fencing counter (Redis: its keys under the
+    /// default prefix, queue and waiting writers included; memory: its holders).
+    fn leftovers(&self, name: &str) -> Vec<String>;
 
     /// Lock operations sent to the backend so far, where the backend counts them (Redis:
     /// `EVALSHA` calls).
@@ -56,6 +63,14 @@ macro_rules! behaviour_tests {
             joined_siblings_taking_the_same_key_exclude_each_other,
             another_client_is_another_owner_even_inside_the_scope,
             a_cancelled_waiting_acquire_leaves_nothing_behind,
+            fair_waiters_of_different_clients_are_served_in_arrival_order,
+            rw_readers_share_and_a_writer_excludes_everyone,
+            rw_a_waiting_writer_goes_before_new_readers,
+            rw_a_writer_may_read_in_its_scope_a_reader_may_not_write,
+            semaphore_never_more_holders_than_permits_across_clients,
+            semaphore_a_release_of_several_permits_wakes_as_many_waiters,
+            semaphore_a_waiter_for_several_permits_does_not_swallow_a_smaller_ones_wake_up,
+            semaphore_the_capacity_changes_at_run_time_for_every_client,
         );
     };
     (@each #[$attr:meta] $fixture:expr; $($name:ident),* $(,)?) => {

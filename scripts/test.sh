@@ -19,7 +19,7 @@ cargo test --workspace --doc
 cargo clippy -p lock-runtime --features tls --all-targets -- -D warnings
 cargo test -p lock-runtime --features tls --test tls
 # MemoryLocks (feature memory): the shared behaviour tests under paused time (behaviour_redis,
-# the same list against redis-server, ran with the workspace above), the hooks, their docs.
+# the same list against redis-server, is one of the workspace tests above), the hooks, the docs.
 cargo clippy -p lock-runtime --features memory --all-targets -- -D warnings
 cargo test -p lock-runtime --features memory --test behaviour_memory
 cargo test -p lock-runtime --features memory --doc memory

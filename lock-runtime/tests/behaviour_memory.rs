@@ -311,3 +311,27 @@ async fn a_name_used_as_two_kinds_of_lock_is_foreign_data() {
     assert!(matches!(err, Err(LockError::ForeignData { .. })), "{err:?}");
     permit.release().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn scan_lists_the_held_names_of_the_clients_prefix() {
+    let memory = MemoryLocks::new();
+    let locks = memory.client();
+    let shop = memory.builder().prefix("shop").build().await.unwrap();
+    let mut guards = Vec::new();
+    for name in ["stock:1", "stock:2", "order:{user:7}"] {
+        guards.push(locks.lock(name).acquire().await.unwrap());
+    }
+    guards.push(locks.semaphore("supplier", 2).acquire().await.unwrap());
+    guards.push(shop.lock("stock:3").acquire().await.unwrap());
+    let mut stock = locks.scan("stock:*").collect_up_to(100).await.unwrap();
+    stock.sort();
+    assert_eq!(stock, ["stock:1", "stock:2"]);
+    let mut all = locks.scan("*").collect_up_to(100).await.unwrap();
+    all.sort();
+    assert_eq!(all, ["order:{user:7}", "stock:1", "stock:2", "supplier"]);
+    assert_eq!(
+        shop.scan("*").collect_up_to(100).await.unwrap(),
+        ["stock:3"]
+    );
+    drop(guards);
+}

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod family;
+mod inspect;
 pub use family::*;
+pub use inspect::*;
 
 use lock_runtime::{DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockError, LockOptions, LossReason};
 use tokio::time::Instant;
@@ -71,6 +73,9 @@ macro_rules! behaviour_tests {
             semaphore_a_release_of_several_permits_wakes_as_many_waiters,
             semaphore_a_waiter_for_several_permits_does_not_swallow_a_smaller_ones_wake_up,
             semaphore_the_capacity_changes_at_run_time_for_every_client,
+            info_reads_a_mutex_holder_lease_token_and_subscribed_waiters,
+            info_reads_semaphore_permits_and_the_stored_capacity,
+            info_reads_readers_a_writer_and_a_fair_queue,
         );
     };
     (@each #[$attr:meta] $fixture:expr; $($name:ident),* $(,)?) => {

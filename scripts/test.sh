@@ -19,6 +19,12 @@ cargo test --workspace --doc
 # ensure-deps.sh installed above).
 cargo clippy -p lock-runtime --features tls,sentinel --all-targets -- -D warnings
 cargo test -p lock-runtime --features tls,sentinel --test tls
+# MemoryLocks (feature memory): the shared behaviour tests under paused time (behaviour_redis,
+# the same list against redis-server, is one of the workspace tests above), the hooks, the docs.
+cargo clippy -p lock-runtime --features memory --all-targets -- -D warnings
+cargo test -p lock-runtime --features memory --test behaviour_memory
+cargo test -p lock-runtime --features memory --doc memory
+RUSTDOCFLAGS="-D warnings" cargo doc -p lock-runtime --features memory --no-deps -q
 # lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
 # against a real server or database file it makes itself; its stores are optional features.
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings

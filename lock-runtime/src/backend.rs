@@ -5,8 +5,8 @@
 //! of [`Channels`]. The Redis backend (`topology/`) implements both for one server, a cluster
 //! and a master behind Sentinel, with or without replica acknowledgement; per-topology
 //! batching (renewals per node and per slot, releases per lock on a cluster) happens behind
-//! these traits. A second backend (an in-memory one for tests, another on-Redis layout) plugs
-//! in here.
+//! these traits. The in-memory backend (`backend/memory.rs`, behind `MemoryLocks` with feature
+//! `memory`) is a second implementation of both; another on-Redis layout would plug in here too.
 //!
 //! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
 //! failover symptom), and a backend that is not Redis reports its faults in the same terms.
@@ -19,7 +19,9 @@ use redis::RedisResult;
 
 use crate::names::LockNames;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "memory"))]
+// Without the feature only the unit tests use it, and not all of it.
+#[cfg_attr(not(feature = "memory"), allow(dead_code, unreachable_pub))]
 pub(crate) mod memory;
 #[cfg(test)]
 mod tests;

@@ -287,6 +287,8 @@ impl LockClientBuilder {
             deployment_id: None,
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
+            #[cfg(any(test, feature = "memory"))]
+            memory: None,
         }
     }
 }
@@ -429,6 +431,9 @@ pub struct LockClientBuilder {
     deployment_id: Option<String>,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
+    /// Locks in memory instead of Redis ([`MemoryLocks::builder`](crate::MemoryLocks::builder)).
+    #[cfg(any(test, feature = "memory"))]
+    memory: Option<crate::backend::memory::MemoryBackend>,
 }
 
 impl LockClientBuilder {
@@ -625,6 +630,10 @@ impl LockClientBuilder {
 
     /// Connects both connections and starts the background tasks.
     pub async fn build(mut self) -> Result<LockClient, LockError> {
+        #[cfg(feature = "memory")]
+        if let Some(memory) = self.memory.take() {
+            return self.build_memory(memory);
+        }
         let info = self.connection_info.take();
         let (config, settings) = self.into_parts()?;
         let demux = Demux::new();
@@ -671,23 +680,33 @@ impl LockClientBuilder {
         ))
     }
 
-    /// A client whose locks live in memory (a backend that is not Redis; unit tests under
-    /// paused time).
-    #[cfg(test)]
+    /// A client whose locks live in `memory`, shared with every other client built on it (see
+    /// [`MemoryLocks`](crate::MemoryLocks)).
+    #[cfg(any(test, feature = "memory"))]
     pub(crate) fn build_memory(
-        self,
+        mut self,
         memory: crate::backend::memory::MemoryBackend,
     ) -> Result<LockClient, LockError> {
+        self.memory = None;
         let (config, _) = self.into_parts()?;
         let demux = Demux::new();
-        memory.connect_router(demux.router());
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let channels = memory.connect(demux.router(), &renew_now);
         Ok(LockClient::start(
             config,
-            Arc::new(memory.clone()),
-            Box::new(memory),
+            Arc::new(memory),
+            Box::new(channels),
             demux,
-            Arc::new(tokio::sync::Notify::new()),
+            renew_now,
         ))
+    }
+
+    /// Makes [`build`](LockClientBuilder::build) start a client on `memory` instead of
+    /// connecting to Redis (what [`MemoryLocks::builder`](crate::MemoryLocks::builder) does).
+    #[cfg(feature = "memory")]
+    pub(crate) fn in_memory(mut self, memory: crate::backend::memory::MemoryBackend) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     /// Validates the settings.

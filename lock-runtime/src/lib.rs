@@ -19,6 +19,11 @@
 //!   renewals batched per node), Sentinel (feature `sentinel`: follows failover), replica
 //!   acknowledgement (`WAIT`), and [`RedLock`] over independent masters. See
 //!   [Topologies](#topologies).
+//! - **Testable without Redis** (feature `memory`): `MemoryLocks` hands out clients whose
+//!   locks live in memory, with the same semantics (checked by one set of behaviour tests
+//!   run against both), under tokio's paused time, plus hooks that make an acquire find the
+//!   lock busy or Redis down and that take a held lock away. See
+//!   [Testing without Redis](#testing-without-redis).
 //!
 //! # Example
 //!
@@ -189,6 +194,32 @@
 //! # drop(guard); Ok(()) }
 //! ```
 //!
+//! # Testing without Redis
+//!
+//! With the feature `memory`, `MemoryLocks` is a stand-in for a Redis server in the tests of
+//! code that takes locks: each of its clients is the real [`LockClient`] (acquire loop,
+//! reentrancy, wake-up, watchdog, leases, `lost()`, fencing tokens, `force_unlock`, `info`),
+//! whose locks live in the test process, with leases on tokio's clock: every member of the
+//! family, by the rules of the Lua scripts.
+//!
+//! ```ignore
+//! // [dev-dependencies] lock-runtime = { version = "…", features = ["memory"] }
+//! use std::time::Duration;
+//! use lock_runtime::{Fault, MemoryLocks};
+//!
+//! #[tokio::test(start_paused = true)]
+//! async fn busy_stock_is_reported() {
+//!     let memory = MemoryLocks::new();
+//!     let locks = memory.client();
+//!     memory.fail_next_acquire("stock:42", Fault::Busy(Duration::from_secs(5)));
+//!     let err = locks.lock("stock:42").try_acquire(Duration::ZERO).await.unwrap_err();
+//!     assert_eq!(err.retry_after(), Some(Duration::from_secs(5)));
+//!     memory.lose("stock:42"); // or: take a held lock away; its guard's lost() fires
+//! }
+//! ```
+//!
+//! The `MemoryLocks` type documents every hook (`fail_next_acquire`, `lose`, `holder`, …).
+//!
 //! # Redis ACLs
 //!
 //! A Redis 7 user for the default prefix needs these commands, keys and channels (commands
@@ -247,6 +278,8 @@ mod hold;
 mod inspect;
 mod layout;
 mod lock;
+#[cfg(feature = "memory")]
+mod memory;
 mod multi;
 mod names;
 mod options;
@@ -269,6 +302,8 @@ pub use guard::LockGuard;
 pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
 pub use layout::Layout;
 pub use lock::Lock;
+#[cfg(feature = "memory")]
+pub use memory::{Fault, MemoryHolder, MemoryLocks};
 pub use multi::{MultiLock, MultiLockGuard};
 pub use names::MAX_NAME_LEN;
 pub use options::{LockOptions, MAX_LEASE};

@@ -1,63 +1,13 @@
-//! Fair locks against a real redis-server: first come, first served across clients, a queue
-//! that heals itself (dead and cancelled waiters), directed wake-ups, fencing tokens.
+//! Fair locks against a real redis-server: a queue that heals itself (dead and cancelled
+//! waiters), directed wake-ups. First come, first served across clients with increasing tokens
+//! is a shared behaviour test (`behaviour/family.rs`).
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockOptions};
 use lock_tests::RedisServer;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_of_different_clients_are_served_in_arrival_order() {
-    const WAITERS: usize = 8;
-    let redis = RedisServer::start();
-    let holder = common::client(&redis).await;
-    let first = holder.fair_lock("drop").acquire().await.unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    let mut tokens = Vec::new();
-    for i in 0..WAITERS {
-        // One client per waiter (as if each were its own process), arriving in turn.
-        let client = common::client(&redis).await;
-        let order = order.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = client.fair_lock("drop").acquire().await.unwrap();
-            order.lock().unwrap().push(i);
-            let token = guard.fencing_token();
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            guard.release().await.unwrap();
-            token
-        }));
-        // Its first attempt has put it in the queue before the next one arrives.
-        assert!(
-            common::eventually(Duration::from_secs(2), || redis
-                .cmd(&["ZCARD", "lock:{drop}:queue"])
-                .int()
-                == Some(i as i64 + 1))
-            .await
-        );
-    }
-    first.release().await.unwrap();
-    for task in tasks {
-        tokens.push(
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .expect("every waiter served")
-                .unwrap(),
-        );
-    }
-    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-    assert!(
-        redis
-            .keys("lock:{drop}*")
-            .iter()
-            .all(|k| k.ends_with(":fence"))
-    );
-    common::assert_unsubscribed(&redis).await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_only_the_next_waiter_and_at_once() {

@@ -1,5 +1,6 @@
-//! Read/write locks against a real redis-server: shared readers, an exclusive writer, writers
-//! first, reentrancy by scope, crashed and cancelled holders and waiters, bad input.
+//! Read/write locks against a real redis-server: crashed and cancelled holders and waiters,
+//! renewal, bad input. Shared readers, an exclusive writer, writers first and reentrancy by
+//! scope are shared behaviour tests (`behaviour/family.rs`).
 
 mod common;
 
@@ -7,100 +8,6 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockOptions};
 use lock_tests::RedisServer;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_share_and_a_writer_excludes_everyone() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let b = common::client(&redis).await;
-    let r1 = a.rw_lock("stock").read().acquire().await.unwrap();
-    let r2 = b
-        .rw_lock("stock")
-        .read()
-        .try_acquire(Duration::ZERO)
-        .await
-        .expect("readers share the lock");
-    let err = b
-        .rw_lock("stock")
-        .write()
-        .try_acquire(Duration::from_millis(100))
-        .await
-        .unwrap_err();
-    assert!(err.is_busy(), "{err:?}");
-    r1.release().await.unwrap();
-    r2.release().await.unwrap();
-    let w = b.rw_lock("stock").write().acquire().await.unwrap();
-    for side in [
-        a.rw_lock("stock").read().clone(),
-        a.rw_lock("stock").write().clone(),
-    ] {
-        let err = side.try_acquire(Duration::ZERO).await.unwrap_err();
-        assert!(err.is_busy(), "{side:?}: {err:?}");
-    }
-    assert!(a.rw_lock("stock").read().is_locked().await.unwrap());
-    w.release().await.unwrap();
-    // Only the fencing counter stays (for its retention).
-    assert_eq!(redis.keys("lock:*"), ["lock:{stock}:fence"]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_writer_goes_before_new_readers() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let b = common::client(&redis).await;
-    let c = common::client(&redis).await;
-    let reader = a.rw_lock("hot").read().acquire().await.unwrap();
-    let writer = tokio::spawn(async move {
-        let w = b.rw_lock("hot").write().acquire().await.unwrap();
-        let at = Instant::now();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        w.release().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    // A stream of new readers would starve the writer: they wait behind it instead.
-    let late = c.rw_lock("hot").read().clone();
-    let err = late
-        .try_acquire(Duration::from_millis(200))
-        .await
-        .unwrap_err();
-    assert!(err.is_busy(), "{err:?}");
-    let late_reader = tokio::spawn(async move {
-        let r = late.acquire().await.unwrap();
-        let at = Instant::now();
-        r.release().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    reader.release().await.unwrap();
-    let wrote = writer.await.unwrap();
-    let read = late_reader.await.unwrap();
-    assert!(read > wrote, "the waiting writer went first");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_may_read_in_its_scope_a_reader_may_not_write() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let rw = a.rw_lock("doc");
-    let w = rw.write().acquire().await.unwrap();
-    w.scope(async {
-        let r = rw.read().acquire().await.unwrap();
-        assert!(r.is_reentrant());
-        assert_eq!(r.fencing_token(), w.fencing_token());
-    })
-    .await;
-    w.release().await.unwrap();
-    let r = rw.read().acquire().await.unwrap();
-    r.scope(async {
-        let again = rw.read().acquire().await.unwrap();
-        assert!(again.is_reentrant());
-        let err = rw.write().acquire().await.unwrap_err();
-        assert!(matches!(err, LockError::WouldDeadlock { .. }), "{err:?}");
-    })
-    .await;
-    r.release().await.unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_reader_blocks_a_writer_for_its_lease_only() {

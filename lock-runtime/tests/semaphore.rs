@@ -1,51 +1,13 @@
-//! Semaphores against a real redis-server: the permit limit across clients, wake-ups, permit
-//! leases, capacity changes, cancellation and bad input.
+//! Semaphores against a real redis-server: wake-ups, permit leases, cancellation and bad input.
+//! The permit limit across clients, waking as many waiters as permits came free and capacity
+//! changes are shared behaviour tests (`behaviour/family.rs`).
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockError, LockOptions};
 use lock_tests::RedisServer;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn never_more_holders_than_permits_across_clients() {
-    const CAPACITY: usize = 3;
-    let redis = RedisServer::start();
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..3 {
-        let client = common::client(&redis).await;
-        for _ in 0..4 {
-            let sem = client.semaphore("supplier", CAPACITY as u32);
-            let (inside, most) = (inside.clone(), most.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..10 {
-                    let permit = sem.acquire().await.unwrap();
-                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    most.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(3)).await;
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    permit.release().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("all permits taken and returned in time")
-            .unwrap();
-    }
-    let most = most.load(Ordering::SeqCst);
-    assert!(most <= CAPACITY, "{most} holders at once");
-    assert_eq!(most, CAPACITY, "the capacity was used in full");
-    assert!(redis.keys("lock:{supplier}").is_empty(), "no permit left");
-    common::assert_unsubscribed(&redis).await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_at_once() {
@@ -67,76 +29,6 @@ async fn a_release_wakes_a_waiter_at_once() {
     assert!(latency < Duration::from_secs(2), "{latency:?}");
     assert_eq!(permit.permits(), 1);
     permit.release().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_of_several_permits_wakes_as_many_waiters() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let sem = a.semaphore("bulk", 3);
-    let held = sem.acquire_many(3, LockOptions::new()).await.unwrap();
-    assert_eq!(sem.available().await.unwrap(), 0);
-    let mut waiters = Vec::new();
-    for _ in 0..3 {
-        let client = common::client(&redis).await;
-        waiters.push(tokio::spawn(async move {
-            client.semaphore("bulk", 3).acquire().await.unwrap()
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    held.release().await.unwrap();
-    let mut permits = Vec::new();
-    for waiter in waiters {
-        permits.push(
-            tokio::time::timeout(Duration::from_secs(2), waiter)
-                .await
-                .expect("each waiter woken by the one release")
-                .unwrap(),
-        );
-    }
-    assert_eq!(sem.available().await.unwrap(), 0);
-    drop(permits);
-    assert!(
-        common::eventually(Duration::from_secs(2), || redis
-            .keys("lock:{bulk}")
-            .is_empty())
-        .await
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_for_several_permits_does_not_swallow_a_smaller_ones_wake_up() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let sem = a.semaphore("mixed", 2);
-    let first = sem.acquire().await.unwrap();
-    let second = sem.acquire().await.unwrap();
-    // Same client: one release message wakes one of its waiters.
-    let big = {
-        let sem = sem.clone();
-        tokio::spawn(async move { sem.acquire_many(2, LockOptions::new()).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let small = {
-        let sem = sem.clone();
-        tokio::spawn(async move { sem.acquire().await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    first.release().await.unwrap();
-    let small = tokio::time::timeout(Duration::from_secs(2), small)
-        .await
-        .expect("the one free permit reached the waiter it suits")
-        .unwrap()
-        .unwrap();
-    assert!(!big.is_finished());
-    small.release().await.unwrap();
-    second.release().await.unwrap();
-    let big = tokio::time::timeout(Duration::from_secs(2), big)
-        .await
-        .expect("two free permits reach the bigger waiter")
-        .unwrap()
-        .unwrap();
-    assert_eq!(big.permits(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,36 +72,6 @@ async fn the_watchdog_renews_permits() {
         .unwrap_err();
     assert!(err.is_busy(), "{err:?}");
     permit.release().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_capacity_changes_at_run_time_for_every_client() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let b = common::client(&redis).await;
-    let sem_a = a.semaphore("elastic", 1);
-    let sem_b = b.semaphore("elastic", 1);
-    let held = sem_a.acquire().await.unwrap();
-    let waiter = tokio::spawn(async move { sem_b.acquire().await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished());
-    sem_a.set_capacity(2).await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("a capacity raise wakes the waiter")
-        .unwrap();
-    assert_eq!(sem_a.capacity().await.unwrap(), 2);
-    assert_eq!(sem_a.available().await.unwrap(), 0);
-    // Lowered below what is held: holders keep their permits, newcomers wait.
-    sem_a.set_capacity(1).await.unwrap();
-    assert_eq!(sem_a.available().await.unwrap(), 0);
-    let err = sem_a.try_acquire(Duration::ZERO).await.unwrap_err();
-    assert!(err.is_busy(), "{err:?}");
-    sem_a.reset_capacity().await.unwrap();
-    assert_eq!(sem_a.capacity().await.unwrap(), 1);
-    assert!(redis.keys("lock:{elastic}:capacity").is_empty());
-    held.release().await.unwrap();
-    second.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,35 +5,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockError, LockOptions};
+use lock_runtime::LockOptions;
 use lock_tests::RedisServer;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_acquire_gives_up_after_its_wait() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let b = common::client(&redis).await;
-    let _held = a.lock("busy").acquire().await.unwrap();
-    let start = Instant::now();
-    let err = b
-        .lock("busy")
-        .try_acquire(Duration::from_millis(200))
-        .await
-        .unwrap_err();
-    let waited = start.elapsed();
-    assert!(err.is_busy(), "{err:?}");
-    assert!(waited >= Duration::from_millis(200), "{waited:?}");
-    assert!(waited < Duration::from_millis(1000), "{waited:?}");
-    match err {
-        LockError::WaitTimeout { remaining_ttl, .. } => {
-            let ttl = remaining_ttl.expect("the holder's TTL is reported");
-            assert!(ttl > Duration::from_secs(25), "{ttl:?}");
-        }
-        other => panic!("{other:?}"),
-    }
-    // Nothing left subscribed once the waiter gave up.
-    common::assert_unsubscribed(&redis).await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_zero_makes_exactly_one_attempt() {
@@ -54,25 +27,6 @@ async fn try_acquire_zero_makes_exactly_one_attempt() {
         0,
         "one attempt needs no subscription"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_woken_by_the_release_not_by_the_lease_running_out() {
-    let redis = RedisServer::start();
-    let a = common::client(&redis).await;
-    let b = common::client(&redis).await;
-    let lease = LockOptions::new().lease(Duration::from_secs(10));
-    let holder = a.lock("wake").acquire_with(lease).await.unwrap();
-    let waiter = tokio::spawn(async move {
-        let g = b.lock("wake").acquire().await.unwrap();
-        (Instant::now(), g)
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let (got, _g) = waiter.await.unwrap();
-    let delay = got - released;
-    assert!(delay < Duration::from_millis(500), "woken after {delay:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

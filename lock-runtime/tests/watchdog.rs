@@ -1,42 +1,15 @@
-//! The watchdog: renewal while held, loss detection, explicit leases, maximum hold time.
+//! The watchdog on Redis: renewal stops with the guard, batching, frozen and stalled servers.
+//! Renewal while held, loss of a deleted or force-unlocked lock, explicit leases and the
+//! maximum hold time are shared behaviour tests (`behaviour/mod.rs`).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockError, LockOptions, LossReason};
+use lock_runtime::{LockError, LossReason};
 use lock_tests::RedisServer;
 
 const WATCHDOG: Duration = Duration::from_secs(1);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_held_five_times_its_lease_stays_held_and_frees_at_release() {
-    let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
-    let other = common::client(&redis).await;
-    let guard = locks.lock("long").acquire().await.unwrap();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let ttl = redis.cmd(&["PTTL", "lock:{long}"]).int().unwrap();
-        assert!(ttl > 0, "lease ran out while held ({ttl})");
-        assert!(
-            other
-                .lock("long")
-                .try_acquire(Duration::ZERO)
-                .await
-                .unwrap_err()
-                .is_busy()
-        );
-        assert!(!guard.is_lost());
-    }
-    guard.release().await.unwrap();
-    let _free = other
-        .lock("long")
-        .try_acquire(Duration::ZERO)
-        .await
-        .expect("free at once after release");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_stops_once_the_guard_is_dropped() {
@@ -82,134 +55,6 @@ async fn renewals_of_many_locks_are_one_round_trip() {
     // 1200 locks, 500 keys per script call: 3 calls per period, ~5 periods in 1 s.
     assert!((3..=3 * 6).contains(&calls), "{calls} renewal script calls");
     assert!(guards.iter().all(|g| !g.is_lost()));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outside_delete_is_reported_within_one_renewal_period() {
-    let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
-    let guard = locks.lock("deleted").acquire().await.unwrap();
-    redis.cmd(&["DEL", "lock:{deleted}"]);
-    let start = Instant::now();
-    let err = tokio::time::timeout(WATCHDOG / 3 + Duration::from_millis(200), guard.lost())
-        .await
-        .expect("lost() within one renewal period");
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LossReason::Deleted,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert!(start.elapsed() <= WATCHDOG / 3 + Duration::from_millis(200));
-    assert!(guard.is_lost());
-    let released = guard.release().await;
-    assert!(
-        matches!(released, Err(LockError::Lost { .. })),
-        "{released:?}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_unlock_is_reported_and_release_after_it_is_an_error() {
-    let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
-    let admin = common::client(&redis).await;
-    let guard = locks.lock("forced").acquire().await.unwrap();
-    assert!(admin.lock("forced").force_unlock().await.unwrap());
-    assert!(
-        !admin.lock("forced").force_unlock().await.unwrap(),
-        "already free"
-    );
-    // Released before the watchdog noticed: the script itself says it is not ours.
-    let released = guard.release().await;
-    assert!(
-        matches!(
-            released,
-            Err(LockError::NotOwner { .. } | LockError::Lost { .. })
-        ),
-        "{released:?}"
-    );
-
-    let guard = locks.lock("forced").acquire().await.unwrap();
-    admin.lock("forced").force_unlock().await.unwrap();
-    let err = tokio::time::timeout(WATCHDOG, guard.lost())
-        .await
-        .expect("lost() fires");
-    assert!(err.is_lost());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_explicit_lease_is_not_renewed_and_lost_fires_a_margin_before_it_ends() {
-    let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
-    let other = common::client(&redis).await;
-    let start = Instant::now();
-    let guard = locks
-        .lock("leased")
-        .acquire_with(LockOptions::new().lease(Duration::from_millis(700)))
-        .await
-        .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(2), guard.lost())
-        .await
-        .unwrap();
-    let at = start.elapsed();
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LossReason::LeaseExpired,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    // Lease 700 ms, margin 70 ms: told at 630 ms (on a loaded machine, later).
-    assert!(
-        at >= Duration::from_millis(620) && at < Duration::from_millis(1200),
-        "{at:?}"
-    );
-    // Not renewed: another client can take it right after.
-    let g = other
-        .lock("leased")
-        .try_acquire(Duration::from_millis(300))
-        .await
-        .unwrap();
-    assert!(g.fencing_token() > guard.fencing_token());
-    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_hold_stops_renewal_and_frees_the_lock() {
-    let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, WATCHDOG).await;
-    let other = common::client(&redis).await;
-    let guard = locks
-        .lock("capped")
-        .acquire_with(LockOptions::new().max_hold(Duration::from_millis(1500)))
-        .await
-        .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LossReason::MaxHoldExceeded,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let _free = other
-        .lock("capped")
-        .try_acquire(Duration::from_millis(500))
-        .await
-        .expect("released after max hold");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,6 +155,14 @@ async fn exclusion_across_all_masters(cluster: &RedisCluster) {
     );
 }
 
+/// Whether `channel` is (or within 3 s becomes) a shard channel subscribed on `master`.
+async fn shard_subscribed(master: &lock_tests::RedisServer, channel: &str) -> bool {
+    common::eventually(Duration::from_secs(3), || {
+        (master.cmd(&["PUBSUB", "SHARDCHANNELS"]).items().iter()).any(|c| c.text() == Some(channel))
+    })
+    .await
+}
+
 async fn prompt_wake_up_through_sharded_pub_sub(cluster: &RedisCluster) {
     // Long leases: only an unlock message can wake the waiter this fast.
     let holder = cluster_client(cluster, Duration::from_secs(30)).await;
@@ -181,14 +189,7 @@ async fn prompt_wake_up_through_sharded_pub_sub(cluster: &RedisCluster) {
         // The waiter subscribes to the lock's shard channel on the lock's own master.
         let channel = format!("{key}:unlock");
         assert!(
-            common::eventually(Duration::from_secs(3), || {
-                master
-                    .cmd(&["PUBSUB", "SHARDCHANNELS"])
-                    .items()
-                    .iter()
-                    .any(|c| c.text() == Some(channel.as_str()))
-            })
-            .await,
+            shard_subscribed(master, &channel).await,
             "{channel} never subscribed on the master of its slot"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -245,14 +246,7 @@ async fn redisson_layout_on_every_master(cluster: &RedisCluster) {
         };
         let channel = format!("redisson_lock__channel:{{{name}}}");
         assert!(
-            common::eventually(Duration::from_secs(3), || {
-                master
-                    .cmd(&["PUBSUB", "SHARDCHANNELS"])
-                    .items()
-                    .iter()
-                    .any(|c| c.text() == Some(channel.as_str()))
-            })
-            .await,
+            shard_subscribed(master, &channel).await,
             "{channel} never subscribed on the master of {name}'s slot"
         );
         let released = Instant::now();

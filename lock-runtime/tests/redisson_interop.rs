@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{Layout, LockClient, LockError, LossReason};
+use lock_runtime::{Layout, LockClient, LockError, LockGuard, LossReason};
 use lock_tests::redisson::REDISSON_VERSIONS;
 use lock_tests::{RedisServer, Redisson, mono_ns};
 
@@ -21,6 +21,60 @@ async fn rust_client(url: &str, watchdog: Duration) -> LockClient {
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
+}
+
+/// Java's worker `w1` holds `name` (taken by the caller); a Rust task waits for it and is woken
+/// by Java's unlock, well before the 30 s lease could end it. The Rust guard, and the delay
+/// from sending the unlock (Java's own reply may come after our wake-up) to our grant.
+async fn java_unlock_wakes_rust(
+    java: &Redisson,
+    rust: &LockClient,
+    name: &str,
+) -> (LockGuard, u64) {
+    let waiter = {
+        let (rust, name) = (rust.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
+            (mono_ns(), guard)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "{name}: Rust got a lock Java holds");
+    let unlocked = mono_ns();
+    java.unlock("w1", name).await.expect("Java unlock");
+    let (acquired, guard) = waiter.await.unwrap();
+    let guard = guard.expect("the Rust waiter gets the lock");
+    let delay = acquired.saturating_sub(unlocked);
+    assert!(
+        delay < 2_000_000_000,
+        "{} {name}: Rust woken {} ms after Java's unlock",
+        java.version(),
+        ms(delay)
+    );
+    (guard, delay)
+}
+
+/// `guard` holds `name`; a Java `tryLock` on worker `w2` waits and is woken by our release.
+/// The delay from our release to Java's grant.
+async fn rust_release_wakes_java(java: &Redisson, guard: LockGuard, name: &str) -> u64 {
+    let java_wait = java.send(&format!("trylock w2 {name} 20000 -1"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(java.is_locked(name).await);
+    let released = mono_ns();
+    guard.release().await.unwrap();
+    let reply = java_wait.reply().await;
+    let acquired: u64 = reply
+        .strip_prefix("ok ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{} {name}: Java tryLock: {reply}", java.version()));
+    let delay = acquired.saturating_sub(released);
+    assert!(
+        delay < 2_000_000_000,
+        "{} {name}: Java woken {} ms after our release",
+        java.version(),
+        ms(delay)
+    );
+    delay
 }
 
 /// A Java holder excludes a Rust acquirer and its unlock wakes the Rust waiter at once; a Rust
@@ -42,48 +96,11 @@ async fn java_and_rust_exclude_and_wake_each_other() {
             .await
             .unwrap_err();
         assert!(busy.is_busy(), "{version}: {busy:?}");
-        let waiter = {
-            let (rust, name) = (rust.clone(), name.clone());
-            tokio::spawn(async move {
-                let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
-                (mono_ns(), guard)
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !waiter.is_finished(),
-            "{version}: Rust got a lock Java holds"
-        );
-        // From the moment the unlock is sent (Java's own reply may come after our wake-up).
-        let unlocked = mono_ns();
-        java.unlock("w1", &name).await.expect("Java unlock");
-        let (acquired, guard) = waiter.await.unwrap();
-        let guard = guard.expect("the Rust waiter gets the lock");
-        let java_to_rust = acquired.saturating_sub(unlocked);
-        assert!(
-            java_to_rust < 2_000_000_000,
-            "{version}: woken {} ms after Java's unlock",
-            ms(java_to_rust)
-        );
+        let (guard, java_to_rust) = java_unlock_wakes_rust(&java, &rust, &name).await;
 
         // Rust holds; a Java tryLock waits and is woken by our release.
         assert!(!java.held("w2", &name).await);
-        let java_wait = java.send(&format!("trylock w2 {name} 20000 -1"));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(java.is_locked(&name).await);
-        let released = mono_ns();
-        guard.release().await.unwrap();
-        let reply = java_wait.reply().await;
-        let acquired: u64 = reply
-            .strip_prefix("ok ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{version}: Java tryLock: {reply}"));
-        let rust_to_java = acquired.saturating_sub(released);
-        assert!(
-            rust_to_java < 2_000_000_000,
-            "{version}: Java woken {} ms after our release",
-            ms(rust_to_java)
-        );
+        let rust_to_java = rust_release_wakes_java(&java, guard, &name).await;
         assert!(java.held("w2", &name).await);
         java.unlock("w2", &name).await.expect("Java unlock");
         eprintln!(
@@ -260,39 +277,8 @@ async fn a_cluster_with_sharded_pub_sub() {
         for i in 0..3 {
             let name = format!("sharded:{version}:{i}");
             java.lock("w1", &name).await;
-            let waiter = {
-                let (rust, name) = (rust.clone(), name.clone());
-                tokio::spawn(async move {
-                    let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
-                    (mono_ns(), guard)
-                })
-            };
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            assert!(!waiter.is_finished());
-            let unlocked = mono_ns();
-            java.unlock("w1", &name).await.unwrap();
-            let (acquired, guard) = waiter.await.unwrap();
-            let guard = guard.unwrap();
-            assert!(
-                acquired.saturating_sub(unlocked) < 2_000_000_000,
-                "{version} {name}: Rust woken {} ms after Java's unlock",
-                ms(acquired.saturating_sub(unlocked))
-            );
-
-            let java_wait = java.send(&format!("trylock w2 {name} 20000 -1"));
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let released = mono_ns();
-            guard.release().await.unwrap();
-            let reply = java_wait.reply().await;
-            let acquired: u64 = reply
-                .strip_prefix("ok ")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("{version}: {reply}"));
-            assert!(
-                acquired.saturating_sub(released) < 2_000_000_000,
-                "{version} {name}: Java woken {} ms after our release",
-                ms(acquired.saturating_sub(released))
-            );
+            let (guard, _) = java_unlock_wakes_rust(&java, &rust, &name).await;
+            rust_release_wakes_java(&java, guard, &name).await;
             java.unlock("w2", &name).await.unwrap();
         }
     }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Benchmarks against rslock, distributed-lock-redis, redisson (fair lock), a naive SET NX lock
-# and the Redis limit, on a local redis-server started by the benchmark. Short mode (about
+# Benchmarks against rslock, distributed-lock-redis, redisson (fair lock), Redisson's RLock in a
+# JVM, a naive SET NX lock and the Redis limit, on a local redis-server started by the benchmark. Short mode (about
 # 2 minutes) by default; `--full` for 3 repetitions per figure. Writes BENCHMARKS.md and bench/chart.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/ensure-deps.sh
+# java: a JDK and Maven, for Redisson's RLock (interop/redisson, built by lock-bench through
+# lock-tests; without them its rows are left out).
+bash scripts/ensure-deps.sh java
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is missing (Debian: apt-get install -y redis-tools)" >&2; exit 1; }
 cargo build --release -q -p lock-bench
 # The fair-lock peer (the `redisson` crate) is a workspace of its own, so its dependencies

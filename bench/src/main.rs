@@ -7,6 +7,7 @@
 
 mod family;
 mod impls;
+mod redisson_jvm;
 mod report;
 mod stats;
 mod tower;
@@ -654,6 +655,49 @@ async fn main() {
             plan.reps,
             |w: &Wake| w.p50_us,
             || wake(kind, &url, plan.wake_cycles),
+        )
+        .await;
+        r.wake.insert(n, w);
+    }
+    if let Some(jvm) = redisson_jvm::Jvm::find() {
+        let n = redisson_jvm::NAME;
+        progress(&format!("uncontended, 1 worker: {n}"));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || jvm.uncontended(&url, 1, plan.run),
+        )
+        .await;
+        r.uncontended_1.insert(n, u);
+        progress(&format!("uncontended, 64 workers: {n}"));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || jvm.uncontended(&url, 64, plan.run),
+        )
+        .await;
+        r.uncontended_64.insert(n, u);
+        progress(&format!("hot key, 16 tasks in one process: {n}"));
+        let h = median_of(
+            plan.reps,
+            |h: &Hot| h.acq_per_s,
+            || jvm.hot(&url, 1, 16, plan.run),
+        )
+        .await;
+        r.hot_tasks.insert(n, h);
+        progress(&format!("hot key, 4 processes × 4 tasks: {n}"));
+        let h = median_of(
+            plan.reps,
+            |h: &Hot| h.acq_per_s,
+            || jvm.hot(&url, 4, 4, plan.run),
+        )
+        .await;
+        r.hot_procs.insert(n, h);
+        progress(&format!("wake-up, {} cycles: {n}", plan.wake_cycles));
+        let w = median_of(
+            plan.reps,
+            |w: &Wake| w.p50_us,
+            || jvm.wake(&url, plan.wake_cycles),
         )
         .await;
         r.wake.insert(n, w);

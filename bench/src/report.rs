@@ -63,7 +63,13 @@ fn check(ok: bool) -> &'static str {
 pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     let plan = r.plan.expect("plan");
     let ours = "lock-runtime";
-    let kinds = ["lock-runtime", "rslock", "naive"];
+    let jvm = crate::redisson_jvm::NAME;
+    let with_jvm = r.uncontended_1.contains_key(jvm);
+    let mut kinds = vec!["lock-runtime", "rslock", "naive"];
+    if with_jvm {
+        kinds.push(jvm);
+    }
+    let kinds = kinds;
     let ping = r.limit.ping_p50_us;
     let mut s = String::new();
     let _ = writeln!(s, "# Benchmarks\n");
@@ -83,6 +89,13 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         s,
         "- Crates: redis 1.8, rslock 0.10 (its `acquire` with default retries: 3 tries, up to 200 ms apart); the naive lock is `SET NX PX` + compare-and-delete + 100 ms polling; all leases 10 s.\n"
     );
+    if with_jvm {
+        let _ = writeln!(
+            s,
+            "- {jvm}: Redisson {}'s `RLock` (`lock(10 s)`/`unlock`, pub/sub wake-up, 128 pooled connections) in an OpenJDK JVM per process (`interop/redisson`, class `Bench`), warmed up 1 s before the uncontended runs and by 200 pairs before the hot-key runs; its processes share the monotonic clock with the Rust ones.\n",
+            lock_tests::redisson::REDISSON_4
+        );
+    }
 
     let _ = writeln!(s, "## The limit\n");
     let _ = writeln!(s, "| measure | value |\n|---|---|");
@@ -104,7 +117,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "| impl | workers | pairs/s | pair p50 | pair p99 | p50 / PING p50 | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
-        for k in kinds {
+        for &k in &kinds {
             let u = &map[k];
             let _ = writeln!(
                 s,
@@ -139,7 +152,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         ("16 tasks, 1 process", &r.hot_tasks),
         ("4 processes × 4 tasks", &r.hot_procs),
     ] {
-        for k in kinds {
+        for &k in &kinds {
             let h = &map[k];
             let _ = writeln!(
                 s,
@@ -165,7 +178,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         s,
         "| impl | cycles | p50 | p99 | p50 / PING p50 |\n|---|---|---|---|---|"
     );
-    for k in kinds {
+    for &k in &kinds {
         let w = &r.wake[k];
         let _ = writeln!(
             s,
@@ -382,6 +395,70 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "- **Tower.** The bare handler returns a constant, so it measures only HTTP parsing; the \
          fair comparison for `LockLayer` is the same handler taking and releasing the lock itself."
     );
+    if with_jvm {
+        let _ = writeln!(s, "\n## Against Redisson\n");
+        let _ = writeln!(
+            s,
+            "lock-runtime against Redisson's `RLock` in a JVM, row by row (the goal: ahead on every row).\n"
+        );
+        let _ = writeln!(
+            s,
+            "| scenario | lock-runtime | {jvm} | ratio | ahead? |\n|---|---|---|---|---|"
+        );
+        let rows: [(&str, f64, f64, bool); 7] = [
+            (
+                "uncontended, 1 worker: pairs/s",
+                r.uncontended_1[ours].pairs_per_s,
+                r.uncontended_1[jvm].pairs_per_s,
+                true,
+            ),
+            (
+                "uncontended, 64 workers: pairs/s",
+                r.uncontended_64[ours].pairs_per_s,
+                r.uncontended_64[jvm].pairs_per_s,
+                true,
+            ),
+            (
+                "uncontended, 64 workers: Redis CPU per pair (µs)",
+                r.uncontended_64[ours].server_cpu_us,
+                r.uncontended_64[jvm].server_cpu_us,
+                false,
+            ),
+            (
+                "hot key, 16 tasks, 1 process: acquisitions/s",
+                r.hot_tasks[ours].acq_per_s,
+                r.hot_tasks[jvm].acq_per_s,
+                true,
+            ),
+            (
+                "hot key, 4 processes × 4 tasks: acquisitions/s",
+                r.hot_procs[ours].acq_per_s,
+                r.hot_procs[jvm].acq_per_s,
+                true,
+            ),
+            (
+                "hot key, 16 tasks: wait p99 (ms)",
+                r.hot_tasks[ours].wait_p99_us / 1000.0,
+                r.hot_tasks[jvm].wait_p99_us / 1000.0,
+                false,
+            ),
+            (
+                "wake-up p50 (µs)",
+                r.wake[ours].p50_us,
+                r.wake[jvm].p50_us,
+                false,
+            ),
+        ];
+        for (label, a, b, higher_is_better) in rows {
+            let ahead = if higher_is_better { a >= b } else { a <= b };
+            let _ = writeln!(
+                s,
+                "| {label} | {a:.1} | {b:.1} | {} | {} |",
+                ratio(a, b),
+                if ahead { "yes" } else { "**no**" }
+            );
+        }
+    }
     let _ = writeln!(s, "\n![comparison](bench/chart.svg)");
     s
 }

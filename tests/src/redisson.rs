@@ -118,11 +118,7 @@ impl Redisson {
 
     fn spawn(version: &str, target: &[String], watchdog: Duration) -> Redisson {
         let dir = build(version);
-        let classpath = format!(
-            "{}:{}/*",
-            dir.join("classes").display(),
-            dir.join("dependency").display()
-        );
+        let classpath = classpath(&dir);
         let mut child = Command::new("java")
             .args(["-XX:+UseSerialGC", "-Xss512k", "-cp", &classpath])
             .arg("lockinterop.Driver")
@@ -301,21 +297,26 @@ fn root() -> PathBuf {
 /// # Panics
 /// If Maven fails (no `mvn`, no network on a first build, a compile error).
 pub fn build(version: &str) -> PathBuf {
+    try_build(version).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`build`], reporting a failure instead of panicking (for the benchmarks, which leave
+/// Redisson's rows out without a JDK).
+pub fn try_build(version: &str) -> Result<PathBuf, String> {
     let root = root();
     let interop = root.join("target").join("interop");
-    std::fs::create_dir_all(&interop).expect("create target/interop");
+    std::fs::create_dir_all(&interop).map_err(|e| format!("create target/interop: {e}"))?;
     let dir = interop.join(format!("redisson-{version}"));
     let done = dir.join("built");
     // One build at a time across test processes; the others wait and reuse it.
     let lock = std::fs::File::create(interop.join(format!("redisson-{version}.lock")))
-        .expect("create the build lock file");
+        .map_err(|e| format!("create the build lock file: {e}"))?;
     let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("lock the driver build");
+        .map_err(|(_, e)| format!("lock the driver build: {e}"))?;
     let pom = root.join("interop/redisson/pom.xml");
     let source = root.join("interop/redisson/src/main/java/lockinterop");
     if done.exists() && !newer_than(&source, &done) && !newer_than(&pom, &done) {
-        return dir;
+        return Ok(dir);
     }
     let output = Command::new("mvn")
         .args(["-q", "-B", "-f"])
@@ -324,15 +325,25 @@ pub fn build(version: &str) -> PathBuf {
         .arg(format!("-Dbuild.dir={}", dir.display()))
         .arg("compile")
         .output()
-        .expect("run mvn (scripts/ensure-deps.sh java installs it)");
-    assert!(
-        output.status.success(),
-        "mvn compile of the Redisson {version} driver failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::write(&done, version).expect("mark the driver built");
-    dir
+        .map_err(|e| format!("run mvn (scripts/ensure-deps.sh java installs it): {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "mvn compile of the Redisson {version} driver failed:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    std::fs::write(&done, version).map_err(|e| format!("mark the driver built: {e}"))?;
+    Ok(dir)
+}
+
+/// The `java -cp` class path of a driver built into `dir` by [`build`].
+pub fn classpath(dir: &Path) -> String {
+    format!(
+        "{}:{}/*",
+        dir.join("classes").display(),
+        dir.join("dependency").display()
+    )
 }
 
 /// Whether `path` (a file, or any file in a directory) was modified after `than`.

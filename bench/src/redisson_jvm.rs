@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_tests::mono_ns;
 use lock_tests::redisson::{REDISSON_4, classpath, try_build};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::{Hot, Uncontended, Wake, server_cost, stats, summarize_hot};
@@ -100,29 +100,48 @@ impl Jvm {
     }
 
     /// `procs` JVMs × `tasks` threads on one key, all starting at one instant on the shared
-    /// monotonic clock (a JVM takes a few seconds to start, so the start is 8 s ahead).
+    /// monotonic clock once every JVM has started and warmed up.
     pub(crate) async fn hot(&self, url: &str, procs: usize, tasks: usize, run: Duration) -> Hot {
-        let begin = mono_ns() + 8_000_000_000;
-        let until = begin + run.as_nanos() as u64;
         let mut children = Vec::new();
         for p in 0..procs {
-            let args = [tasks, p * tasks]
-                .map(|n| n.to_string())
-                .into_iter()
-                .chain([begin, until].map(|n| n.to_string()));
-            let args: Vec<String> = std::iter::once("hot".to_owned()).chain(args).collect();
-            children.push(self.command(url, &args).spawn().expect("start java"));
+            let args = ["hot".to_owned(), tasks.to_string(), (p * tasks).to_string()];
+            let mut cmd = self.command(url, &args);
+            children.push(cmd.stdin(Stdio::piped()).spawn().expect("start java"));
+        }
+        let mut outputs = Vec::new();
+        for child in &mut children {
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let ready = lines.next_line().await.unwrap();
+            assert_eq!(
+                ready.as_deref(),
+                Some("ready"),
+                "Redisson hot bench did not start"
+            );
+            outputs.push(lines);
+        }
+        let begin = mono_ns() + 200_000_000;
+        let until = begin + run.as_nanos() as u64;
+        for child in &mut children {
+            let mut stdin = child.stdin.take().unwrap();
+            stdin
+                .write_all(format!("go {begin} {until}\n").as_bytes())
+                .await
+                .unwrap();
         }
         let mut acqs = Vec::new();
-        for child in children {
-            let out = child.wait_with_output().await.unwrap();
-            assert!(out.status.success(), "Redisson hot bench failed");
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
+        for mut lines in outputs {
+            while let Some(line) = lines.next_line().await.unwrap() {
                 let f: Vec<u64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
                 if let [at, w, wait_ns] = f[..] {
                     acqs.push((at, w as usize, Duration::from_nanos(wait_ns)));
                 }
             }
+        }
+        for mut child in children {
+            assert!(
+                child.wait().await.unwrap().success(),
+                "Redisson hot bench failed"
+            );
         }
         summarize_hot(acqs, procs * tasks, tasks, run)
     }

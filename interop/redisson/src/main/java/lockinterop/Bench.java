@@ -17,7 +17,8 @@ import org.redisson.config.Config;
  * <pre>
  * Bench URL uncontended WORKERS RUN_MS       prints "start" after a warm-up, then
  *                                            "result PAIRS ELAPSED_NS P50_NS P99_NS"
- * Bench URL hot TASKS FIRST BEGIN_NS UNTIL_NS one line "AT_NS WORKER WAIT_NS" per acquisition
+ * Bench URL hot TASKS FIRST                 prints "ready" after a warm-up, reads "go BEGIN_NS UNTIL_NS",
+ *                                            then one line "AT_NS WORKER WAIT_NS" per acquisition
  * Bench URL wake CYCLES                      one line "WAKE_NS" per cycle
  * </pre>
  *
@@ -35,8 +36,7 @@ public final class Bench {
         try {
             switch (args[1]) {
                 case "uncontended" -> uncontended(redisson, Integer.parseInt(args[2]), Long.parseLong(args[3]));
-                case "hot" -> hot(redisson, Integer.parseInt(args[2]), Integer.parseInt(args[3]),
-                    Long.parseLong(args[4]), Long.parseLong(args[5]));
+                case "hot" -> hot(redisson, Integer.parseInt(args[2]), Integer.parseInt(args[3]));
                 case "wake" -> wake(redisson, Integer.parseInt(args[2]));
                 default -> throw new IllegalArgumentException("unknown scenario " + args[1]);
             }
@@ -94,13 +94,18 @@ public final class Bench {
         return sorted.get(i);
     }
 
-    private static void hot(RedissonClient redisson, int tasks, int first, long beginNs, long untilNs)
-            throws InterruptedException {
+    private static void hot(RedissonClient redisson, int tasks, int first) throws Exception {
         RLock warm = redisson.getLock("hot-warm:redisson:" + first);
         for (int i = 0; i < 200; i++) {
             warm.lock(LEASE_MS, TimeUnit.MILLISECONDS);
             warm.unlock();
         }
+        // Every process starts at the same instant, once all of them are up.
+        System.out.println("ready");
+        System.out.flush();
+        String[] go = new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine().split(" ");
+        long beginNs = Long.parseLong(go[1]);
+        long untilNs = Long.parseLong(go[2]);
         long sleep = beginNs - System.nanoTime();
         if (sleep > 0) {
             Thread.sleep(sleep / 1_000_000, (int) (sleep % 1_000_000));

@@ -21,7 +21,12 @@ present() {
       compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
       ;;
     java)
-      command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1
+      # The runtime, Maven, and a compiler of release 17 or newer (interop/redisson/pom.xml).
+      command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || return 1
+      local javac_version
+      javac_version=$(javac -version 2>&1) || return 1   # "javac 17.0.15"
+      javac_version=${javac_version#javac }
+      [ "${javac_version%%.*}" -ge 17 ] 2>/dev/null
       ;;
     *) command -v "$1" >/dev/null 2>&1 ;;
   esac

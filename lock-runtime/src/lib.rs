@@ -227,6 +227,7 @@ mod hold;
 mod inspect;
 mod layout;
 mod lock;
+pub mod metrics;
 mod multi;
 mod names;
 mod options;

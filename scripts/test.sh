@@ -18,6 +18,9 @@ cargo test --workspace --doc
 # ensure-deps.sh installed above).
 cargo clippy -p lock-runtime --features tls,sentinel --all-targets -- -D warnings
 cargo test -p lock-runtime --features tls,sentinel --test tls
+# Metrics through the `metrics` facade, read back with metrics-util's debugging recorder.
+cargo clippy -p lock-runtime --features metrics --all-targets -- -D warnings
+cargo test -p lock-runtime --features metrics --test metrics
 # lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
 # against a real server or database file it makes itself; its stores are optional features.
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings

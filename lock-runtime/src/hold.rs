@@ -30,6 +30,10 @@ impl LossSignal {
     pub(crate) fn declare(&self, name: &str, reason: LossReason) {
         let first = self.tx.send_if_modified(|v| {
             if v.is_none() {
+                // Counted before anyone waiting for the loss is woken.
+                if reason != LossReason::Released {
+                    metrics::lost(&self.group, reason);
+                }
                 *v = Some(reason);
                 true
             } else {
@@ -38,7 +42,6 @@ impl LossSignal {
         });
         if first && reason != LossReason::Released {
             tracing::warn!(lock = name, %reason, "lock lost");
-            metrics::lost(&self.group, reason);
         }
     }
 

@@ -313,3 +313,30 @@ async fn waiting_tasks_subscriptions_and_local_hand_offs_are_recorded() {
     );
     assert_no_name_labels(&["mhandoff:1"]);
 }
+
+#[lock_runtime::distributed_lock(name = "mmacro:<id>", client = locks)]
+async fn locked_by_the_macro(locks: &lock_runtime::LockClient, id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_macro_records_under_its_name_template() {
+    store();
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    for id in 0..2 {
+        assert_eq!(locked_by_the_macro(&locks, id).await.unwrap(), id);
+    }
+    let labels = [
+        (m::LABEL_GROUP, "mmacro:<id>"),
+        (m::LABEL_OUTCOME, "acquired"),
+    ];
+    assert_eq!(counter(m::ACQUISITIONS_TOTAL, &labels), 2);
+    assert_eq!(
+        samples(m::HOLD_SECONDS, &[(m::LABEL_GROUP, "mmacro:<id>")]).len(),
+        2
+    );
+    let default = [(m::LABEL_GROUP, "mmacro"), (m::LABEL_OUTCOME, "acquired")];
+    assert_eq!(counter(m::ACQUISITIONS_TOTAL, &default), 0);
+    assert_no_name_labels(&["mmacro:0", "mmacro:1"]);
+}

@@ -223,6 +223,11 @@ fn scalar(value: &Value) -> Result<Cow<'_, [u8]>, &'static str> {
 }
 
 impl BodyNameSource for JsonNames {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_names(
         &self,
         _: &Parts,

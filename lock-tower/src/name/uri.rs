@@ -103,6 +103,11 @@ impl UriPattern {
 }
 
 impl NameSource for UriPattern {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_name(
         &self,
         request: &mut Parts,

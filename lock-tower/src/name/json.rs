@@ -264,6 +264,12 @@ mod tests {
         JsonNames::new(template).lock_names(&parts, &Bytes::copy_from_slice(body.as_bytes()), 20)
     }
 
+    #[test]
+    fn the_metrics_group_is_the_template() {
+        let names = JsonNames::new("stock:<items[].sku>");
+        assert_eq!(names.metrics_group(), Some("stock:<items[].sku>"));
+    }
+
     fn reason(result: Result<Vec<String>, LockError>) -> String {
         match result {
             Err(LockError::InvalidName { name, reason }) => format!("{name}: {reason}"),

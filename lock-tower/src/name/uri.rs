@@ -155,6 +155,14 @@ mod tests {
     use crate::name::test_parts as parts;
 
     #[test]
+    fn the_metrics_group_is_the_template() {
+        let u = UriPattern::new("/stock/{id}/reserve", "stock:<id>");
+        assert_eq!(u.metrics_group(), Some("stock:<id>"));
+        let f = crate::name::from_fn(|_: &http::request::Parts| None::<String>);
+        assert_eq!(f.metrics_group(), None);
+    }
+
+    #[test]
     fn uri_patterns_match_whole_segments() {
         let u = UriPattern::new("/stock/{id}/reserve", "stock:<id>");
         let name = |uri| u.lock_name(&mut parts(uri, &[]), 64).unwrap();

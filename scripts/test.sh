@@ -25,6 +25,9 @@ cargo clippy -p lock-runtime --features memory --all-targets -- -D warnings
 cargo test -p lock-runtime --features memory --test behaviour_memory
 cargo test -p lock-runtime --features memory --doc memory
 RUSTDOCFLAGS="-D warnings" cargo doc -p lock-runtime --features memory --no-deps -q
+# Metrics through the `metrics` facade, read back with metrics-util's debugging recorder.
+cargo clippy -p lock-runtime --features metrics --all-targets -- -D warnings
+cargo test -p lock-runtime --features metrics --test metrics
 # lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
 # against a real server or database file it makes itself; its stores are optional features.
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings

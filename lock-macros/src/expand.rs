@@ -164,7 +164,9 @@ fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<Toke
     let client = gen_client(args, &private);
     let kind = gen_kind(args, &private);
     let options = gen_options(args, &private);
-    let locked = quote!(#client_var, #name_var, #kind, #options);
+    // The template as written is the lock's group in the metrics (bounded, unlike the names).
+    let group = args.name().map(|name| name.lit.clone())?;
+    let locked = quote!(#client_var, #name_var, #kind, #group, #options);
     let (names, run) = match name {
         Names::One(name) => (
             quote! {

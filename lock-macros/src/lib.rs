@@ -373,7 +373,7 @@ use proc_macro::TokenStream;
 ///     let client = LockClient::default_client(); // or `Ok(LockClient::clone(&(<expr>)))`
 ///     let span = info_span!("distributed_lock", function = "reserve", lock = %name);
 ///     let options = LockOptions::new().wait(5 s); // and `.lease(…)`, `.max_hold(…)`
-///     run_locked(client, name, Kind::Mutex, options, OnLost::Abort, async move {
+///     run_locked(client, name, Kind::Mutex, "stock:<id>", options, OnLost::Abort, async move {
 ///         /* the body, unchanged */
 ///     })
 ///     .instrument(span)
@@ -396,7 +396,7 @@ use proc_macro::TokenStream;
 ///     names.insert(format!("stock:{}", item.sku));
 /// }
 /// // …
-/// run_locked_all(client, names, Kind::Mutex, options, OnLost::Abort, async move { /* … */ })
+/// run_locked_all(client, names, Kind::Mutex, "stock:<cart.items[].sku>", options, OnLost::Abort, async move { /* … */ })
 ///     .instrument(span)
 ///     .await
 /// ```

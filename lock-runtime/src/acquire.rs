@@ -21,6 +21,7 @@ use crate::error::{failover_symptom, outcome_unknown};
 use crate::family::{Family, Mode, PLACE_TTL};
 use crate::handoff::{Delivery, Ticket};
 use crate::hold::{Held, LossSignal};
+use crate::metrics::{self, Group};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
 use crate::stats::Counters;
@@ -99,6 +100,8 @@ pub(crate) struct Acquire<'a> {
     start: Instant,
     /// `None`: no deadline (also for a wait too long to represent, such as `Duration::MAX`).
     deadline: Option<Instant>,
+    /// The `group` label of its metrics.
+    group: Group,
 }
 
 impl<'a> Acquire<'a> {
@@ -107,6 +110,7 @@ impl<'a> Acquire<'a> {
         names: &'a Arc<LockNames>,
         opts: LockOptions,
         mode: Mode,
+        group: Group,
     ) -> Acquire<'a> {
         let inner = &client.inner;
         let start = Instant::now();
@@ -121,7 +125,13 @@ impl<'a> Acquire<'a> {
             start,
             deadline: opts.wait.and_then(|w| start.checked_add(w)),
             opts,
+            group,
         }
+    }
+
+    /// When the acquisition started.
+    pub(crate) fn start(&self) -> Instant {
+        self.start
     }
 
     /// Takes the lock: the fast path first, then (when busy) the wait for an unlock.
@@ -176,6 +186,7 @@ impl<'a> Acquire<'a> {
             demux.subscribe(&self.names.channel)
         };
         let mut place = Place::join(self);
+        let _waiting = metrics::Waiting::start(&self.group);
         // Unlock messages already acted on by passing a wake-up on (see below).
         let mut passed_on = None;
         let mut baton = Baton(None);
@@ -261,6 +272,7 @@ impl<'a> Acquire<'a> {
                     Delivery::Granted(grant) => {
                         place.holds = true;
                         if self.fresh(grant.sent) {
+                            metrics::handed_over(&self.group, grant.sent.elapsed());
                             return Ok(self.hold(grant.token, grant.sent, grant.streak));
                         }
                         // Handed over, but told so too late to trust the lease: take it again
@@ -460,7 +472,7 @@ impl<'a> Acquire<'a> {
         if streak > 0 {
             Counters::add(&inner.counters.handoffs, 1);
         }
-        let signal = Arc::new(LossSignal::new());
+        let signal = Arc::new(LossSignal::new(self.group.clone()));
         inner.watchdog.register(
             self.acquisition,
             Entry {
@@ -473,6 +485,7 @@ impl<'a> Acquire<'a> {
                 signal: signal.clone(),
             },
         );
+        metrics::hold_started(&self.group);
         LockGuard::new(Held {
             client: self.client.clone(),
             names: self.names.clone(),
@@ -482,6 +495,8 @@ impl<'a> Acquire<'a> {
             lease: self.lease,
             streak,
             signal,
+            group: self.group.clone(),
+            granted: sent,
         })
     }
 }

@@ -30,6 +30,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backend::Channels;
+use crate::metrics;
 use crate::sync;
 
 /// Channels per `SUBSCRIBE` command.
@@ -58,6 +59,13 @@ struct State {
     subscribed: HashSet<String>,
     /// Bumped on every lost connection; a confirmation from an older epoch is stale.
     epoch: u64,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // The client is gone, and with it its subscriptions.
+        metrics::subscribed_channels(-(self.subscribed.len() as f64));
+    }
 }
 
 struct Registered {
@@ -248,6 +256,7 @@ impl Shared {
         tracing::debug!("pub/sub connection lost; waking all waiters and resubscribing");
         let mut state = self.lock();
         state.epoch += 1;
+        metrics::subscribed_channels(-(state.subscribed.len() as f64));
         state.subscribed.clear();
         let names: Vec<String> = state.channels.keys().cloned().collect();
         for reg in state.channels.values() {
@@ -263,7 +272,9 @@ impl Shared {
     /// if anyone still waits on it, and wake them, since an unlock may have been missed.
     fn channel_dropped(&self, name: &str) {
         let mut state = self.lock();
-        state.subscribed.remove(name);
+        if state.subscribed.remove(name) {
+            metrics::subscribed_channels(-1.0);
+        }
         let Some(reg) = state.channels.get(name) else {
             return;
         };
@@ -429,7 +440,9 @@ async fn sync(
                 return;
             };
             for name in names {
-                state.subscribed.remove(name);
+                if state.subscribed.remove(name) {
+                    metrics::subscribed_channels(-1.0);
+                }
                 // A waiter came back for this channel while we unsubscribed it: it is not
                 // confirmed any more (it is already queued to be subscribed again).
                 // Wake its waiters so they re-check after the resubscription.
@@ -447,7 +460,9 @@ async fn sync(
                 return;
             };
             for name in names {
-                state.subscribed.insert(name.clone());
+                if state.subscribed.insert(name.clone()) {
+                    metrics::subscribed_channels(1.0);
+                }
                 if let Some(reg) = state.channels.get(name) {
                     reg.channel.ready.store(true, Ordering::Release);
                 } else {

@@ -5,19 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::metrics::{self, Group};
 use crate::names::LockNames;
 use crate::{LockClient, LossReason};
 
 /// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
 pub(crate) struct LossSignal {
     tx: watch::Sender<Option<LossReason>>,
+    /// The `group` label of the loss's metric.
+    group: Group,
 }
 
 impl LossSignal {
-    pub(crate) fn new() -> LossSignal {
+    pub(crate) fn new(group: Group) -> LossSignal {
         LossSignal {
             tx: watch::Sender::new(None),
+            group,
         }
     }
 
@@ -25,6 +30,10 @@ impl LossSignal {
     pub(crate) fn declare(&self, name: &str, reason: LossReason) {
         let first = self.tx.send_if_modified(|v| {
             if v.is_none() {
+                // Counted before anyone waiting for the loss is woken.
+                if reason != LossReason::Released {
+                    metrics::lost(&self.group, reason);
+                }
                 *v = Some(reason);
                 true
             } else {
@@ -52,7 +61,8 @@ impl LossSignal {
     }
 }
 
-/// The state of one outermost acquisition, shared with its re-entrant guards.
+/// The state of one outermost acquisition, shared with its re-entrant guards. Counted in
+/// `lock_held` from its making (`metrics::hold_started`) to its drop.
 pub(crate) struct Held {
     pub(crate) client: LockClient,
     pub(crate) names: Arc<LockNames>,
@@ -63,4 +73,15 @@ pub(crate) struct Held {
     /// Local hand-overs in a row that led to this hold (0: taken by its own attempt).
     pub(crate) streak: u32,
     pub(crate) signal: Arc<LossSignal>,
+    /// The `group` label of its metrics.
+    pub(crate) group: Group,
+    /// When the grant's request was sent (the hold time counts from there).
+    pub(crate) granted: Instant,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // The outermost guard and every re-entrant one are gone: the hold is over.
+        metrics::hold_ended(&self.group, self.granted.elapsed());
+    }
 }

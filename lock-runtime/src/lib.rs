@@ -280,6 +280,7 @@ mod layout;
 mod lock;
 #[cfg(feature = "memory")]
 mod memory;
+pub mod metrics;
 mod multi;
 mod names;
 mod options;

@@ -44,39 +44,42 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The lock `name` on `client` as this primitive, for a [`MultiLock`]; a semaphore cannot
+    /// The lock `name` on `client` as this primitive, its metrics under `group` (for a
+    /// [`MultiLock`], and for the primitives other than a semaphore); a semaphore cannot
     /// be one of several locks taken together (the macro refuses `capacity` with a collection
     /// template, so this is never reached from generated code).
-    fn lock(self, client: &LockClient, name: &str) -> Result<Lock, LockError> {
-        match self {
-            Kind::Mutex => Ok(client.lock(name)),
-            Kind::Fair => Ok(client.fair_lock(name)),
-            Kind::Read => Ok(client.rw_lock(name).read().clone()),
-            Kind::Write => Ok(client.rw_lock(name).write().clone()),
-            Kind::Semaphore { .. } => Err(LockError::InvalidConfig(
-                "a semaphore cannot be taken for several names at once".into(),
-            )),
-        }
+    fn lock(self, client: &LockClient, name: &str, group: &'static str) -> Result<Lock, LockError> {
+        let lock = match self {
+            Kind::Mutex => client.lock(name),
+            Kind::Fair => client.fair_lock(name),
+            Kind::Read => client.rw_lock(name).read().clone(),
+            Kind::Write => client.rw_lock(name).write().clone(),
+            Kind::Semaphore { .. } => {
+                return Err(LockError::InvalidConfig(
+                    "a semaphore cannot be taken for several names at once".into(),
+                ));
+            }
+        };
+        Ok(lock.group(group))
     }
 
-    /// Acquires `name` on `client` as this primitive.
+    /// Acquires `name` on `client` as this primitive, recorded in the metrics under `group`.
     async fn acquire(
         self,
         client: &LockClient,
         name: &str,
+        group: &'static str,
         options: LockOptions,
     ) -> Result<LockGuard, LockError> {
         match self {
-            Kind::Mutex => client.lock(name).acquire_with(options).await,
-            Kind::Fair => client.fair_lock(name).acquire_with(options).await,
-            Kind::Read => client.rw_lock(name).read().acquire_with(options).await,
-            Kind::Write => client.rw_lock(name).write().acquire_with(options).await,
             Kind::Semaphore { permits, capacity } => {
                 client
                     .semaphore(name, capacity)
+                    .group(group)
                     .acquire_many(permits, options)
                     .await
             }
+            _ => self.lock(client, name, group)?.acquire_with(options).await,
         }
     }
 }
@@ -99,7 +102,7 @@ impl<T, E: From<LockError>> LockedResult for Result<T, E> {
 }
 
 /// The body of every `#[distributed_lock]` fn: acquire `key` on `client` as `kind` with
-/// `options`, run `body` inside the guard's reentrancy scope (dropping it if the lock is lost
+/// `options` (its metrics under `group`, the name template), run `body` inside the guard's reentrancy scope (dropping it if the lock is lost
 /// and `on_lost` is `Abort`), then release explicitly.
 ///
 /// A release error never replaces the body's result (the body's effects have happened;
@@ -110,6 +113,7 @@ pub async fn run_locked<R, F>(
     client: Result<LockClient, LockError>,
     key: String,
     kind: Kind,
+    group: &'static str,
     options: LockOptions,
     on_lost: OnLost,
     body: F,
@@ -122,7 +126,7 @@ where
         Ok(client) => client,
         Err(e) => return R::from_lock_error(e),
     };
-    let guard = match kind.acquire(&client, &key, options).await {
+    let guard = match kind.acquire(&client, &key, group, options).await {
         Ok(guard) => guard,
         Err(e) => return R::from_lock_error(e),
     };
@@ -161,7 +165,12 @@ impl LockNameSet {
     /// The locks of `kind` to take, or the error that stops the call before anything is taken:
     /// no names ([`LockError::InvalidName`] with the template), more than `max`
     /// ([`LockError::TooManyNames`]), or an invalid name.
-    fn multi_lock(&self, client: &LockClient, kind: Kind) -> Result<MultiLock, LockError> {
+    fn multi_lock(
+        &self,
+        client: &LockClient,
+        kind: Kind,
+        group: &'static str,
+    ) -> Result<MultiLock, LockError> {
         if self.names.is_empty() {
             return Err(LockError::invalid_name(
                 self.template,
@@ -177,7 +186,7 @@ impl LockNameSet {
         let locks = self
             .names
             .iter()
-            .map(|name| kind.lock(client, name))
+            .map(|name| kind.lock(client, name, group))
             .collect::<Result<Vec<Lock>, LockError>>()?;
         MultiLock::new(locks)
     }
@@ -250,6 +259,7 @@ pub async fn run_locked_all<R, F>(
     client: Result<LockClient, LockError>,
     names: LockNameSet,
     kind: Kind,
+    group: &'static str,
     options: LockOptions,
     on_lost: OnLost,
     body: F,
@@ -262,7 +272,7 @@ where
         Ok(client) => client,
         Err(e) => return R::from_lock_error(e),
     };
-    let guard = match names.multi_lock(&client, kind) {
+    let guard = match names.multi_lock(&client, kind, group) {
         Ok(locks) => match locks.acquire_with(options).await {
             Ok(guard) => guard,
             Err(e) => return R::from_lock_error(e),

@@ -139,6 +139,7 @@ impl HandOffTasks {
         }
         if reply.is_ok() {
             Counters::add(&self.counters.background_releases, 1);
+            crate::metrics::background_releases(1);
         }
         if let Err(e) = reply {
             tracing::debug!(error = %e, "background hand-off failed; retrying as a release");
@@ -183,6 +184,7 @@ async fn run(
             Ok(released) => {
                 tracing::debug!(released, "background release done");
                 Counters::add(&counters.background_releases, released as u64);
+                crate::metrics::background_releases(released as u64);
                 backoff = Duration::from_millis(20);
             }
             Err(e) => {

@@ -60,6 +60,14 @@ impl Semaphore {
         Semaphore { lock, capacity }
     }
 
+    /// The same semaphore, recorded under `group` in its [metrics](crate::metrics); see
+    /// [`Lock::group`].
+    #[must_use]
+    pub fn group(mut self, group: impl Into<std::sync::Arc<str>>) -> Semaphore {
+        self.lock = self.lock.group(group);
+        self
+    }
+
     /// The semaphore name (as given, without prefix).
     pub fn name(&self) -> &str {
         self.lock.name()

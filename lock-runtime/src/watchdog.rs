@@ -283,6 +283,7 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
         Ok(results) => results,
         Err(e) => {
             tracing::warn!(error = %e, timeout = ?limit, locks = batch.len(), "lock renewal failed; retrying");
+            crate::metrics::renewal_failures(batch.len() as u64);
             return Err(());
         }
     };
@@ -359,6 +360,8 @@ fn apply(
     drop(entries);
     tracing::debug!(renewed, lost, unconfirmed, "renewal batch done");
     Counters::add(&inner.counters.renewals, renewed as u64);
+    crate::metrics::renewals(renewed as u64);
+    crate::metrics::renewal_failures(unconfirmed as u64);
     Counters::add(&inner.counters.losses, lost as u64);
     unconfirmed
 }

@@ -36,13 +36,15 @@ pub(crate) enum Primitive {
     },
 }
 
-impl<N> Shared<N, LockSettings> {
-    /// Starts acquiring what a request named `name` (classified as `access`) needs.
+impl<N: NameSource> Shared<N, LockSettings> {
+    /// Starts acquiring what a request named `name` (classified as `access`) needs; its
+    /// metrics are recorded under the name source's group.
     fn acquire(&self, name: String, access: Option<Access>) -> AcquireFuture {
         let options = self.options;
+        let group = self.names.metrics_group();
         match &self.own.primitive {
             Primitive::Mutex => {
-                let lock = self.client.lock(name);
+                let lock = grouped(self.client.lock(name), group);
                 Box::pin(async move { lock.acquire_with(options).await.map(Hold::One) })
             }
             Primitive::ReadWrite(_) => {
@@ -51,10 +53,14 @@ impl<N> Shared<N, LockSettings> {
                     Some(Access::Read) => rw.read().clone(),
                     _ => rw.write().clone(),
                 };
+                let side = grouped(side, group);
                 Box::pin(async move { side.acquire_with(options).await.map(Hold::One) })
             }
             Primitive::Semaphore { limit } => {
-                let semaphore = self.client.semaphore(name, *limit);
+                let mut semaphore = self.client.semaphore(name, *limit);
+                if let Some(group) = group {
+                    semaphore = semaphore.group(group);
+                }
                 Box::pin(async move { semaphore.acquire_with(options).await.map(Hold::One) })
             }
         }
@@ -66,6 +72,14 @@ impl<N> Shared<N, LockSettings> {
             grpc,
             permit: matches!(self.own.primitive, Primitive::Semaphore { .. }),
         }
+    }
+}
+
+/// `lock`, its metrics under `group` when there is one.
+pub(crate) fn grouped(lock: lock_runtime::Lock, group: Option<&str>) -> lock_runtime::Lock {
+    match group {
+        Some(group) => lock.group(group),
+        None => lock,
     }
 }
 

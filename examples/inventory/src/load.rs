@@ -16,6 +16,7 @@ use hyper::body::Bytes;
 use tokio::process::{Child, Command};
 
 use crate::BoxError;
+use crate::scrape::LockFigures;
 use crate::service::{Cart, CartItem};
 use crate::store::Store;
 
@@ -275,6 +276,12 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     }
     let load_time = load_started.elapsed();
     progress.await?;
+    let mut figures = LockFigures::default();
+    for addr in &addrs {
+        if let Ok((200, page)) = request(*addr, "GET", "/metrics", None).await {
+            figures.add(&page);
+        }
+    }
     for mut child in children {
         let _ = child.kill().await;
     }
@@ -305,8 +312,8 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
         &carts,
         &accounts,
         verdict,
-        load_time,
-        started.elapsed(),
+        figures,
+        (load_time, started.elapsed()),
     );
     Ok(verdict)
 }
@@ -456,8 +463,8 @@ fn print_table(
     carts: &Tally,
     accounts: &[Account],
     verdict: Verdict,
-    load_time: Duration,
-    total_time: Duration,
+    figures: LockFigures,
+    (load_time, total_time): (Duration, Duration),
 ) {
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
     let latency = |tally: &Tally| {
@@ -514,6 +521,24 @@ fn print_table(
     ]);
     if config.carts > 0 {
         rows.push(("cart latency p50 / p99", latency(carts)));
+    }
+    if config.locked && figures.pages > 0 {
+        // From the instances' `GET /metrics`, summed (the p99: the worst instance's).
+        rows.extend([
+            (
+                "locks acquired (metrics)",
+                format!("{:.0}", figures.acquired),
+            ),
+            (
+                "lock wait timeouts (metrics)",
+                format!("{:.0}", figures.timeouts),
+            ),
+            ("locks lost (metrics)", must_be_zero(figures.losses as u64)),
+            (
+                "lock wait p99 (metrics)",
+                format!("{:.1} ms", figures.wait_p99 * 1000.0),
+            ),
+        ]);
     }
     rows.extend([
         (

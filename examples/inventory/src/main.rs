@@ -25,6 +25,10 @@
 //! so without care two carts would take each other's locks in opposite orders. The demo counts
 //! requests not answered within 30 s as "stuck"; there must be none.
 //!
+//! Every instance serves the locks' metrics at `GET /metrics` (Prometheus' text format, from
+//! lock-runtime's feature `metrics` and `metrics-exporter-prometheus`); the results table adds
+//! up a few of them over the instances (acquisitions, wait timeouts, losses, wait p99).
+//!
 //! Options: `--no-lock`, `--requests N` (2000 purchases), `--carts N` (500; 0 for none),
 //! `--products N` (5), `--stock N` (100 per product), `--instances N` (3), `--stuck-after S`
 //! (30), `--seed N`. The process exits non-zero if, with the lock on, anything was oversold or
@@ -35,6 +39,7 @@
 //! sqlx), `load.rs` drives it (processes, requests, the results table).
 
 mod load;
+mod scrape;
 mod service;
 mod store;
 

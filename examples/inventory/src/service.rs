@@ -89,13 +89,18 @@ fn store_failure(e: StoreError) -> Reply {
     }
 }
 
-/// One service instance: `POST /stock/{id}/purchase`, `POST /checkout` and `GET /health`.
+/// One service instance: `POST /stock/{id}/purchase`, `POST /checkout`, `GET /health` and
+/// `GET /metrics` (the locks' metrics in Prometheus' text format; groups `stock:<id>` and
+/// `stock:<items[].sku>`, the layers' templates).
 pub(crate) async fn serve(
     redis_url: &str,
     database_url: &str,
     port: u16,
     locked: bool,
 ) -> Result<(), BoxError> {
+    // Everything the `metrics` facade records in this process (the locks' metrics), rendered
+    // on `GET /metrics`; no listener of the exporter's own.
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let store = Store::connect(database_url, CONNECTIONS, false).await?;
     let mut purchases = Router::new().route("/stock/{id}/purchase", post(purchase));
     let mut checkout = Router::new().route("/checkout", post(checkout));
@@ -110,6 +115,10 @@ pub(crate) async fn serve(
     let app = purchases
         .merge(checkout)
         .route("/health", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
         .with_state(App { store, locked });
 
     // Exit when the driver goes away (our stdin closes), even if it could not kill us.

@@ -73,6 +73,15 @@ fn assert_locked_run_sold_everything_once(ok: bool, output: &str) {
     let carts =
         row(output, "carts sold") + row(output, "carts refused") + row(output, "carts busy");
     assert_eq!(carts, 100, "{output}");
+    // From the instances' `GET /metrics`: every purchase and every cart took locks (a cart
+    // one per product), none was lost, and each wait timeout was a request answered busy.
+    assert!(row(output, "locks acquired (metrics)") >= 400, "{output}");
+    assert_eq!(row(output, "locks lost (metrics)"), 0, "{output}");
+    assert_eq!(
+        row(output, "lock wait timeouts (metrics)"),
+        row(output, "purchases busy") + row(output, "carts busy"),
+        "{output}"
+    );
 }
 
 /// Only carts (2-4 products in random order, so opposite lock orders are the rule): some are
@@ -207,6 +216,12 @@ impl Drop for Instance {
 
 /// One HTTP/1.1 request on a fresh connection; the status code.
 fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16> {
+    http_body(port, method, path, body).map(|(status, _)| status)
+}
+
+/// One HTTP/1.1 request on a fresh connection; the status code and the whole response (head
+/// and body).
+fn http_body(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(15)))?;
@@ -218,11 +233,12 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16>
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    response
+    let status = response
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status in {response:?}")))
+        .ok_or_else(|| std::io::Error::other(format!("no status in {response:?}")))?;
+    Ok((status, response))
 }
 
 /// A SQLite file with the demo's tables and one product, "1", with `stock` units.
@@ -333,6 +349,28 @@ fn one_instance_refuses_bad_carts_with_400_and_sells_good_ones_fenced() {
     // Both saves went through the fence of `stock:1`, with two different tokens.
     assert!(sqlite_number(&db, "SELECT token FROM lock_fences WHERE name = 'stock:1'") >= 2);
     assert_eq!(http(port, "GET", "/health", "").ok(), Some(200));
+
+    // The locks' metrics, by the layers' templates, never by lock name.
+    let (status, metrics) = http_body(port, "GET", "/metrics", "").expect("GET /metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let purchases = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(r#"lock_acquisitions_total{group="stock:<id>",outcome="acquired"}"#)
+        })
+        .unwrap_or_else(|| panic!("no purchase acquisitions in:\n{metrics}"));
+    // The one purchase of product 1 (the one of product 9 took its lock too).
+    assert_eq!(purchases.rsplit(' ').next(), Some("2"), "{purchases}");
+    assert!(
+        metrics
+            .contains(r#"lock_acquisitions_total{group="stock:<items[].sku>",outcome="acquired"}"#),
+        "no cart acquisitions in:\n{metrics}"
+    );
+    assert!(metrics.contains("lock_wait_seconds{"), "{metrics}");
+    assert!(
+        !metrics.contains(r#""stock:1""#),
+        "a lock name as a label:\n{metrics}"
+    );
     drop(instance);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -48,7 +48,12 @@ impl<N: BodyNameSource> Shared<N, Bounds> {
                 max: self.own.max_names,
             });
         }
-        let multi = MultiLock::new(names.iter().map(|name| self.client.lock(name)))?;
+        let group = self.names.metrics_group();
+        let multi = MultiLock::new(
+            names
+                .iter()
+                .map(|name| crate::service::grouped(self.client.lock(name), group)),
+        )?;
         let options = self.options;
         Ok(Box::pin(async move {
             multi.acquire_with(options).await.map(Hold::Many)

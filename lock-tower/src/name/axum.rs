@@ -53,6 +53,11 @@ impl PathParams {
 }
 
 impl NameSource for PathParams {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_name(
         &self,
         request: &mut Parts,

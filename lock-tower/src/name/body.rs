@@ -31,6 +31,13 @@ pub trait BodyNameSource: Send + Sync + 'static {
         body: &Bytes,
         max_value_len: usize,
     ) -> Result<Vec<String>, LockError>;
+
+    /// The `group` label of the locks' metrics (lock-runtime's feature `metrics`): a bounded
+    /// stand-in for the names, such as the template they are made from (`stock:<id>`).
+    /// `None` (the default) leaves it to lock-runtime: the name's text before its first `:`.
+    fn metrics_group(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The error for a request body that cannot be read for lock names, answered 400 /

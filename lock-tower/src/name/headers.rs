@@ -39,6 +39,11 @@ impl Headers {
 }
 
 impl NameSource for Headers {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_name(
         &self,
         request: &mut Parts,

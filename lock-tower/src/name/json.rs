@@ -223,6 +223,11 @@ fn scalar(value: &Value) -> Result<Cow<'_, [u8]>, &'static str> {
 }
 
 impl BodyNameSource for JsonNames {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_names(
         &self,
         _: &Parts,
@@ -257,6 +262,12 @@ mod tests {
     fn names(template: &str, body: &str) -> Result<Vec<String>, LockError> {
         let parts = http::Request::new(()).into_parts().0;
         JsonNames::new(template).lock_names(&parts, &Bytes::copy_from_slice(body.as_bytes()), 20)
+    }
+
+    #[test]
+    fn the_metrics_group_is_the_template() {
+        let names = JsonNames::new("stock:<items[].sku>");
+        assert_eq!(names.metrics_group(), Some("stock:<items[].sku>"));
     }
 
     fn reason(result: Result<Vec<String>, LockError>) -> String {

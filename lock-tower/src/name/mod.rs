@@ -80,6 +80,13 @@ pub trait NameSource: Send + Sync + 'static {
         request: &mut Parts,
         max_value_len: usize,
     ) -> Result<Option<String>, LockError>;
+
+    /// The `group` label of the locks' metrics (lock-runtime's feature `metrics`): a bounded
+    /// stand-in for the names, such as the template they are made from (`stock:<id>`).
+    /// `None` (the default) leaves it to lock-runtime: the name's text before its first `:`.
+    fn metrics_group(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Conversion into a [`NameSource`], used by [`LockLayer::new`](crate::LockLayer::new).

@@ -103,6 +103,11 @@ impl UriPattern {
 }
 
 impl NameSource for UriPattern {
+    /// The template as written.
+    fn metrics_group(&self) -> Option<&str> {
+        Some(self.template.as_str())
+    }
+
     fn lock_name(
         &self,
         request: &mut Parts,
@@ -148,6 +153,14 @@ fn percent_decode(s: &str) -> Cow<'_, [u8]> {
 mod tests {
     use super::*;
     use crate::name::test_parts as parts;
+
+    #[test]
+    fn the_metrics_group_is_the_template() {
+        let u = UriPattern::new("/stock/{id}/reserve", "stock:<id>");
+        assert_eq!(u.metrics_group(), Some("stock:<id>"));
+        let f = crate::name::from_fn(|_: &http::request::Parts| None::<String>);
+        assert_eq!(f.metrics_group(), None);
+    }
 
     #[test]
     fn uri_patterns_match_whole_segments() {

@@ -223,7 +223,14 @@ impl LockGuard {
         // Before anything is sent: from here on, code in this guard's scope no longer re-enters
         // (Redis may let the lock go at any moment now).
         held.signal.declare(&held.names.name, LossReason::Released);
-        let span = tracing::debug_span!("lock.release", lock = %held.names.name);
+        // A Redis round trip: OpenTelemetry's client-span and database attributes.
+        let span = tracing::debug_span!(
+            "lock.release",
+            lock = %held.names.name,
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA"
+        );
         // `released` stays false until the outcome is known: if this future is dropped at the
         // await below, `Drop` hands the release to the background releaser, like dropping the
         // guard does.

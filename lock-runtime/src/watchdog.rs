@@ -277,7 +277,15 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
         .map(|(_, n, o)| (n.key.as_str(), &**o))
         .collect();
     let lease_ms = shared.lease.as_millis() as u64;
-    let span = tracing::debug_span!("lock.renew", locks = batch.len());
+    // A Redis round trip: OpenTelemetry's client-span and database attributes.
+    let span = tracing::debug_span!(
+        "lock.renew",
+        locks = batch.len(),
+        otel.kind = "client",
+        db.system.name = "redis",
+        db.operation.name = "EVALSHA",
+        db.operation.batch.size = batch.len()
+    );
     let query = inner.backend.renew(&pairs, lease_ms, limit);
     let results = match tracing::Instrument::instrument(query, span).await {
         Ok(results) => results,

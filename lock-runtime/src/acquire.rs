@@ -190,6 +190,8 @@ impl<'a> Acquire<'a> {
         // Unlock messages already acted on by passing a wake-up on (see below).
         let mut passed_on = None;
         let mut baton = Baton(None);
+        // When the last wake-up (an unlock message) arrived: the hand-over's start, for metrics.
+        let mut woken_at: Option<Instant> = None;
         let mut skip_attempt = busy.is_none();
         tracing::debug!(?busy, "lock busy; waiting for an unlock message");
         // Whether the last look found the channel confirmed: if not, the next one does not wait
@@ -231,6 +233,9 @@ impl<'a> Acquire<'a> {
                 busy = Some(match attempt? {
                     Attempt::Taken { token, sent } => {
                         place.holds = true;
+                        if let (true, Some(at)) = (woken, woken_at) {
+                            metrics::handed_over(&self.group, at.elapsed());
+                        }
                         return Ok(self.hold(token, sent, 0));
                     }
                     Attempt::Busy(busy) => busy,
@@ -267,7 +272,10 @@ impl<'a> Acquire<'a> {
             let sleep = sleep.min(crate::options::MAX_LEASE);
             let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
             tokio::select! {
-                _ = &mut notified => baton.0 = Some(sub.notify()),
+                _ = &mut notified => {
+                    baton.0 = Some(sub.notify());
+                    woken_at = Some(Instant::now());
+                }
                 delivery = place.delivered() => match delivery {
                     Delivery::Granted(grant) => {
                         place.holds = true;

@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | [`lock_wait_seconds`](WAIT_SECONDS) | histogram | `group`, `outcome` | Time an acquisition took, from its call to its result: `outcome` is `acquired`, `timeout` ([`LockError::WaitTimeout`](crate::LockError::WaitTimeout)) or `error` (any other error). |
 //! | [`lock_hold_seconds`](HOLD_SECONDS) | histogram | `group` | Time a lock was held: from its grant to the release (or drop) of its outermost guard. |
-//! | [`lock_handover_seconds`](HANDOVER_SECONDS) | histogram | `group` | A local hand-off's latency: from when the releasing task sent its release to when the waiting task of the same client has the lock. |
+//! | [`lock_handover_seconds`](HANDOVER_SECONDS) | histogram | `group` | Hand-over latency, as a waiter sees it: for a local hand-off, from when the releasing task of the same client sent its release to when the waiting task has the lock; for a waiter woken by an unlock message (a release in another process, or a lock that fell free), from the message's arrival to the grant (the publish and its delivery are not seen here). |
 //! | [`lock_acquisitions_total`](ACQUISITIONS_TOTAL) | counter | `group`, `outcome` | Acquisitions by outcome (as for `lock_wait_seconds`). |
 //! | [`lock_losses_total`](LOSSES_TOTAL) | counter | `group`, `reason` | Held locks declared lost, by [`LossReason`]: `lease_expired`, `deleted`, `renewal_failed`, `max_hold_exceeded`. |
 //! | [`lock_renewals_total`](RENEWALS_TOTAL) | counter | | Leases the watchdog renewed. |
@@ -44,7 +44,8 @@ use crate::LossReason;
 pub const WAIT_SECONDS: &str = "lock_wait_seconds";
 /// Histogram `lock_hold_seconds{group}`: how long locks were held.
 pub const HOLD_SECONDS: &str = "lock_hold_seconds";
-/// Histogram `lock_handover_seconds{group}`: local hand-off latency, release sent to lock held.
+/// Histogram `lock_handover_seconds{group}`: hand-over latency, from a local hand-off's release
+/// (or the unlock message that woke the waiter) to the lock held.
 pub const HANDOVER_SECONDS: &str = "lock_handover_seconds";
 /// Counter `lock_acquisitions_total{group, outcome}`: acquisitions by outcome.
 pub const ACQUISITIONS_TOTAL: &str = "lock_acquisitions_total";

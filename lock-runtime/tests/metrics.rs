@@ -340,3 +340,26 @@ async fn the_macro_records_under_its_name_template() {
     assert_eq!(counter(m::ACQUISITIONS_TOTAL, &default), 0);
     assert_no_name_labels(&["mmacro:0", "mmacro:1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_woken_by_another_clients_release_records_its_hand_over() {
+    store();
+    let redis = RedisServer::start();
+    let (a, b) = (common::client(&redis).await, common::client(&redis).await);
+    let group = [(m::LABEL_GROUP, "mwake")];
+    let guard = a.lock("mwake:1").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("mwake:1").acquire().await }
+    });
+    assert!(eventually(|| gauge(m::WAITING, &group) == Some(1.0)).await);
+    assert!(samples(m::HANDOVER_SECONDS, &group).is_empty());
+    // Another client's release: the waiter is woken by the unlock message and takes the lock.
+    guard.release().await.unwrap();
+    let taken = lock_tests::granted(waiter).await;
+    let handovers = samples(m::HANDOVER_SECONDS, &group);
+    assert_eq!(handovers.len(), 1, "{handovers:?}");
+    assert!(handovers[0] < 1.0, "{handovers:?}");
+    drop(taken);
+    assert_no_name_labels(&["mwake:1"]);
+}

@@ -3,7 +3,7 @@
 
 use crate::LockError;
 use crate::family::Family;
-use crate::names::{LockNames, hash_tag};
+use crate::names::{LockNames, hash_tag, validate_name};
 
 /// The keys, channels and fencing counter a client uses for a lock name; chosen per client with
 /// [`LockClientBuilder::layout`](crate::LockClientBuilder::layout).
@@ -90,7 +90,7 @@ const CHANNEL: &str = "redisson_lock__channel";
 const TOKEN: &str = "redisson_lock_token";
 
 fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
-    let names = LockNames::new("-", name)?;
+    validate_name(name)?;
     if family != Family::Mutex {
         return Err(LockError::invalid_name(
             name,
@@ -113,10 +113,11 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
         ));
     }
     Ok(LockNames {
+        name: name.to_owned(),
         key: name.to_owned(),
         channel: prefixed(CHANNEL, name),
         fence: prefixed(TOKEN, name),
-        ..names
+        family,
     })
 }
 

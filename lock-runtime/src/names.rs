@@ -130,7 +130,7 @@ fn escape(name: &str) -> String {
     out
 }
 
-fn validate_name(name: &str) -> Result<(), LockError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {
         return Err(LockError::invalid_name(
             name,

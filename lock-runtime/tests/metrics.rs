@@ -251,14 +251,9 @@ async fn a_loss_is_counted_by_reason_and_renewals_are_counted() {
     let err = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("lost within a renewal period");
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LossReason::Deleted,
-                ..
-            }
-        ),
+    assert_eq!(
+        lock_tests::loss_reason(&err),
+        Some(LossReason::Deleted),
         "{err:?}"
     );
     assert_eq!(counter(m::LOSSES_TOTAL, &deleted), 1);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{Lock, LockClient, LockClientBuilder, LockError, LockInfo};
+use lock_runtime::{Lock, LockClient, LockClientBuilder, LockError, LockInfo, LossReason};
 use tokio::task::JoinHandle;
 
 use crate::RedisServer;
@@ -87,5 +87,13 @@ pub fn local_redis() -> (Option<RedisServer>, String) {
             let url = server.url();
             (Some(server), url)
         }
+    }
+}
+
+/// Why a lock was lost, when `err` is [`LockError::Lost`]; `None` for any other error.
+pub fn loss_reason(err: &LockError) -> Option<LossReason> {
+    match err {
+        LockError::Lost { reason, .. } => Some(*reason),
+        _ => None,
     }
 }

@@ -22,7 +22,7 @@ pub mod redisson;
 mod tls;
 pub mod topology;
 
-pub use client::{client, client_with, eventually, granted, local_redis, until_info};
+pub use client::{client, client_with, eventually, granted, local_redis, loss_reason, until_info};
 pub use postgres::PostgresServer;
 pub use process::ChildProcess;
 pub use proxy::TcpProxy;

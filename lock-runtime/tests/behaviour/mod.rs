@@ -19,6 +19,7 @@ pub use family::*;
 pub use inspect::*;
 
 use lock_runtime::{DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockError, LockOptions, LossReason};
+use lock_tests::loss_reason;
 use tokio::time::Instant;
 
 /// Where the locks live: a Redis server, or `MemoryLocks`.
@@ -103,13 +104,6 @@ async fn eventually<F: Future<Output = bool>>(
             return false;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn loss_reason(err: &LockError) -> Option<LossReason> {
-    match err {
-        LockError::Lost { reason, .. } => Some(*reason),
-        _ => None,
     }
 }
 

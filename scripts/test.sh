@@ -15,19 +15,17 @@ cargo clippy -p lock-runtime --lib --no-default-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-# rediss:// against a TLS redis-server with a private CA (certificates made with openssl, which
-# ensure-deps.sh installed above).
-cargo clippy -p lock-runtime --features tls,sentinel --all-targets -- -D warnings
-cargo test -p lock-runtime --features tls,sentinel --test tls
-# MemoryLocks (feature memory): the shared behaviour tests under paused time (behaviour_redis,
-# the same list against redis-server, is one of the workspace tests above), the hooks, the docs.
-cargo clippy -p lock-runtime --features memory --all-targets -- -D warnings
-cargo test -p lock-runtime --features memory --test behaviour_memory
-cargo test -p lock-runtime --features memory --doc memory
-RUSTDOCFLAGS="-D warnings" cargo doc -p lock-runtime --features memory --no-deps -q
-# Metrics through the `metrics` facade, read back with metrics-util's debugging recorder.
-cargo clippy -p lock-runtime --features metrics --all-targets -- -D warnings
-cargo test -p lock-runtime --features metrics --test metrics
+# lock-runtime's optional features, built once together:
+# - tls: rediss:// against a TLS redis-server with a private CA, also behind Sentinel
+#   (certificates made with openssl, which ensure-deps.sh installed above);
+# - memory: MemoryLocks, the shared behaviour tests under paused time (behaviour_redis, the same
+#   list against redis-server, is one of the workspace tests above), the hooks, the docs;
+# - metrics: the `metrics` facade, read back with metrics-util's debugging recorder.
+features=tls,sentinel,memory,metrics
+cargo clippy -p lock-runtime --features "$features" --all-targets -- -D warnings
+cargo test -p lock-runtime --features "$features" --test tls --test behaviour_memory --test metrics
+cargo test -p lock-runtime --features "$features" --doc memory
+RUSTDOCFLAGS="-D warnings" cargo doc -p lock-runtime --features "$features" --no-deps -q
 # lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
 # against a real server or database file it makes itself; its stores are optional features.
 cargo clippy -p lock-fence --all-features --all-targets -- -D warnings

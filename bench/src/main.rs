@@ -617,90 +617,10 @@ async fn main() {
     r.floor = floor(&url, plan.run).await;
 
     for kind in Kind::ALL {
-        let n = kind.name();
-        progress(&format!("uncontended, 1 worker: {n}"));
-        let u = median_of(
-            plan.reps,
-            |u: &Uncontended| u.pairs_per_s,
-            || uncontended(kind, &url, 1, plan.run),
-        )
-        .await;
-        r.uncontended_1.insert(n, u);
-        progress(&format!("uncontended, 64 workers: {n}"));
-        let u = median_of(
-            plan.reps,
-            |u: &Uncontended| u.pairs_per_s,
-            || uncontended(kind, &url, 64, plan.run),
-        )
-        .await;
-        r.uncontended_64.insert(n, u);
-        progress(&format!("hot key, 16 tasks in one process: {n}"));
-        let h = median_of(
-            plan.reps,
-            |h: &Hot| h.acq_per_s,
-            || hot_in_process(kind, &url, 16, plan.run),
-        )
-        .await;
-        r.hot_tasks.insert(n, h);
-        progress(&format!("hot key, 4 processes × 4 tasks: {n}"));
-        let h = median_of(
-            plan.reps,
-            |h: &Hot| h.acq_per_s,
-            || hot_processes(kind, &url, 4, 4, plan.run),
-        )
-        .await;
-        r.hot_procs.insert(n, h);
-        progress(&format!("wake-up, {} cycles: {n}", plan.wake_cycles));
-        let w = median_of(
-            plan.reps,
-            |w: &Wake| w.p50_us,
-            || wake(kind, &url, plan.wake_cycles),
-        )
-        .await;
-        r.wake.insert(n, w);
+        contenders(&mut r, plan, &url, Contender::Rust(kind)).await;
     }
     if let Some(jvm) = redisson_jvm::Jvm::find() {
-        let n = redisson_jvm::NAME;
-        progress(&format!("uncontended, 1 worker: {n}"));
-        let u = median_of(
-            plan.reps,
-            |u: &Uncontended| u.pairs_per_s,
-            || jvm.uncontended(&url, 1, plan.run),
-        )
-        .await;
-        r.uncontended_1.insert(n, u);
-        progress(&format!("uncontended, 64 workers: {n}"));
-        let u = median_of(
-            plan.reps,
-            |u: &Uncontended| u.pairs_per_s,
-            || jvm.uncontended(&url, 64, plan.run),
-        )
-        .await;
-        r.uncontended_64.insert(n, u);
-        progress(&format!("hot key, 16 tasks in one process: {n}"));
-        let h = median_of(
-            plan.reps,
-            |h: &Hot| h.acq_per_s,
-            || jvm.hot(&url, 1, 16, plan.run),
-        )
-        .await;
-        r.hot_tasks.insert(n, h);
-        progress(&format!("hot key, 4 processes × 4 tasks: {n}"));
-        let h = median_of(
-            plan.reps,
-            |h: &Hot| h.acq_per_s,
-            || jvm.hot(&url, 4, 4, plan.run),
-        )
-        .await;
-        r.hot_procs.insert(n, h);
-        progress(&format!("wake-up, {} cycles: {n}", plan.wake_cycles));
-        let w = median_of(
-            plan.reps,
-            |w: &Wake| w.p50_us,
-            || jvm.wake(&url, plan.wake_cycles),
-        )
-        .await;
-        r.wake.insert(n, w);
+        contenders(&mut r, plan, &url, Contender::Jvm(&jvm)).await;
     }
     let tower_client = || async {
         LockClient::builder(&url)
@@ -769,6 +689,82 @@ async fn main() {
     std::fs::write(&svg_path, report::svg(&r)).expect("write chart");
     println!("{md}");
     eprintln!("wrote {out_md} and {}", svg_path.display());
+}
+
+/// A lock under comparison: one of the Rust locks in this process (and its children), or
+/// Redisson's in JVMs.
+#[derive(Clone, Copy)]
+enum Contender<'a> {
+    Rust(Kind),
+    Jvm(&'a redisson_jvm::Jvm),
+}
+
+impl Contender<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Contender::Rust(kind) => kind.name(),
+            Contender::Jvm(_) => redisson_jvm::NAME,
+        }
+    }
+
+    async fn uncontended(self, url: &str, workers: usize, run: Duration) -> Uncontended {
+        match self {
+            Contender::Rust(kind) => uncontended(kind, url, workers, run).await,
+            Contender::Jvm(jvm) => jvm.uncontended(url, workers, run).await,
+        }
+    }
+
+    /// `procs` processes × `tasks` tasks on one key (one process: this one, for the Rust locks).
+    async fn hot(self, url: &str, procs: usize, tasks: usize, run: Duration) -> Hot {
+        match self {
+            Contender::Rust(kind) if procs == 1 => hot_in_process(kind, url, tasks, run).await,
+            Contender::Rust(kind) => hot_processes(kind, url, procs, tasks, run).await,
+            Contender::Jvm(jvm) => jvm.hot(url, procs, tasks, run).await,
+        }
+    }
+
+    async fn wake(self, url: &str, cycles: usize) -> Wake {
+        match self {
+            Contender::Rust(kind) => wake(kind, url, cycles).await,
+            Contender::Jvm(jvm) => jvm.wake(url, cycles).await,
+        }
+    }
+}
+
+/// The scenarios every lock runs: uncontended with 1 and 64 workers, the hot key in one and in
+/// four processes, and wake-up; medians of `plan.reps` runs go into `r` under its name.
+async fn contenders(r: &mut Results, plan: Plan, url: &str, lock: Contender<'_>) {
+    let n = lock.name();
+    for (workers, map) in [(1, &mut r.uncontended_1), (64, &mut r.uncontended_64)] {
+        progress(&format!("uncontended, {workers} worker(s): {n}"));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || lock.uncontended(url, workers, plan.run),
+        )
+        .await;
+        map.insert(n, u);
+    }
+    for (procs, tasks, map) in [(1, 16, &mut r.hot_tasks), (4, 4, &mut r.hot_procs)] {
+        progress(&format!(
+            "hot key, {procs} process(es) × {tasks} tasks: {n}"
+        ));
+        let h = median_of(
+            plan.reps,
+            |h: &Hot| h.acq_per_s,
+            || lock.hot(url, procs, tasks, plan.run),
+        )
+        .await;
+        map.insert(n, h);
+    }
+    progress(&format!("wake-up, {} cycles: {n}", plan.wake_cycles));
+    let w = median_of(
+        plan.reps,
+        |w: &Wake| w.p50_us,
+        || lock.wake(url, plan.wake_cycles),
+    )
+    .await;
+    r.wake.insert(n, w);
 }
 
 /// The floor for one lock/unlock pair: our two scripts sent raw (no client logic) on the two

@@ -405,51 +405,44 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
             s,
             "| scenario | lock-runtime | {jvm} | ratio | ahead? |\n|---|---|---|---|---|"
         );
-        let rows: [(&str, f64, f64, bool); 7] = [
+        /// One lock's figure, by the lock's name.
+        type Figure = fn(&Results, &str) -> f64;
+        // (label, figure, whether higher is better)
+        let rows: [(&str, Figure, bool); 7] = [
             (
                 "uncontended, 1 worker: pairs/s",
-                r.uncontended_1[ours].pairs_per_s,
-                r.uncontended_1[jvm].pairs_per_s,
+                |r, k| r.uncontended_1[k].pairs_per_s,
                 true,
             ),
             (
                 "uncontended, 64 workers: pairs/s",
-                r.uncontended_64[ours].pairs_per_s,
-                r.uncontended_64[jvm].pairs_per_s,
+                |r, k| r.uncontended_64[k].pairs_per_s,
                 true,
             ),
             (
                 "uncontended, 64 workers: Redis CPU per pair (µs)",
-                r.uncontended_64[ours].server_cpu_us,
-                r.uncontended_64[jvm].server_cpu_us,
+                |r, k| r.uncontended_64[k].server_cpu_us,
                 false,
             ),
             (
                 "hot key, 16 tasks, 1 process: acquisitions/s",
-                r.hot_tasks[ours].acq_per_s,
-                r.hot_tasks[jvm].acq_per_s,
+                |r, k| r.hot_tasks[k].acq_per_s,
                 true,
             ),
             (
                 "hot key, 4 processes × 4 tasks: acquisitions/s",
-                r.hot_procs[ours].acq_per_s,
-                r.hot_procs[jvm].acq_per_s,
+                |r, k| r.hot_procs[k].acq_per_s,
                 true,
             ),
             (
                 "hot key, 16 tasks: wait p99 (ms)",
-                r.hot_tasks[ours].wait_p99_us / 1000.0,
-                r.hot_tasks[jvm].wait_p99_us / 1000.0,
+                |r, k| r.hot_tasks[k].wait_p99_us / 1000.0,
                 false,
             ),
-            (
-                "wake-up p50 (µs)",
-                r.wake[ours].p50_us,
-                r.wake[jvm].p50_us,
-                false,
-            ),
+            ("wake-up p50 (µs)", |r, k| r.wake[k].p50_us, false),
         ];
-        for (label, a, b, higher_is_better) in rows {
+        for (label, figure, higher_is_better) in rows {
+            let (a, b) = (figure(r, ours), figure(r, jvm));
             let ahead = if higher_is_better { a >= b } else { a <= b };
             let _ = writeln!(
                 s,

@@ -78,11 +78,21 @@ impl Layout {
 }
 
 /// Redisson's `prefixName`: `p:N` when `N` has a `{` (its own tag), else `p:{N}`.
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
         format!("{prefix}:{name}")
     } else {
         format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Redisson's `suffixName`: `N:s` when `N` has a `{` (its own tag), else `{N}:s`.
+#[allow(dead_code)] // used by the family's layouts as they are added
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
     }
 }
 
@@ -91,12 +101,6 @@ const TOKEN: &str = "redisson_lock_token";
 
 fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     validate_name(name)?;
-    if family != Family::Mutex {
-        return Err(LockError::invalid_name(
-            name,
-            "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
-        ));
-    }
     if name.contains(['{', '}']) && hash_tag(name).is_none() {
         return Err(LockError::invalid_name(
             name,
@@ -112,12 +116,23 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
             "with the Redisson layout this name is another lock's channel or fencing counter",
         ));
     }
+    // Each primitive's keys, as Redisson lays them out (see `script/redisson/`).
+    let channel = match family {
+        Family::Mutex => prefixed(CHANNEL, name),
+        Family::Fair | Family::ReadWrite | Family::Semaphore { .. } => {
+            return Err(LockError::invalid_name(
+                name,
+                "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+            ));
+        }
+    };
     Ok(LockNames {
         name: name.to_owned(),
         key: name.to_owned(),
-        channel: prefixed(CHANNEL, name),
+        channel,
         fence: prefixed(TOKEN, name),
         family,
+        layout: Layout::Redisson,
     })
 }
 

@@ -31,6 +31,7 @@
 
 use crate::LockError;
 use crate::family::Family;
+use crate::layout::Layout;
 
 /// The longest lock name accepted, in bytes.
 ///
@@ -62,6 +63,8 @@ pub(crate) struct LockNames {
     pub(crate) channel: String,
     /// The primitive the name is used as: decides the scripts that run on these keys.
     pub(crate) family: Family,
+    /// Whose layout the keys follow: with the family, decides the scripts.
+    pub(crate) layout: Layout,
 }
 
 impl LockNames {
@@ -76,6 +79,7 @@ impl LockNames {
                 fence: format!("{prefix}:fence:#{name}"),
                 channel: format!("{prefix}:unlock:#{name}"),
                 family: Family::Mutex,
+                layout: Layout::Native,
             }
         } else {
             // Our own `}` closes the key, so the role can follow it.
@@ -90,6 +94,7 @@ impl LockNames {
                 channel: format!("{key}:unlock"),
                 key,
                 family: Family::Mutex,
+                layout: Layout::Native,
             }
         };
         Ok(names)

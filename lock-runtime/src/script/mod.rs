@@ -15,6 +15,7 @@ use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
 mod denied;
+mod redisson;
 pub(crate) use denied::denied;
 
 /// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.

@@ -53,10 +53,13 @@ public final class Driver {
     private final RedissonClient redisson;
     private final PrintStream out;
     private final Map<String, ExecutorService> workers = new ConcurrentHashMap<>();
+    /** The other primitives' commands (see {@link Commands}), tried in turn. */
+    private final List<Commands> family;
 
     private Driver(RedissonClient redisson, PrintStream out) {
         this.redisson = redisson;
         this.out = out;
+        this.family = List.of();
     }
 
     public static void main(String[] args) throws Exception {
@@ -118,7 +121,13 @@ public final class Driver {
                 case "locked" -> reply(tag, "ok " + redisson.getLock(words[2]).isLocked());
                 case "lock", "trylock", "unlock", "fenced", "funlock", "held", "contend" ->
                     worker(words[2]).execute(() -> runOnWorker(tag, command, words));
-                default -> reply(tag, "err unknown command " + command);
+                default -> {
+                    if (words.length < 3) {
+                        reply(tag, "err unknown command " + command);
+                    } else {
+                        worker(words[2]).execute(() -> runOnWorker(tag, command, words));
+                    }
+                }
             }
         } catch (RuntimeException e) {
             reply(tag, "err " + oneLine(e));
@@ -188,7 +197,16 @@ public final class Driver {
                     }
                     reply(tag, "ok " + n);
                 }
-                default -> reply(tag, "err unknown command " + command);
+                default -> {
+                    for (Commands group : family) {
+                        String answer = group.run(command, w);
+                        if (answer != null) {
+                            reply(tag, answer);
+                            return;
+                        }
+                    }
+                    reply(tag, "err unknown command " + command);
+                }
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

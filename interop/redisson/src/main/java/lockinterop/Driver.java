@@ -45,6 +45,9 @@ import org.redisson.config.Config;
  * T force NAME                      RLock.forceUnlock                        -> T ok true|false
  * T locked NAME                     RLock.isLocked                           -> T ok true|false
  * T contend W NAME KEY N            N times: lock; GET KEY; SET KEY value+1; unlock -> T ok N
+ * T sell W NAME STOCK SOLD N        N purchases, each under the lock: GET STOCK; if above 0,
+ *                                   SET STOCK stock-1, SET SOLD sold+1 and RPUSH ledger:STOCK java
+ *                                                                    -> T ok UNITS_SOLD
  * T ping                                                                     -> T pong
  * quit                              shuts Redisson down and exits 0
  * </pre>
@@ -119,7 +122,7 @@ public final class Driver {
                 case "ping" -> reply(tag, "pong");
                 case "force" -> reply(tag, "ok " + redisson.getLock(words[2]).forceUnlock());
                 case "locked" -> reply(tag, "ok " + redisson.getLock(words[2]).isLocked());
-                case "lock", "trylock", "unlock", "fenced", "funlock", "held", "contend" ->
+                case "lock", "trylock", "unlock", "fenced", "funlock", "held", "contend", "sell" ->
                     worker(words[2]).execute(() -> runOnWorker(tag, command, words));
                 default -> {
                     if (words.length < 3) {
@@ -196,6 +199,32 @@ public final class Driver {
                         }
                     }
                     reply(tag, "ok " + n);
+                }
+                case "sell" -> {
+                    RBucket<String> stock = redisson.getBucket(w[4], StringCodec.INSTANCE);
+                    RBucket<String> sold = redisson.getBucket(w[5], StringCodec.INSTANCE);
+                    long n = Long.parseLong(w[6]);
+                    RLock lock = redisson.getLock(name);
+                    long units = 0;
+                    for (long i = 0; i < n; i++) {
+                        lock.lock();
+                        try {
+                            // Load, think, save: a lost update without the lock.
+                            String value = stock.get();
+                            long left = value == null ? 0 : Long.parseLong(value);
+                            if (left > 0) {
+                                Thread.sleep(ThreadLocalRandom.current().nextInt(2));
+                                stock.set(Long.toString(left - 1));
+                                String before = sold.get();
+                                sold.set(Long.toString((before == null ? 0 : Long.parseLong(before)) + 1));
+                                redisson.getList("ledger:" + w[4], StringCodec.INSTANCE).add("java");
+                                units++;
+                            }
+                        } finally {
+                            lock.unlock();
+                        }
+                    }
+                    reply(tag, "ok " + units);
                 }
                 default -> {
                     for (Commands group : family) {

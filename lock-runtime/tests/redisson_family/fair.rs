@@ -166,13 +166,18 @@ async fn one_fifo_queue_across_the_languages() {
         java_fair_lock(&java, "w1", &name).await;
         let hold = Duration::from_millis(100);
 
+        // (After a Rust waiter queues, a moment for its next attempt, which raises its own
+        // deadline: the one a later waiter chains from.)
+        let settle = Duration::from_millis(300);
         let a = rust_turn(&rust, &name, hold);
         let q = queued(&redis, &name, 1).await;
+        tokio::time::sleep(settle).await;
         let w2 = java.send(&format!("fairlock w2 {name} -1"));
         let w2_unlock = java.send(&format!("fairunlock w2 {name}"));
         queued(&redis, &name, 2).await;
         let b = rust_turn(&rust, &name, hold);
         queued(&redis, &name, 3).await;
+        tokio::time::sleep(settle).await;
         let w3 = java.send(&format!("fairlock w3 {name} -1"));
         let w3_unlock = java.send(&format!("fairunlock w3 {name}"));
         let order = queued(&redis, &name, 4).await;
@@ -188,7 +193,7 @@ async fn one_fifo_queue_across_the_languages() {
         for pair in deadlines.windows(2) {
             let gap = pair[1] - pair[0];
             assert!(
-                (300_000..=305_500).contains(&gap),
+                (300_000..=305_000).contains(&gap),
                 "{version}: {deadlines:?}"
             );
         }
@@ -402,7 +407,7 @@ async fn three_processes_never_lose_an_increment_under_a_fair_lock() {
     );
 }
 
-/// The messages published on `channel`, collected by a plain subscriber (for 10 s).
+/// The messages published on `channel`, collected by a plain subscriber (for 20 s).
 fn listen(url: &str, channel: &str) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -412,7 +417,7 @@ fn listen(url: &str, channel: &str) -> std::sync::mpsc::Receiver<String> {
         let mut pubsub = conn.as_pubsub();
         pubsub.subscribe(&channel).unwrap();
         pubsub
-            .set_read_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
         ready_tx.send(()).unwrap();
         while let Ok(msg) = pubsub.get_message() {

@@ -230,10 +230,7 @@ mod tests {
 
     #[test]
     fn other_primitives_are_refused_with_the_redisson_layout() {
-        for family in [
-            Family::ReadWrite,
-            Family::Semaphore { capacity: 3 },
-        ] {
+        for family in [Family::ReadWrite, Family::Semaphore { capacity: 3 }] {
             assert!(Layout::Redisson.names("lock", "x", family).is_err());
             assert!(Layout::Native.names("lock", "x", family).is_ok());
         }

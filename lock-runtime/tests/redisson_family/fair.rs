@@ -110,13 +110,19 @@ async fn fair_locks_exclude_and_wake_each_other() {
         let waiter = {
             let (rust, name) = (rust.clone(), name.clone());
             tokio::spawn(async move {
-                let guard = rust.fair_lock(&name).try_acquire(Duration::from_secs(20)).await;
+                let guard = rust
+                    .fair_lock(&name)
+                    .try_acquire(Duration::from_secs(20))
+                    .await;
                 (mono_ns(), guard)
             })
         };
         queued(&redis, &name, 1).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!waiter.is_finished(), "{version}: Rust got a lock Java holds");
+        assert!(
+            !waiter.is_finished(),
+            "{version}: Rust got a lock Java holds"
+        );
         let unlocked = mono_ns();
         java_fair_unlock(&java, "w1", &name).await;
         let (acquired, guard) = waiter.await.unwrap();
@@ -248,7 +254,7 @@ async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
         let e = timing_out.await.unwrap().unwrap_err();
         assert!(matches!(e, LockError::WaitTimeout { .. }), "{e:?}");
         let gave_up = Instant::now();
-        assert_eq!(queued(&redis, &name, 1).await, [w2_owner.clone()]);
+        assert_eq!(queued(&redis, &name, 1).await, [w2_owner.as_str()]);
         let left_after = gave_up.elapsed();
         assert_eq!(deadline(&redis, &name, &a), None);
         // Redisson's give-up: the waiters behind get our wait off their deadline.
@@ -301,7 +307,10 @@ async fn fair_leases_kill_and_force_unlock() {
         java_fair_lock(&java, "w1", &name).await;
         tokio::time::sleep(lease * 2).await;
         let busy = rust.fair_lock(&name).try_acquire(Duration::ZERO).await;
-        assert!(busy.unwrap_err().is_busy(), "{version}: Java's watchdog renews");
+        assert!(
+            busy.unwrap_err().is_busy(),
+            "{version}: Java's watchdog renews"
+        );
         java_fair_unlock(&java, "w1", &name).await;
 
         let guard = rust.fair_lock(&name).acquire().await.unwrap();
@@ -335,7 +344,10 @@ async fn fair_leases_kill_and_force_unlock() {
             .await
             .expect("the dead holder's lease ends");
         let after = killed.elapsed();
-        assert!(after < lease + Duration::from_secs(2), "{version}: {after:?}");
+        assert!(
+            after < lease + Duration::from_secs(2),
+            "{version}: {after:?}"
+        );
         guard.release().await.unwrap();
         eprintln!(
             "redisson {version} fair lock: free {after:?} after kill -9 of the Java holder; Rust waiter woken {:.2} ms after a force unlock",
@@ -558,4 +570,74 @@ async fn the_bytes_on_redis_are_redissons() {
         let e = rust.fair_lock(bad).acquire().await.unwrap_err();
         assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
     }
+}
+
+/// Redisson's purge step as every Java script runs it first (redisson-wire.md §3): drops the
+/// waiters at the head whose deadline passed (Java's clock: here the server's).
+const JAVA_PURGE: &str = "local now = tonumber(ARGV[1]) \
+    while true do \
+      local head = redis.call('LINDEX', KEYS[1], 0) \
+      if not head then return end \
+      local d = redis.call('ZSCORE', KEYS[2], head) \
+      if d and tonumber(d) <= now then redis.call('ZREM', KEYS[2], head); redis.call('LPOP', KEYS[1]) \
+      else return end \
+    end";
+
+/// The crux of the `wait`: a Java `lock()` waiter at the head, whose deadline is nearly due,
+/// is granted and lowers every deadline behind it by its 300 s (as Redisson does). The Rust
+/// waiter behind it keeps its place: right after the grant, and while the Java holder keeps the
+/// lock well past the Rust deadline as the grant left it, with Java purges running meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_waiter_keeps_its_place_when_a_java_head_lowers_the_deadlines() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    let name = "crux";
+    let (q, t) = (queue_key(name), timeout_key(name));
+    let purge = |now: u64| {
+        redis.cmd(&["EVAL", JAVA_PURGE, "2", &q, &t, &now.to_string()]);
+    };
+    let holder = "0b1c2d3e-0000-4000-8000-000000000002:1";
+    let head = "0b1c2d3e-0000-4000-8000-000000000002:2";
+    redis.cmd(&["HSET", name, holder, "1"]);
+    redis.cmd(&["PEXPIRE", name, "30000"]);
+    // The Java head has waited long: its deadline is 500 ms away.
+    let head_deadline = redis.time_ms() + 500;
+    redis.cmd(&["RPUSH", &q, head]);
+    redis.cmd(&["ZADD", &t, &head_deadline.to_string(), head]);
+    let waiter = rust_turn(&rust, name, Duration::ZERO);
+    let owner = queued(&redis, name, 2).await.remove(1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The holder unlocks; the Java head is granted as Redisson grants (§3.2 step 2).
+    redis.cmd(&["DEL", name]);
+    redis.cmd(&["LPOP", &q]);
+    redis.cmd(&["ZREM", &t, head]);
+    redis.cmd(&["ZINCRBY", &t, "-300000", &owner]);
+    redis.cmd(&["HSET", name, head, "1"]);
+    redis.cmd(&["PEXPIRE", name, "30000"]);
+    let granted = redis.time_ms();
+    let left = deadline(&redis, name, &owner).unwrap() - granted as i64;
+    assert!(left > 3_000, "the grant left the Rust waiter {left} ms");
+    purge(redis.time_ms());
+    assert_eq!(queue(&redis, name), [owner.as_str()]);
+
+    // The Java holder keeps the lock past that deadline; Java purges keep running.
+    let until = Instant::now() + Duration::from_millis(left as u64 + 1_500);
+    while Instant::now() < until {
+        purge(redis.time_ms());
+        assert_eq!(queue(&redis, name), [owner.as_str()], "lost its place");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Java's unlock: DEL, `0` on the first waiter's channel. The Rust waiter takes its turn.
+    redis.cmd(&["DEL", name]);
+    let channel = format!("redisson_lock__channel:{{{name}}}:{owner}");
+    redis.cmd(&["PUBLISH", &channel, "0"]);
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken by the message")
+        .unwrap();
+    eprintln!(
+        "a Java head's grant left the Rust waiter behind it {left} ms; it kept its place through {} ms of Java purges",
+        left + 1_500
+    );
 }

@@ -27,8 +27,8 @@
 //!   the past, and the next purge (any client's script) would drop a live waiter from the queue.
 //!
 //! A live Rust waiter also raises (never lowers) its own deadline at each attempt (every
-//! `PLACE_TTL / 3` at most): to `now + PLACE_TTL` at the head, to the deadline ahead of it
-//! + `wait` + `PLACE_TTL` behind another waiter, so it keeps its place however long the
+//! `PLACE_TTL / 3` at most): to `now + PLACE_TTL` at the head, to `ahead + wait + PLACE_TTL`
+//! behind another waiter whose deadline is `ahead`, so it keeps its place however long the
 //! holder keeps the lock, and survives the lowering by a Java waiter's grant (whose wait is at
 //! most 300 000 ms: Java `tryLock` waits above that, or a larger `fairLockWaitTimeout`, ahead of
 //! a Rust waiter can still make it lose its place). Raising its own deadline only lengthens

@@ -60,8 +60,9 @@ pub enum Layout {
     ///   with a longer wait (or a larger `fairLockWaitTimeout`) ahead of it may cost it its place.
     /// - A Rust waiter that times out or is cancelled leaves the queue at once (Redisson's
     ///   give-up), and wakes the next waiter if the lock is free. One killed while queued holds
-    ///   up the waiters behind it as a killed Java waiter does: until its deadline, about 300 s
-    ///   at most once it is first.
+    ///   up the waiters behind it as a killed Java `lock()` waiter does: until its deadline,
+    ///   at most about 305 s (plus what was left of the holder's lease when the queue formed)
+    ///   after the lock falls free with it first.
     /// - Fencing tokens come from `redisson_lock_token:{N}` and rise with Rust grants only
     ///   (Java's `RFairLock` has no token).
     ///

@@ -36,9 +36,13 @@
 //!
 //! **A Rust waiter that dies** (killed, frozen) without leaving stalls the waiters behind it
 //! the way a dead Java `lock()` waiter does: once it is first and the lock is free, until its
-//! deadline passes, at most about `wait` + `PLACE_TTL` (305 s). A Rust waiter that times out or
-//! is cancelled leaves at once, and if it was first while the lock is free, the next waiter is
-//! told so at once (Redisson's own give-up does not publish).
+//! deadline passes. That deadline is the chain's (each grant ahead of it takes off what it
+//! added), so the stall is at most `wait` + `PLACE_TTL` (305 s) plus what was left of the lease
+//! of the holder when the queue formed (a dead Java `lock()` waiter: 300 s plus the same).
+//! Lowering our own deadline to stall less is not safe: later Java waiters chain from it, and
+//! our grant takes `wait` off theirs, which would leave them a deadline in the past. A Rust
+//! waiter that times out or is cancelled leaves at once, and if it was first while the lock is
+//! free, the next waiter is told so at once (Redisson's own give-up does not publish).
 
 use std::sync::LazyLock;
 

@@ -148,7 +148,7 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
         Family::ReadWrite | Family::Semaphore { .. } => {
             return Err(LockError::invalid_name(
                 name,
-                "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+                "the Redisson layout has the mutex and the fair lock only so far: use the native layout for read/write locks and semaphores",
             ));
         }
     };

@@ -21,6 +21,7 @@ use crate::error::{failover_symptom, outcome_unknown};
 use crate::family::{Family, Mode, PLACE_TTL};
 use crate::handoff::{Delivery, Ticket};
 use crate::hold::{Held, LossSignal};
+use crate::layout::Layout;
 use crate::metrics::{self, Group};
 use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
@@ -179,7 +180,13 @@ impl<'a> Acquire<'a> {
     /// `None` when this waiter queued behind local waiters without trying.
     async fn wait_turn(&self, mut busy: Option<Busy>) -> Result<LockGuard, LockError> {
         let demux = &self.client.inner.demux;
-        let sub = if self.names.family == Family::Fair {
+        let sub = if self.names.family == Family::Fair && self.names.layout == Layout::Redisson {
+            // Redisson's fair lock tells each waiter its turn on a channel of its own.
+            demux.subscribe(&crate::script::redisson::fair::waiter_channel(
+                self.names,
+                &self.owner,
+            ))
+        } else if self.names.family == Family::Fair {
             // Woken only when the message names us: our turn in the queue.
             demux.subscribe_directed(&self.names.channel, &self.owner)
         } else {

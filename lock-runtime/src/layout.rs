@@ -44,8 +44,27 @@ pub enum Layout {
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
     /// - only the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
-    ///   of mutexes) is laid out Redisson's way so far: fair locks, read/write locks and
+    ///   of mutexes) and the fair lock are laid out Redisson's way so far: read/write locks and
     ///   semaphores are refused with [`LockError::InvalidName`] on acquire.
+    ///
+    /// A [fair lock](crate::LockClient::fair_lock) is Redisson's `RFairLock`
+    /// (`getFairLock(N)`): one FIFO queue across both languages, in `redisson_lock_queue:{N}`,
+    /// with each waiter's deadline (epoch ms) in `redisson_lock_timeout:{N}`, and each waiter
+    /// woken on its own channel `redisson_lock__channel:{N}:<owner>`.
+    /// - Deadlines are wall-clock times: Java clients write their own clock's, Rust clients the
+    ///   Redis server's (`TIME`), so those clocks must agree (NTP), as Java clients' must.
+    /// - A Rust waiter queues as a Java `lock()` does (Redisson's default
+    ///   `fairLockWaitTimeout`, 300 s, in the deadline arithmetic) and keeps its own deadline
+    ///   ahead of the clock while it waits, so it keeps its place however long the lock is held,
+    ///   and when a Java waiter ahead is granted with a wait of up to 300 s. A Java `tryLock`
+    ///   with a longer wait (or a larger `fairLockWaitTimeout`) ahead of it may cost it its place.
+    /// - A Rust waiter that times out or is cancelled leaves the queue at once (Redisson's
+    ///   give-up), and wakes the next waiter if the lock is free. One killed while queued holds
+    ///   up the waiters behind it as a killed Java `lock()` waiter does: until its deadline,
+    ///   at most about 305 s (plus what was left of the holder's lease when the queue formed)
+    ///   after the lock falls free with it first.
+    /// - Fencing tokens come from `redisson_lock_token:{N}` and rise with Rust grants only
+    ///   (Java's `RFairLock` has no token).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -119,10 +138,17 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     // Each primitive's keys, as Redisson lays them out (see `script/redisson/`).
     let channel = match family {
         Family::Mutex => prefixed(CHANNEL, name),
-        Family::Fair | Family::ReadWrite | Family::Semaphore { .. } => {
+        // RFairLock: the mutex's hash and channel prefix, plus a queue and deadlines whose
+        // keys are derived in `script/redisson/fair.rs`; each waiter's own channel is
+        // `<channel>:<owner>`.
+        Family::Fair => {
+            crate::script::redisson::fair::check_name(name)?;
+            prefixed(CHANNEL, name)
+        }
+        Family::ReadWrite | Family::Semaphore { .. } => {
             return Err(LockError::invalid_name(
                 name,
-                "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+                "the Redisson layout has the mutex and the fair lock only so far: use the native layout for read/write locks and semaphores",
             ));
         }
     };
@@ -205,11 +231,7 @@ mod tests {
 
     #[test]
     fn other_primitives_are_refused_with_the_redisson_layout() {
-        for family in [
-            Family::Fair,
-            Family::ReadWrite,
-            Family::Semaphore { capacity: 3 },
-        ] {
+        for family in [Family::ReadWrite, Family::Semaphore { capacity: 3 }] {
             assert!(Layout::Redisson.names("lock", "x", family).is_err());
             assert!(Layout::Native.names("lock", "x", family).is_ok());
         }

@@ -3,6 +3,8 @@
 //! Every test runs against both versions.
 
 mod common;
+#[path = "redisson_family/fair.rs"]
+mod fair;
 
 use std::time::{Duration, Instant};
 

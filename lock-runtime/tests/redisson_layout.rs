@@ -196,7 +196,7 @@ async fn names_and_primitives_redisson_cannot_share_are_typed_errors() {
         assert!(matches!(e, LockError::InvalidName { .. }), "{name}: {e:?}");
     }
     let e = locks
-        .fair_lock("x")
+        .fair_lock("redisson_lock_queue:{x}")
         .try_acquire(Duration::ZERO)
         .await
         .unwrap_err();

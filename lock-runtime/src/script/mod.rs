@@ -12,10 +12,11 @@ use redis::{Cmd, Script, Value};
 
 pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
+use crate::layout::Layout;
 use crate::names::LockNames;
 
 mod denied;
-mod redisson;
+pub(crate) mod redisson;
 pub(crate) use denied::denied;
 
 /// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.
@@ -79,6 +80,8 @@ pub(crate) struct Publishing {
     pub(crate) holders_release: &'static LazyLock<Script>,
     pub(crate) semaphore_capacity: &'static LazyLock<Script>,
     pub(crate) inspect: &'static LazyLock<Script>,
+    pub(crate) redisson_fair_release: &'static LazyLock<Script>,
+    pub(crate) redisson_fair_force_unlock: &'static LazyLock<Script>,
 }
 
 impl Publishing {
@@ -90,6 +93,8 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE,
         semaphore_capacity: &SEMAPHORE_CAPACITY,
         inspect: &INSPECT,
+        redisson_fair_release: &redisson::fair::RELEASE,
+        redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -101,14 +106,22 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE_SHARDED,
         semaphore_capacity: &SEMAPHORE_CAPACITY_SHARDED,
         inspect: &INSPECT_SHARDED,
+        redisson_fair_release: &redisson::fair::RELEASE_SHARDED,
+        redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK_SHARDED,
     };
 }
 
 impl Publishing {
     /// Every release script, to reload after the server lost them (a pipeline of background
     /// releases may mix the families).
-    pub(crate) fn releases(&self) -> [&'static Script; 3] {
-        [self.release, self.fair_release, self.holders_release].map(|s| &**s)
+    pub(crate) fn releases(&self) -> [&'static Script; 4] {
+        [
+            self.release,
+            self.fair_release,
+            self.holders_release,
+            self.redisson_fair_release,
+        ]
+        .map(|s| &**s)
     }
 }
 
@@ -174,6 +187,9 @@ impl Call {
         lease_ms: u64,
         retention_ms: u64,
     ) -> Call {
+        if names.layout == Layout::Redisson && names.family == Family::Fair {
+            return redisson::fair::acquire(names, owner, lease_ms, retention_ms);
+        }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.family {
@@ -213,6 +229,9 @@ impl Call {
         owner: &str,
         next: Option<&HandOff<'_>>,
     ) -> Call {
+        if names.layout == Layout::Redisson && names.family == Family::Fair {
+            return redisson::fair::release(publishing, names, owner);
+        }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
             Family::Mutex => {}
@@ -251,6 +270,9 @@ impl Call {
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
     pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+        if names.layout == Layout::Redisson && names.family == Family::Fair {
+            return redisson::fair::force_unlock(publishing, names);
+        }
         Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
     }
 
@@ -284,6 +306,9 @@ impl Call {
     /// (every role key of the name is passed; they share its slot), with at most
     /// `max_holders` holders listed.
     pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+        if names.layout == Layout::Redisson && names.family == Family::Fair {
+            return redisson::fair::inspect(publishing, names, max_holders);
+        }
         let keys = [
             names.key.as_str(),
             &names.fence,
@@ -555,6 +580,11 @@ mod tests {
             (&HOLDERS_RELEASE, &HOLDERS_RELEASE_SHARDED),
             (&SEMAPHORE_CAPACITY, &SEMAPHORE_CAPACITY_SHARDED),
             (&INSPECT, &INSPECT_SHARDED),
+            (&redisson::fair::RELEASE, &redisson::fair::RELEASE_SHARDED),
+            (
+                &redisson::fair::FORCE_UNLOCK,
+                &redisson::fair::FORCE_UNLOCK_SHARDED,
+            ),
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());
         }

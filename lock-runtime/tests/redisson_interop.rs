@@ -3,6 +3,8 @@
 //! Every test runs against both versions.
 
 mod common;
+#[path = "redisson_family/semaphore.rs"]
+mod semaphore;
 
 use std::time::{Duration, Instant};
 

@@ -15,7 +15,7 @@ use crate::family::{Family, PLACE_TTL};
 use crate::names::LockNames;
 
 mod denied;
-mod redisson;
+pub(crate) mod redisson;
 pub(crate) use denied::denied;
 
 /// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.
@@ -79,6 +79,10 @@ pub(crate) struct Publishing {
     pub(crate) holders_release: &'static LazyLock<Script>,
     pub(crate) semaphore_capacity: &'static LazyLock<Script>,
     pub(crate) inspect: &'static LazyLock<Script>,
+    /// Redisson's `RSemaphore` (every operation; see `redisson/semaphore.rs`).
+    pub(crate) redisson_semaphore: &'static LazyLock<Script>,
+    /// Redisson's `RPermitExpirableSemaphore` (every operation).
+    pub(crate) redisson_permits: &'static LazyLock<Script>,
 }
 
 impl Publishing {
@@ -90,6 +94,8 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE,
         semaphore_capacity: &SEMAPHORE_CAPACITY,
         inspect: &INSPECT,
+        redisson_semaphore: &redisson::semaphore::PLAIN,
+        redisson_permits: &redisson::semaphore::PERMITS,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -101,14 +107,23 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE_SHARDED,
         semaphore_capacity: &SEMAPHORE_CAPACITY_SHARDED,
         inspect: &INSPECT_SHARDED,
+        redisson_semaphore: &redisson::semaphore::PLAIN_SHARDED,
+        redisson_permits: &redisson::semaphore::PERMITS_SHARDED,
     };
 }
 
 impl Publishing {
     /// Every release script, to reload after the server lost them (a pipeline of background
     /// releases may mix the families).
-    pub(crate) fn releases(&self) -> [&'static Script; 3] {
-        [self.release, self.fair_release, self.holders_release].map(|s| &**s)
+    pub(crate) fn releases(&self) -> [&'static Script; 5] {
+        [
+            self.release,
+            self.fair_release,
+            self.holders_release,
+            self.redisson_semaphore,
+            self.redisson_permits,
+        ]
+        .map(|s| &**s)
     }
 }
 
@@ -169,11 +184,17 @@ impl Call {
     /// The script is the name's family's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
     pub(crate) fn acquire(
+        publishing: Publishing,
         names: &LockNames,
         owner: &str,
         lease_ms: u64,
         retention_ms: u64,
     ) -> Call {
+        if let Some(call) =
+            redisson::semaphore::acquire(publishing, names, owner, lease_ms, retention_ms)
+        {
+            return call;
+        }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.family {
@@ -193,7 +214,7 @@ impl Call {
                 &[&names.key, &names.fence, &names.role("writers")],
                 args.into_iter().chain([place_ms]),
             ),
-            Family::Semaphore { capacity } => Call::new(
+            Family::Semaphore { capacity, .. } => Call::new(
                 &SEMAPHORE_ACQUIRE,
                 &[&names.key, &names.fence, &names.role("capacity")],
                 args.into_iter().chain([Arg::Int(capacity.into())]),
@@ -213,6 +234,9 @@ impl Call {
         owner: &str,
         next: Option<&HandOff<'_>>,
     ) -> Call {
+        if let Some(call) = redisson::semaphore::release(publishing, names, owner) {
+            return call;
+        }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
             Family::Mutex => {}
@@ -251,6 +275,9 @@ impl Call {
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
     pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+        if let Some(call) = redisson::semaphore::force_unlock(publishing, names) {
+            return call;
+        }
         Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
     }
 
@@ -262,6 +289,9 @@ impl Call {
         default_capacity: u32,
         op: CapacityOp,
     ) -> Call {
+        if let Some(call) = redisson::semaphore::capacity(publishing, names, default_capacity, op) {
+            return call;
+        }
         let keys = [names.key.as_str(), &names.role("capacity"), &names.channel];
         let (op, value) = match op {
             CapacityOp::Free => ("free", 0),
@@ -284,6 +314,9 @@ impl Call {
     /// (every role key of the name is passed; they share its slot), with at most
     /// `max_holders` holders listed.
     pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+        if let Some(call) = redisson::semaphore::inspect(publishing, names, max_holders) {
+            return call;
+        }
         let keys = [
             names.key.as_str(),
             &names.fence,
@@ -487,7 +520,7 @@ mod tests {
                 })
                 .collect()
         };
-        let acquire = Call::acquire(&names, "me:1", 30_000, 60_000);
+        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000);
         assert_eq!(
             args(&acquire)[..],
             [
@@ -555,6 +588,14 @@ mod tests {
             (&HOLDERS_RELEASE, &HOLDERS_RELEASE_SHARDED),
             (&SEMAPHORE_CAPACITY, &SEMAPHORE_CAPACITY_SHARDED),
             (&INSPECT, &INSPECT_SHARDED),
+            (
+                &redisson::semaphore::PERMITS,
+                &redisson::semaphore::PERMITS_SHARDED,
+            ),
+            (
+                &redisson::semaphore::PLAIN,
+                &redisson::semaphore::PLAIN_SHARDED,
+            ),
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());
         }

@@ -5,3 +5,5 @@
 //!
 //! The mutex needs none of its own: Redisson's `RLock` hash is this crate's mutex hash, so
 //! `acquire.lua`, `release.lua` and `renew.lua` serve both layouts.
+
+pub(crate) mod semaphore;

@@ -120,15 +120,6 @@ pub(crate) fn owner(leases: bool, mode: Mode, base: String) -> String {
     format!("permits:{}#{n}", ids.join(","))
 }
 
-/// The permit ids (32 hex chars each) of an expirable semaphore's owner id.
-pub(crate) fn permit_ids(owner: &str) -> Vec<&str> {
-    owner
-        .strip_prefix("permits:")
-        .and_then(|rest| rest.rsplit_once('#'))
-        .map(|(ids, _)| ids.split(',').collect())
-        .unwrap_or_default()
-}
-
 /// Whether `names` is a semaphore in Redisson's layout, and which kind.
 fn kind(names: &LockNames) -> Option<(bool, u32)> {
     match (names.layout, names.family) {
@@ -242,6 +233,15 @@ pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The permit ids (32 hex chars each) of an expirable semaphore's owner id.
+    fn permit_ids(owner: &str) -> Vec<&str> {
+        owner
+            .strip_prefix("permits:")
+            .and_then(|rest| rest.rsplit_once('#'))
+            .map(|(ids, _)| ids.split(',').collect())
+            .unwrap_or_default()
+    }
 
     fn names(name: &str, leases: bool) -> Result<LockNames, LockError> {
         super::names(

@@ -8,8 +8,7 @@ use crate::family::{Family, Mode};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
 /// Why a plain `RSemaphore` has no capacity calls.
-const NO_TOTAL: &str =
-    "a plain RSemaphore stores only its available permits, not a total capacity";
+const NO_TOTAL: &str = "a plain RSemaphore stores only its available permits, not a total capacity";
 /// Why a plain `RSemaphore` cannot take permits back or tell whether any is held.
 const NO_HOLDERS: &str = "a plain RSemaphore does not record who holds its permits";
 
@@ -158,7 +157,9 @@ impl Semaphore {
             return Ok(());
         }
         let reason = if self.lock.client().inner.config.layout == crate::Layout::Native {
-            Some("a semaphore without leases exists only in the Redisson layout (Java's RSemaphore)")
+            Some(
+                "a semaphore without leases exists only in the Redisson layout (Java's RSemaphore)",
+            )
         } else {
             plain_refusal
         };
@@ -210,9 +211,9 @@ impl Semaphore {
         permits: u32,
         opts: LockOptions,
     ) -> Result<LockGuard, LockError> {
-        self.supported(opts.lease.map(|_| {
-            "a plain RSemaphore's permits have no lease: use the watchdog (or max_hold)"
-        }))?;
+        self.supported(opts.lease.map(
+            |_| "a plain RSemaphore's permits have no lease: use the watchdog (or max_hold)",
+        ))?;
         if permits == 0 {
             return Err(LockError::InvalidPermits {
                 name: self.name().to_owned(),

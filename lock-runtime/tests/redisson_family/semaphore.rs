@@ -39,7 +39,9 @@ fn unhex(hex: &str) -> Vec<u8> {
 }
 
 /// The next message on the subscription, as text.
-async fn next_payload(stream: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin)) -> String {
+async fn next_payload(
+    stream: &mut (impl futures_util::Stream<Item = redis::Msg> + Unpin),
+) -> String {
     let msg = tokio::time::timeout(Duration::from_secs(2), stream.next())
         .await
         .expect("a message on redisson_sc")
@@ -133,7 +135,10 @@ async fn semaphore_bytes_on_redis() {
     let held = plain.acquire().await.unwrap();
     assert_eq!(held.permits(), 1);
     assert_eq!(get("plainbytes").as_deref(), Some("1"));
-    assert_eq!(redis.cmd(&["EXISTS", "{plainbytes}:timeout"]).int(), Some(0));
+    assert_eq!(
+        redis.cmd(&["EXISTS", "{plainbytes}:timeout"]).int(),
+        Some(0)
+    );
     held.release().await.unwrap();
     assert_eq!(next_payload(&mut stream).await, "2");
     assert_eq!(get("plainbytes").as_deref(), Some("2"));
@@ -182,7 +187,10 @@ async fn semaphores_share_capacity_and_wake_each_other() {
         // RPermitExpirableSemaphore, initialised by Java.
         let name = format!("psem:{version}");
         let sem = rust.semaphore(&name, 3);
-        assert_eq!(java.call(&format!("psem-tryset w1 {name} 3")).await, "ok true");
+        assert_eq!(
+            java.call(&format!("psem-tryset w1 {name} 3")).await,
+            "ok true"
+        );
         let (_, java_ids) = ok_reply(&java.call(&format!("psem-acquire w1 {name} 2 30000")).await);
         assert_eq!(java_ids.split(',').count(), 2);
         assert_eq!(sem.available().await.unwrap(), 1);
@@ -193,8 +201,15 @@ async fn semaphores_share_capacity_and_wake_each_other() {
             .unwrap_err();
         assert!(busy.is_busy(), "{busy:?}");
         let mine = sem.try_acquire(Duration::ZERO).await.unwrap();
-        assert_eq!(java.call(&format!("psem-available w1 {name}")).await, "ok 0");
-        assert_eq!(java.call(&format!("psem-tryacquire w2 {name} 1 0 30000")).await, "busy");
+        assert_eq!(
+            java.call(&format!("psem-available w1 {name}")).await,
+            "ok 0"
+        );
+        assert_eq!(
+            java.call(&format!("psem-tryacquire w2 {name} 1 0 30000"))
+                .await,
+            "busy"
+        );
 
         let waiter = {
             let sem = sem.clone();
@@ -204,10 +219,14 @@ async fn semaphores_share_capacity_and_wake_each_other() {
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished(), "{version}: more permits than the capacity");
+        assert!(
+            !waiter.is_finished(),
+            "{version}: more permits than the capacity"
+        );
         let first_java = java_ids.split(',').next().unwrap().to_owned();
         let released = mono_ns();
-        java.call(&format!("psem-release w1 {name} {first_java}")).await;
+        java.call(&format!("psem-release w1 {name} {first_java}"))
+            .await;
         let (got, guard) = waiter.await.unwrap();
         let waiter_guard = guard.expect("woken by Java's release");
         let java_to_rust = got.saturating_sub(released);
@@ -227,16 +246,23 @@ async fn semaphores_share_capacity_and_wake_each_other() {
             assert!(delay < 2_000_000_000, "{version}: {} ms", ms(delay));
         }
         let second_java = java_ids.split(',').nth(1).unwrap();
-        java.call(&format!("psem-release w1 {name} {second_java},{java_id}")).await;
+        java.call(&format!("psem-release w1 {name} {second_java},{java_id}"))
+            .await;
         waiter_guard.release().await.unwrap();
-        assert_eq!(java.call(&format!("psem-available w1 {name}")).await, "ok 3");
+        assert_eq!(
+            java.call(&format!("psem-available w1 {name}")).await,
+            "ok 3"
+        );
 
         // RSemaphore, initialised by Rust.
         let name = format!("sem:{version}");
         let sem = rust.semaphore(&name, 3).without_leases();
         assert_eq!(sem.available().await.unwrap(), 3);
         assert_eq!(java.call(&format!("sem-available w1 {name}")).await, "ok 3");
-        assert_eq!(java.call(&format!("sem-tryset w1 {name} 9")).await, "ok false");
+        assert_eq!(
+            java.call(&format!("sem-tryset w1 {name} 9")).await,
+            "ok false"
+        );
         java.call(&format!("sem-acquire w1 {name} 2")).await;
         let busy = sem
             .acquire_many(2, LockOptions::new().wait(Duration::ZERO))
@@ -244,7 +270,10 @@ async fn semaphores_share_capacity_and_wake_each_other() {
             .unwrap_err();
         assert!(busy.is_busy(), "{busy:?}");
         let mine = sem.try_acquire(Duration::ZERO).await.unwrap();
-        assert_eq!(java.call(&format!("sem-tryacquire w2 {name} 1 0")).await, "busy");
+        assert_eq!(
+            java.call(&format!("sem-tryacquire w2 {name} 1 0")).await,
+            "busy"
+        );
         let waiter = {
             let sem = sem.clone();
             tokio::spawn(async move {
@@ -253,7 +282,10 @@ async fn semaphores_share_capacity_and_wake_each_other() {
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished(), "{version}: more permits than the capacity");
+        assert!(
+            !waiter.is_finished(),
+            "{version}: more permits than the capacity"
+        );
         let released = mono_ns();
         java.call(&format!("sem-release w1 {name} 1")).await;
         let (got, guard) = waiter.await.unwrap();
@@ -356,7 +388,8 @@ async fn releases_wake_as_many_waiters_as_permits() {
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         let released = mono_ns();
-        java.call(&format!("psem-release w1 {name} {}", ids[0])).await;
+        java.call(&format!("psem-release w1 {name} {}", ids[0]))
+            .await;
         let (at, guard) = tokio::time::timeout(Duration::from_secs(2), one)
             .await
             .expect("the one-permit waiter gets the one released permit")
@@ -368,7 +401,8 @@ async fn releases_wake_as_many_waiters_as_permits() {
         );
         assert!(!two.is_finished());
         let released = mono_ns();
-        java.call(&format!("psem-release w1 {name} {},{}", ids[1], ids[2])).await;
+        java.call(&format!("psem-release w1 {name} {},{}", ids[1], ids[2]))
+            .await;
         let (at, guard) = tokio::time::timeout(Duration::from_secs(2), two)
             .await
             .expect("the two-permit waiter gets in")
@@ -402,14 +436,22 @@ async fn leases_renewal_losses_and_killed_java_holders() {
         let guard = sem.acquire().await.unwrap();
         let until = Instant::now() + watchdog * 3;
         while Instant::now() < until {
-            assert_eq!(java.call(&format!("psem-available w1 {name}")).await, "ok 0");
+            assert_eq!(
+                java.call(&format!("psem-available w1 {name}")).await,
+                "ok 0"
+            );
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
-        assert_eq!(java.call(&format!("psem-tryacquire w1 {name} 1 0 30000")).await, "busy");
+        assert_eq!(
+            java.call(&format!("psem-tryacquire w1 {name} 1 0 30000"))
+                .await,
+            "busy"
+        );
         assert!(!guard.is_lost());
 
         // Java releases our permit by its id: lost.
-        java.call(&format!("psem-release w1 {name} {}", permit_ids(&guard))).await;
+        java.call(&format!("psem-release w1 {name} {}", permit_ids(&guard)))
+            .await;
         let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
             .await
             .expect("the watchdog notices");
@@ -432,8 +474,15 @@ async fn leases_renewal_losses_and_killed_java_holders() {
             .expect("the watchdog notices");
         assert_eq!(lock_tests::loss_reason(&lost), Some(LossReason::Deleted));
         drop(guard);
-        assert_eq!(java.call(&format!("psem-tryrelease w1 {name} {java_id}")).await, "ok 0");
-        assert_eq!(java.call(&format!("psem-available w1 {name}")).await, "ok 3");
+        assert_eq!(
+            java.call(&format!("psem-tryrelease w1 {name} {java_id}"))
+                .await,
+            "ok 0"
+        );
+        assert_eq!(
+            java.call(&format!("psem-available w1 {name}")).await,
+            "ok 3"
+        );
 
         // kill -9 of a Java holder of expirable permits (lease 1.5 s).
         java.call(&format!("psem-acquire w1 {name} 3 1500")).await;
@@ -444,8 +493,13 @@ async fn leases_renewal_losses_and_killed_java_holders() {
             .await
             .expect("the dead holder's permits come back when their lease ends");
         let after = killed.elapsed();
-        assert!(after < Duration::from_millis(1500) + Duration::from_secs(2), "{after:?}");
-        eprintln!("redisson {version}: expirable permits back {after:?} after kill -9 of the Java holder (lease 1.5 s)");
+        assert!(
+            after > Duration::from_secs(1) && after < Duration::from_millis(3500),
+            "{version}: back {after:?} after the kill, lease 1.5 s"
+        );
+        eprintln!(
+            "redisson {version}: expirable permits back {after:?} after kill -9 of the Java holder (lease 1.5 s)"
+        );
         back.release().await.unwrap();
 
         // kill -9 of a Java holder of RSemaphore permits: they stay taken for ever.
@@ -538,11 +592,19 @@ async fn three_processes_never_lose_an_increment_under_one_permit() {
             task.await.unwrap();
         }
         let total = redis.cmd(&["GET", counter]).text().map(str::to_owned);
-        assert_eq!(total, Some((6 * ROUNDS).to_string()), "{name}: lost increments");
+        assert_eq!(
+            total,
+            Some((6 * ROUNDS).to_string()),
+            "{name}: lost increments"
+        );
         eprintln!(
             "{} increments under 1-permit {} by 2 JVMs and 1 Rust process in {:?}",
             6 * ROUNDS,
-            if plain { "RSemaphore" } else { "RPermitExpirableSemaphore" },
+            if plain {
+                "RSemaphore"
+            } else {
+                "RPermitExpirableSemaphore"
+            },
             started.elapsed()
         );
     }

@@ -279,8 +279,12 @@ mod tests {
         let owner = owner(true, Mode::Permits(3), "c:1".into());
         let ids = permit_ids(&owner);
         assert_eq!(ids.len(), 3);
-        assert!(ids.iter().all(|id| id.len() == 32
-            && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
+        assert!(ids.iter().all(|id| {
+            id.len() == 32
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        }));
         assert_eq!(Mode::of_owner(&owner), Mode::Permits(3));
         let plain = super::owner(false, Mode::Permits(2), "c:1".into());
         assert_eq!(plain, "plain:c:1#2");

@@ -143,6 +143,30 @@ async fn semaphore_bytes_on_redis() {
     assert_eq!(next_payload(&mut stream).await, "2");
     assert_eq!(get("plainbytes").as_deref(), Some("2"));
 
+    // A waiter cancelled while it waits leaves nothing behind: no permit, no subscription.
+    let full = sem.acquire_many(4, LockOptions::new()).await.unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.try_acquire(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    full.release().await.unwrap();
+    assert_eq!(next_payload(&mut stream).await, "4");
+    assert_eq!(sem.available().await.unwrap(), 4);
+    assert_eq!(redis.cmd(&["EXISTS", "{bytes}:timeout"]).int(), Some(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // (Our own test subscription remains.)
+    assert_eq!(
+        redis
+            .cmd(&["PUBSUB", "NUMSUB", "redisson_sc:{bytes}"])
+            .items()
+            .get(1)
+            .and_then(lock_tests::Resp::int),
+        Some(1)
+    );
+
     // Typed errors.
     let unsupported = |e: LockError| matches!(e, LockError::Unsupported { .. });
     assert!(unsupported(plain.capacity().await.unwrap_err()));
@@ -607,5 +631,65 @@ async fn three_processes_never_lose_an_increment_under_one_permit() {
             },
             started.elapsed()
         );
+    }
+}
+
+/// On a Redis 7 cluster Redisson publishes semaphore messages with `SPUBLISH` (its `AUTO`
+/// sharded mode), as our scripts' sharded twins do: wake-ups cross the languages both ways,
+/// for both kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_on_a_cluster_with_sharded_pub_sub() {
+    use lock_tests::topology::RedisCluster;
+
+    let cluster = RedisCluster::start(3, 0);
+    let rust = LockClient::cluster_builder([cluster.seed_url()])
+        .layout(lock_runtime::Layout::Redisson)
+        .build()
+        .await
+        .expect("connect to the cluster");
+    for version in REDISSON_VERSIONS {
+        let java = Redisson::start_cluster(version, &cluster.urls(), Duration::from_secs(30));
+        for plain in [false, true] {
+            let name = format!("csem:{version}:{plain}");
+            let (sem, prefix) = if plain {
+                (rust.semaphore(&name, 1).without_leases(), "sem")
+            } else {
+                (rust.semaphore(&name, 1), "psem")
+            };
+            assert_eq!(sem.available().await.unwrap(), 1);
+            let lease = if plain { "" } else { " 30000" };
+            let (_, id) = ok_reply(
+                &java
+                    .call(&format!("{prefix}-acquire w1 {name} 1{lease}"))
+                    .await,
+            );
+            let waiter = {
+                let sem = sem.clone();
+                tokio::spawn(async move { sem.try_acquire(Duration::from_secs(20)).await })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!waiter.is_finished());
+            let release = if plain { "1".to_owned() } else { id };
+            let started = Instant::now();
+            java.call(&format!("{prefix}-release w1 {name} {release}"))
+                .await;
+            let guard = waiter.await.unwrap().expect("woken by Java's SPUBLISH");
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{version} {name}"
+            );
+            let java_wait = java.send(&format!("{prefix}-acquire w2 {name} 1{lease}"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let started = Instant::now();
+            guard.release().await.unwrap();
+            let (_, id) = ok_reply(&java_wait.reply().await);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{version} {name}"
+            );
+            let release = if plain { "1".to_owned() } else { id };
+            java.call(&format!("{prefix}-release w2 {name} {release}"))
+                .await;
+        }
     }
 }

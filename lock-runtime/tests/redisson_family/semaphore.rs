@@ -439,6 +439,32 @@ async fn releases_wake_as_many_waiters_as_permits() {
         );
         single.release().await.unwrap();
         double.release().await.unwrap();
+
+        // Java's addPermits publishes the delta: a Rust waiter for 2 gets in at once.
+        let all = sem.acquire_many(3, LockOptions::new()).await.unwrap();
+        let waiter = {
+            let sem = sem.clone();
+            tokio::spawn(async move {
+                let guard = sem
+                    .acquire_many(2, LockOptions::new().wait(Duration::from_secs(10)))
+                    .await;
+                (mono_ns(), guard)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let added = mono_ns();
+        java.call(&format!("psem-add w1 {name} 2")).await;
+        let (at, guard) = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("Java's addPermits wakes the waiter")
+            .unwrap();
+        eprintln!(
+            "redisson {version}: Java addPermits(2) → Rust 2-permit waiter in {:.2} ms",
+            ms(at.saturating_sub(added))
+        );
+        assert_eq!(sem.capacity().await.unwrap(), 5);
+        guard.unwrap().release().await.unwrap();
+        all.release().await.unwrap();
     }
 }
 

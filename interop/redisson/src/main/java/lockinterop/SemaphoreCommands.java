@@ -14,7 +14,8 @@ import org.redisson.client.codec.StringCodec;
 /**
  * {@link Driver} commands for Redisson's semaphores: {@code RSemaphore} ({@code sem-…}) and
  * {@code RPermitExpirableSemaphore} ({@code psem-…}). Every command runs on worker {@code W}'s
- * thread. {@code NANOS} is {@code System.nanoTime()} when the call returned; {@code IDS} are
+ * thread. ({@code RSemaphore} has no {@code setPermits}: only {@code trySetPermits} and
+ * {@code addPermits}.) {@code NANOS} is {@code System.nanoTime()} when the call returned; {@code IDS} are
  * permit ids (32 hex chars) joined by commas.
  *
  * <pre>

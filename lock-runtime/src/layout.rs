@@ -140,7 +140,7 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
         Family::Fair | Family::ReadWrite => {
             return Err(LockError::invalid_name(
                 name,
-                "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+                "the Redisson layout has the mutex and the semaphore only so far: use the native layout for fair locks and read/write locks",
             ));
         }
     };

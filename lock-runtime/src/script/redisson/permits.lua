@@ -123,7 +123,10 @@ local function acquire(timeout, count, channel, fence, owner, lease_ms, retentio
     for _, id in ipairs(ids) do
       back = back + redis.call('ZREM', timeout, id)
     end
-    redis.call('INCRBY', count, back)
+    local value = redis.call('INCRBY', count, back)
+    if back > 0 and value > 0 then
+      redis.call('PUBLISH', channel, value)
+    end
   end
   ensure(count, channel, capacity)
   reclaim(timeout, count, channel, now, #ids)

@@ -121,7 +121,7 @@ impl<'a> Acquire<'a> {
             names,
             mode,
             acquisition,
-            owner: mode.owner(owner).into(),
+            owner: names.owner(mode, owner).into(),
             lease: opts.lease.unwrap_or(inner.config.watchdog_timeout),
             start,
             deadline: opts.wait.and_then(|w| start.checked_add(w)),

@@ -215,6 +215,18 @@ pub enum LockError {
         /// Why.
         reason: &'static str,
     },
+    /// The operation does not exist for this primitive as laid out: a semaphore without
+    /// leases in the native layout, or what a plain Redisson `RSemaphore` cannot give (its
+    /// total capacity, taking back permits whose holders Redis does not record, an explicit
+    /// lease); see [`Semaphore::without_leases`](crate::Semaphore::without_leases). Nothing
+    /// was sent.
+    #[error("`{name}`: {reason}")]
+    Unsupported {
+        /// The lock name.
+        name: String,
+        /// What is not supported, and why.
+        reason: &'static str,
+    },
     /// No default client was installed with
     /// [`LockClient::install_default`](crate::LockClient::install_default).
     #[error(

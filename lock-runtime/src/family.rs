@@ -40,6 +40,10 @@ pub(crate) enum Family {
     Semaphore {
         /// The capacity used while none is stored in Redis.
         capacity: u32,
+        /// Whether each holder's permits carry a lease (always, in the native layout). In
+        /// Redisson's layout: `true` is an `RPermitExpirableSemaphore`, `false` a plain
+        /// `RSemaphore` ([`Semaphore::without_leases`](crate::Semaphore::without_leases)).
+        leases: bool,
     },
 }
 

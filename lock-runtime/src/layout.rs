@@ -2,7 +2,7 @@
 //! Rust and Java services lock the same names.
 
 use crate::LockError;
-use crate::family::Family;
+use crate::family::{Family, Mode};
 use crate::names::{LockNames, hash_tag, validate_name};
 
 /// The keys, channels and fencing counter a client uses for a lock name; chosen per client with
@@ -43,9 +43,12 @@ pub enum Layout {
     ///   channel or token key are refused too;
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
-    /// - only the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
-    ///   of mutexes) and the fair lock are laid out Redisson's way so far: read/write locks and
-    ///   semaphores are refused with [`LockError::InvalidName`] on acquire.
+    /// - the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
+    ///   of mutexes), the fair lock and the [semaphore](crate::Semaphore) (Redisson's
+    ///   `RPermitExpirableSemaphore`, or `RSemaphore` with
+    ///   [`without_leases`](crate::Semaphore::without_leases); keys `N`, `{N}:timeout`,
+    ///   channel `redisson_sc:{N}`) are laid out Redisson's way so far: read/write locks are
+    ///   refused with [`LockError::InvalidName`] on acquire.
     ///
     /// A [fair lock](crate::LockClient::fair_lock) is Redisson's `RFairLock`
     /// (`getFairLock(N)`): one FIFO queue across both languages, in `redisson_lock_queue:{N}`,
@@ -96,6 +99,19 @@ impl Layout {
     }
 }
 
+impl LockNames {
+    /// The owner id of an acquisition in `mode`, from `base` (`<client>:<n>`): what the
+    /// scripts of this name's layout and family need to know about the hold.
+    pub(crate) fn owner(&self, mode: Mode, base: String) -> String {
+        match (self.layout, self.family) {
+            (Layout::Redisson, Family::Semaphore { leases, .. }) => {
+                crate::script::redisson::semaphore::owner(leases, mode, base)
+            }
+            _ => mode.owner(base),
+        }
+    }
+}
+
 /// Redisson's `prefixName`: `p:N` when `N` has a `{` (its own tag), else `p:{N}`.
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
@@ -106,7 +122,6 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
 }
 
 /// Redisson's `suffixName`: `N:s` when `N` has a `{` (its own tag), else `{N}:s`.
-#[allow(dead_code)] // used by the family's layouts as they are added
 pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     if name.contains('{') {
         format!("{name}:{suffix}")
@@ -116,7 +131,7 @@ pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
 }
 
 const CHANNEL: &str = "redisson_lock__channel";
-const TOKEN: &str = "redisson_lock_token";
+pub(crate) const TOKEN: &str = "redisson_lock_token";
 
 fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     validate_name(name)?;
@@ -145,10 +160,13 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
             crate::script::redisson::fair::check_name(name)?;
             prefixed(CHANNEL, name)
         }
-        Family::ReadWrite | Family::Semaphore { .. } => {
+        Family::Semaphore { .. } => {
+            return crate::script::redisson::semaphore::names(name, family);
+        }
+        Family::ReadWrite => {
             return Err(LockError::invalid_name(
                 name,
-                "the Redisson layout has the mutex and the fair lock only so far: use the native layout for read/write locks and semaphores",
+                "the Redisson layout has the mutex, the fair lock and the semaphore only so far: use the native layout for read/write locks",
             ));
         }
     };
@@ -231,7 +249,7 @@ mod tests {
 
     #[test]
     fn other_primitives_are_refused_with_the_redisson_layout() {
-        for family in [Family::ReadWrite, Family::Semaphore { capacity: 3 }] {
+        for family in [Family::ReadWrite] {
             assert!(Layout::Redisson.names("lock", "x", family).is_err());
             assert!(Layout::Native.names("lock", "x", family).is_ok());
         }

@@ -7,6 +7,11 @@ use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
 use crate::family::{Family, Mode};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
+/// Why a plain `RSemaphore` has no capacity calls.
+const NO_TOTAL: &str = "a plain RSemaphore stores only its available permits, not a total capacity";
+/// Why a plain `RSemaphore` cannot take permits back or tell whether any is held.
+const NO_HOLDERS: &str = "a plain RSemaphore does not record who holds its permits";
+
 /// A distributed counting semaphore: at most `capacity` permits held at once, by every
 /// process together. Made by [`LockClient::semaphore`]; cheap to clone.
 ///
@@ -26,6 +31,24 @@ use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 /// token, release by drop or [`release`](LockGuard::release), cancellation safety, and
 /// reentrancy by scope (inside a permit's [`scope`](LockGuard::scope), the same semaphore
 /// re-enters without taking another permit).
+///
+/// **With [`Layout::Redisson`](crate::Layout::Redisson)** it is the same semaphore as
+/// Redisson's `RPermitExpirableSemaphore` of that name (`N`: the available count;
+/// `{N}:timeout`: each permit's 16-byte id and lease end; channel `redisson_sc:{N}`), shared
+/// with Java services: a Java holder's permits count against Rust's and the other way round,
+/// each side's release wakes the other's waiters, and a crashed holder's permits come back
+/// when their lease ends (reclaimed by whichever side looks next). What differs:
+/// - Redisson stores no capacity apart from the available count: a handle's `capacity`
+///   initialises it when absent (Java's `trySetPermits`); [`capacity`](Semaphore::capacity) is
+///   Java's `getPermits()` (available plus leased), [`set_capacity`](Semaphore::set_capacity)
+///   its `setPermits`, [`reset_capacity`](Semaphore::reset_capacity) `setPermits(handle's
+///   capacity)`, and [`force_release_all`](Semaphore::force_release_all) returns every
+///   leased permit (each holder's `lost()` fires at its next renewal);
+/// - lease ends are epoch milliseconds: Rust uses the Redis server's clock, Java its own, so
+///   Java clients' clocks must agree with Redis's (as they must among Java clients);
+/// - [`LockGuard::owner`] is `permits:<id>[,<id>…]#<n>`, the permit ids Java's
+///   `release(id)` takes (a Java release of one of them makes the guard's `lost()` fire);
+/// - for Java's plain `RSemaphore`, see [`without_leases`](Semaphore::without_leases).
 ///
 /// ```no_run
 /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -54,10 +77,99 @@ impl Semaphore {
         let lock = Lock::of(
             client.clone(),
             name,
-            Family::Semaphore { capacity },
+            Family::Semaphore {
+                capacity,
+                leases: true,
+            },
             Mode::Permits(1),
         );
         Semaphore { lock, capacity }
+    }
+
+    /// The same semaphore as a plain Redisson `RSemaphore`: permits without leases, for Java
+    /// services that use `redisson.getSemaphore(name)` rather than
+    /// `getPermitExpirableSemaphore(name)` (the two lay out the same name differently, so both
+    /// sides must use the same kind). [`Layout::Redisson`](crate::Layout::Redisson) only.
+    ///
+    /// Redis records how many permits are available, never who holds them, so a plain
+    /// `RSemaphore` cannot give what the lease-carrying kind gives:
+    ///
+    /// - **a holder that dies keeps its permits for ever** (as in Java): nothing expires, and
+    ///   nothing can take them back;
+    /// - [`lost`](LockGuard::lost) never fires (there is no hold to find gone), except when a
+    ///   [`max_hold`](LockOptions::max_hold) passes; an explicit
+    ///   [`lease`](LockOptions::lease) is refused;
+    /// - [`capacity`](Semaphore::capacity), [`set_capacity`](Semaphore::set_capacity),
+    ///   [`reset_capacity`](Semaphore::reset_capacity),
+    ///   [`force_release_all`](Semaphore::force_release_all) and
+    ///   [`is_held`](Semaphore::is_held) are refused (Redis has no total and no holders);
+    ///   [`available`](Semaphore::available) is Java's `availablePermits()`;
+    /// - an acquire or release whose reply is lost (a timeout, a dropped connection) cannot be
+    ///   reconciled: it may have taken or given back its permits, as Java's own retries may.
+    ///
+    /// It still gives exclusion and capacity shared with Java, wake-ups both ways (a release
+    /// publishes the new count, which a blocked Java `acquire()` waits for), fencing tokens
+    /// (`redisson_lock_token:{N}`), cancellation safety and [`permits`](LockGuard::permits).
+    /// Every call on it in the native layout fails with [`LockError::Unsupported`].
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// // The same semaphore as `redisson.getSemaphore("exports")` in a Java service.
+    /// let exports = locks.semaphore("exports", 4).without_leases();
+    /// let permit = exports.acquire().await?;
+    /// # drop(permit); Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn without_leases(self) -> Semaphore {
+        let group = self.lock.metrics_group().map(std::sync::Arc::<str>::from);
+        let mut lock = Lock::of(
+            self.lock.client().clone(),
+            self.name(),
+            Family::Semaphore {
+                capacity: self.capacity,
+                leases: false,
+            },
+            Mode::Permits(1),
+        );
+        if let Some(group) = group {
+            lock = lock.group(group);
+        }
+        Semaphore {
+            lock,
+            capacity: self.capacity,
+        }
+    }
+
+    /// Whether this handle has leases on its permits (the default); `false` after
+    /// [`without_leases`](Semaphore::without_leases).
+    pub fn has_leases(&self) -> bool {
+        !matches!(self.family(), Some(Family::Semaphore { leases: false, .. }))
+    }
+
+    fn family(&self) -> Option<Family> {
+        self.lock.names().ok().map(|n| n.family)
+    }
+
+    /// Refuses what a plain `RSemaphore` cannot do (`what`), and a plain semaphore in the
+    /// native layout altogether.
+    fn supported(&self, plain_refusal: Option<&'static str>) -> Result<(), LockError> {
+        if self.has_leases() {
+            return Ok(());
+        }
+        let reason = if self.lock.client().inner.config.layout == crate::Layout::Native {
+            Some(
+                "a semaphore without leases exists only in the Redisson layout (Java's RSemaphore)",
+            )
+        } else {
+            plain_refusal
+        };
+        match reason {
+            Some(reason) => Err(LockError::Unsupported {
+                name: self.name().to_owned(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The same semaphore, recorded under `group` in its [metrics](crate::metrics); see
@@ -99,6 +211,9 @@ impl Semaphore {
         permits: u32,
         opts: LockOptions,
     ) -> Result<LockGuard, LockError> {
+        self.supported(opts.lease.map(
+            |_| "a plain RSemaphore's permits have no lease: use the watchdog (or max_hold)",
+        ))?;
         if permits == 0 {
             return Err(LockError::InvalidPermits {
                 name: self.name().to_owned(),
@@ -114,18 +229,21 @@ impl Semaphore {
 
     /// How many permits are free right now (a snapshot: others may take them at once).
     pub async fn available(&self) -> Result<u32, LockError> {
+        self.supported(None)?;
         self.capacity_call(CapacityOp::Free).await
     }
 
     /// The capacity in force: the one stored in Redis, or else the one this handle was made
     /// with.
     pub async fn capacity(&self) -> Result<u32, LockError> {
+        self.supported(Some(NO_TOTAL))?;
         self.capacity_call(CapacityOp::Capacity).await
     }
 
     /// Stores `capacity` in Redis for every client of this semaphore (it outlives the
     /// holders, until [`reset_capacity`](Semaphore::reset_capacity)), and wakes the waiters.
     pub async fn set_capacity(&self, capacity: u32) -> Result<(), LockError> {
+        self.supported(Some(NO_TOTAL))?;
         self.capacity_call(CapacityOp::Set(capacity))
             .await
             .map(drop)
@@ -133,17 +251,20 @@ impl Semaphore {
 
     /// Removes the stored capacity: each handle's own applies again. Wakes the waiters.
     pub async fn reset_capacity(&self) -> Result<(), LockError> {
+        self.supported(Some(NO_TOTAL))?;
         self.capacity_call(CapacityOp::Clear).await.map(drop)
     }
 
     /// Whether any permit is held.
     pub async fn is_held(&self) -> Result<bool, LockError> {
+        self.supported(Some(NO_HOLDERS))?;
         self.lock.is_locked().await
     }
 
     /// Takes every permit back, whoever holds them, and wakes the waiters. Each holder's guard
     /// reports the loss at its next renewal. Returns whether any permit was held.
     pub async fn force_release_all(&self) -> Result<bool, LockError> {
+        self.supported(Some(NO_HOLDERS))?;
         self.lock.force_unlock().await
     }
 

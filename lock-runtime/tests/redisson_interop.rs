@@ -5,6 +5,8 @@
 mod common;
 #[path = "redisson_family/fair.rs"]
 mod fair;
+#[path = "redisson_family/semaphore.rs"]
+mod semaphore;
 
 use std::time::{Duration, Instant};
 

@@ -201,8 +201,9 @@ async fn names_and_primitives_redisson_cannot_share_are_typed_errors() {
         .await
         .unwrap_err();
     assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
+    // Another semaphore's lease set (`suffixName("x:{t}", "timeout")`).
     let e = locks
-        .semaphore("x", 2)
+        .semaphore("x:{t}:timeout", 2)
         .try_acquire(Duration::ZERO)
         .await
         .unwrap_err();

@@ -816,7 +816,7 @@ impl Backend for MemoryBackend {
                             let owner = format!("{BUSY_OWNER}#w");
                             grant_member(&mut state, names, &owner, lease_ms);
                         }
-                        Family::Semaphore { capacity } => {
+                        Family::Semaphore { capacity, .. } => {
                             let capacity = state
                                 .capacities
                                 .get(&names.key)
@@ -842,7 +842,7 @@ impl Backend for MemoryBackend {
             Family::Mutex => acquire_mutex(&mut state, names, owner, lease_ms),
             Family::Fair => acquire_fair(&mut state, names, owner, lease_ms),
             Family::ReadWrite => acquire_rw(&mut state, names, owner, lease_ms),
-            Family::Semaphore { capacity } => {
+            Family::Semaphore { capacity, .. } => {
                 acquire_permits(&mut state, names, owner, lease_ms, capacity)
             }
         };

@@ -82,6 +82,10 @@ pub(crate) struct Publishing {
     pub(crate) inspect: &'static LazyLock<Script>,
     pub(crate) redisson_fair_release: &'static LazyLock<Script>,
     pub(crate) redisson_fair_force_unlock: &'static LazyLock<Script>,
+    /// Redisson's `RSemaphore` (every operation; see `redisson/semaphore.rs`).
+    pub(crate) redisson_semaphore: &'static LazyLock<Script>,
+    /// Redisson's `RPermitExpirableSemaphore` (every operation).
+    pub(crate) redisson_permits: &'static LazyLock<Script>,
 }
 
 impl Publishing {
@@ -95,6 +99,8 @@ impl Publishing {
         inspect: &INSPECT,
         redisson_fair_release: &redisson::fair::RELEASE,
         redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK,
+        redisson_semaphore: &redisson::semaphore::PLAIN,
+        redisson_permits: &redisson::semaphore::PERMITS,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -108,18 +114,22 @@ impl Publishing {
         inspect: &INSPECT_SHARDED,
         redisson_fair_release: &redisson::fair::RELEASE_SHARDED,
         redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK_SHARDED,
+        redisson_semaphore: &redisson::semaphore::PLAIN_SHARDED,
+        redisson_permits: &redisson::semaphore::PERMITS_SHARDED,
     };
 }
 
 impl Publishing {
     /// Every release script, to reload after the server lost them (a pipeline of background
     /// releases may mix the families).
-    pub(crate) fn releases(&self) -> [&'static Script; 4] {
+    pub(crate) fn releases(&self) -> [&'static Script; 6] {
         [
             self.release,
             self.fair_release,
             self.holders_release,
             self.redisson_fair_release,
+            self.redisson_semaphore,
+            self.redisson_permits,
         ]
         .map(|s| &**s)
     }
@@ -182,6 +192,7 @@ impl Call {
     /// The script is the name's family's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
     pub(crate) fn acquire(
+        publishing: Publishing,
         names: &LockNames,
         owner: &str,
         lease_ms: u64,
@@ -189,6 +200,11 @@ impl Call {
     ) -> Call {
         if names.layout == Layout::Redisson && names.family == Family::Fair {
             return redisson::fair::acquire(names, owner, lease_ms, retention_ms);
+        }
+        if let Some(call) =
+            redisson::semaphore::acquire(publishing, names, owner, lease_ms, retention_ms)
+        {
+            return call;
         }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
@@ -209,7 +225,7 @@ impl Call {
                 &[&names.key, &names.fence, &names.role("writers")],
                 args.into_iter().chain([place_ms]),
             ),
-            Family::Semaphore { capacity } => Call::new(
+            Family::Semaphore { capacity, .. } => Call::new(
                 &SEMAPHORE_ACQUIRE,
                 &[&names.key, &names.fence, &names.role("capacity")],
                 args.into_iter().chain([Arg::Int(capacity.into())]),
@@ -231,6 +247,9 @@ impl Call {
     ) -> Call {
         if names.layout == Layout::Redisson && names.family == Family::Fair {
             return redisson::fair::release(publishing, names, owner);
+        }
+        if let Some(call) = redisson::semaphore::release(publishing, names, owner) {
+            return call;
         }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
@@ -273,6 +292,9 @@ impl Call {
         if names.layout == Layout::Redisson && names.family == Family::Fair {
             return redisson::fair::force_unlock(publishing, names);
         }
+        if let Some(call) = redisson::semaphore::force_unlock(publishing, names) {
+            return call;
+        }
         Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
     }
 
@@ -284,6 +306,9 @@ impl Call {
         default_capacity: u32,
         op: CapacityOp,
     ) -> Call {
+        if let Some(call) = redisson::semaphore::capacity(publishing, names, default_capacity, op) {
+            return call;
+        }
         let keys = [names.key.as_str(), &names.role("capacity"), &names.channel];
         let (op, value) = match op {
             CapacityOp::Free => ("free", 0),
@@ -308,6 +333,9 @@ impl Call {
     pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
         if names.layout == Layout::Redisson && names.family == Family::Fair {
             return redisson::fair::inspect(publishing, names, max_holders);
+        }
+        if let Some(call) = redisson::semaphore::inspect(publishing, names, max_holders) {
+            return call;
         }
         let keys = [
             names.key.as_str(),
@@ -512,7 +540,7 @@ mod tests {
                 })
                 .collect()
         };
-        let acquire = Call::acquire(&names, "me:1", 30_000, 60_000);
+        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000);
         assert_eq!(
             args(&acquire)[..],
             [
@@ -584,6 +612,14 @@ mod tests {
             (
                 &redisson::fair::FORCE_UNLOCK,
                 &redisson::fair::FORCE_UNLOCK_SHARDED,
+            ),
+            (
+                &redisson::semaphore::PERMITS,
+                &redisson::semaphore::PERMITS_SHARDED,
+            ),
+            (
+                &redisson::semaphore::PLAIN,
+                &redisson::semaphore::PLAIN_SHARDED,
             ),
         ] {
             assert_ne!(classic.get_hash(), sharded.get_hash());

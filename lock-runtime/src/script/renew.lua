@@ -7,12 +7,52 @@
 --
 -- Returns a list with one entry per key: 1 = renewed, 0 = no longer ours (gone, taken
 -- over, its lease ended, or the key holds foreign data).
+
+-- Semaphores in Redisson's layout (script/redisson/semaphore.rs), keyed on their owner ids,
+-- which no other owner id resembles (a native one starts with its client's hex id):
+-- `permits:<hex id>[,<hex id>…]#<n>` with KEYS[i] the `{N}:timeout` zset: Redisson's
+-- updateLeaseTime for each id (binary in the zset), all or none: renewed while every id is
+-- there and unexpired (score in epoch ms, the server's clock), else 0 (released by id,
+-- reclaimed, force-released). Expired ids are left for the next reclaim. `plain:…#<n>`
+-- (an RSemaphore's anonymous permits): nothing to renew or to check, always 1.
+-- Returns nil for any other owner id.
+local function redisson_semaphore(key, owner, lease_ms, now)
+  if string.sub(owner, 1, 6) == 'plain:' then
+    return 1
+  end
+  local list = string.match(owner, '^permits:([%x,]+)#%d+$')
+  if not list then
+    return nil
+  end
+  local ids = {}
+  for hex in string.gmatch(list, '[^,]+') do
+    local id = string.gsub(hex, '%x%x', function(cc) return string.char(tonumber(cc, 16)) end)
+    local score = redis.pcall('ZSCORE', key, id)
+    if type(score) ~= 'string' or tonumber(score) <= now then
+      return 0
+    end
+    ids[#ids + 1] = id
+  end
+  for _, id in ipairs(ids) do
+    redis.call('ZADD', key, 'XX', now + tonumber(lease_ms), id)
+  end
+  return 1
+end
+
 local renewed = {}
 local now = nil
 for i, key in ipairs(KEYS) do
   local owner = ARGV[i + 1]
-  local held = redis.pcall('HEXISTS', key, owner)
-  renewed[i] = 0
+  local held = 0
+  local redisson_permits = nil
+  if string.sub(owner, 1, 8) == 'permits:' or string.sub(owner, 1, 6) == 'plain:' then
+    now = now or now_ms()
+    redisson_permits = redisson_semaphore(key, owner, ARGV[1], now)
+  end
+  if not redisson_permits then
+    held = redis.pcall('HEXISTS', key, owner)
+  end
+  renewed[i] = redisson_permits or 0
   if held == 1 then
     redis.call('PEXPIRE', key, ARGV[1])
     renewed[i] = 1

@@ -140,7 +140,13 @@ impl Backend for RedisBackend {
         lease_ms: u64,
         retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::acquire(names, owner, lease_ms, retention_ms)))
+        Box::pin(self.write(Call::acquire(
+            self.publishing,
+            names,
+            owner,
+            lease_ms,
+            retention_ms,
+        )))
     }
 
     fn release<'a>(

@@ -5,4 +5,6 @@
 //!
 //! The mutex needs none of its own: Redisson's `RLock` hash is this crate's mutex hash, so
 //! `acquire.lua`, `release.lua` and `renew.lua` serve both layouts.
+
 pub(crate) mod fair;
+pub(crate) mod semaphore;

@@ -76,7 +76,9 @@ impl LockGuard {
     }
 
     /// The owner id written to Redis: `<client id>:<acquisition id>`, followed by `#r` or `#w`
-    /// for a side of a read/write lock and by `#<permits>` for a semaphore.
+    /// for a side of a read/write lock and by `#<permits>` for a semaphore. (With
+    /// [`Layout::Redisson`](crate::Layout::Redisson) a reader is `<client id>:<acquisition id>`
+    /// and a writer `<client id>:<acquisition id>:write`, as Redisson names its fields.)
     pub fn owner(&self) -> &str {
         &self.held.owner
     }

@@ -2,6 +2,7 @@
 //! Rust and Java services lock the same names.
 
 use crate::LockError;
+use crate::demux::WakeRule;
 use crate::family::Family;
 use crate::names::{LockNames, hash_tag, validate_name};
 
@@ -44,8 +45,27 @@ pub enum Layout {
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
     /// - only the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
-    ///   of mutexes) is laid out Redisson's way so far: fair locks, read/write locks and
-    ///   semaphores are refused with [`LockError::InvalidName`] on acquire.
+    ///   of mutexes) and the read/write lock ([`LockClient::rw_lock`](crate::LockClient::rw_lock))
+    ///   are laid out Redisson's way so far: fair locks and semaphores are refused with
+    ///   [`LockError::InvalidName`] on acquire.
+    ///
+    /// A [read/write lock](crate::RwLock) is Redisson's `RReadWriteLock` (Redisson 3.22 or
+    /// newer, or 4.x), shared with Java's `getReadWriteLock(N)`:
+    ///
+    /// | | Redis name | notes |
+    /// |---|---|---|
+    /// | lock | `N` | a hash: `mode` = `read` or `write`; a reader's field `<client uuid>:<n>`, the writer's `<client uuid>:<n>:write` (each → hold count) |
+    /// | per read hold | `{N}:<reader field>:rwlock_timeout:1` | string `1` with the reader's lease as TTL (renewed by the watchdog) |
+    /// | channel | `redisson_rwlock:{N}` | a read unlock that frees the lock publishes `0`, a write unlock and a force unlock `1` |
+    /// | fencing counter | `redisson_lock_token:{N}` | as for the mutex (Java's `RReadWriteLock` has no token) |
+    ///
+    /// It behaves as Redisson's does, which differs from the native layout's: **readers go
+    /// first** (a reader gets in whenever the lock is in read mode, even while writers wait, so
+    /// a steady stream of readers can starve a writer), and a reader that crashed holds
+    /// writers back until its own lease ends (each hold has its timeout key; the hash lives as
+    /// long as the longest of them). The scope rules are the same in both layouts: a read
+    /// inside a writer's scope re-enters, a write inside a reader's scope is
+    /// [`LockError::WouldDeadlock`].
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -77,6 +97,16 @@ impl Layout {
     }
 }
 
+/// How the messages on the channel of the lock `names` are read (see `demux.rs`): Redisson's
+/// read/write lock wakes every waiter on a write unlock.
+pub(crate) fn wake_rule(names: &LockNames) -> WakeRule {
+    if is_redisson_rwlock(names) {
+        WakeRule::WriteUnlockWakesAll
+    } else {
+        WakeRule::Counted
+    }
+}
+
 /// Redisson's `prefixName`: `p:N` when `N` has a `{` (its own tag), else `p:{N}`.
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
@@ -98,6 +128,14 @@ pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
 
 const CHANNEL: &str = "redisson_lock__channel";
 const TOKEN: &str = "redisson_lock_token";
+/// `RReadWriteLock`'s channel (both sides publish on it: `0` a read unlock, `1` a write unlock).
+const RWLOCK_CHANNEL: &str = "redisson_rwlock";
+
+/// Whether `names` are Redisson's `RReadWriteLock` (`script/redisson/rwlock.rs`): a hash with a
+/// `mode` field, reader and `:write` writer fields, and per-hold timeout keys.
+pub(crate) fn is_redisson_rwlock(names: &LockNames) -> bool {
+    names.layout == Layout::Redisson && names.family == Family::ReadWrite
+}
 
 fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     validate_name(name)?;
@@ -107,7 +145,7 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
             "with the Redisson layout a name with `{` or `}` needs a well-formed, non-empty hash tag, or its lock and channel land in different cluster slots",
         ));
     }
-    if [CHANNEL, TOKEN].iter().any(|role| {
+    if [CHANNEL, TOKEN, RWLOCK_CHANNEL].iter().any(|role| {
         name.strip_prefix(role)
             .is_some_and(|rest| rest.starts_with(':'))
     }) {
@@ -119,10 +157,13 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     // Each primitive's keys, as Redisson lays them out (see `script/redisson/`).
     let channel = match family {
         Family::Mutex => prefixed(CHANNEL, name),
-        Family::Fair | Family::ReadWrite | Family::Semaphore { .. } => {
+        // `RReadWriteLock`: the same hash `N` (with a `mode` field) and token key; its own
+        // channel. Its per-hold timeout keys are derived from `N` and the owner by its scripts.
+        Family::ReadWrite => prefixed(RWLOCK_CHANNEL, name),
+        Family::Fair | Family::Semaphore { .. } => {
             return Err(LockError::invalid_name(
                 name,
-                "the Redisson layout has the mutex only so far: use the native layout for fair locks, read/write locks and semaphores",
+                "the Redisson layout has the mutex and the read/write lock only so far: use the native layout for fair locks and semaphores",
             ));
         }
     };
@@ -172,6 +213,27 @@ mod tests {
     }
 
     #[test]
+    fn a_read_write_lock_has_redissons_rwlock_channel() {
+        for (name, channel) in [
+            ("stock:42", "redisson_rwlock:{stock:42}"),
+            ("order:{user:7}", "redisson_rwlock:order:{user:7}"),
+        ] {
+            let n = Layout::Redisson
+                .names("ignored", name, Family::ReadWrite)
+                .unwrap();
+            assert_eq!((n.key.as_str(), n.channel.as_str()), (name, channel));
+            assert_eq!(n.fence, prefixed(TOKEN, name));
+            assert_eq!(slot_tag(&n.key), slot_tag(&n.channel), "{name}");
+            assert!(is_redisson_rwlock(&n));
+        }
+        assert!(
+            Layout::Redisson
+                .names("lock", "redisson_rwlock:{x}", Family::ReadWrite)
+                .is_err()
+        );
+    }
+
+    #[test]
     fn every_accepted_name_keeps_its_keys_in_one_slot() {
         for name in ["a", "stock:42", "x{tag}y", "{t}", "{a}}b", "ü{ß}"] {
             let (key, channel, fence) = keys(name);
@@ -205,11 +267,7 @@ mod tests {
 
     #[test]
     fn other_primitives_are_refused_with_the_redisson_layout() {
-        for family in [
-            Family::Fair,
-            Family::ReadWrite,
-            Family::Semaphore { capacity: 3 },
-        ] {
+        for family in [Family::Fair, Family::Semaphore { capacity: 3 }] {
             assert!(Layout::Redisson.names("lock", "x", family).is_err());
             assert!(Layout::Native.names("lock", "x", family).is_ok());
         }

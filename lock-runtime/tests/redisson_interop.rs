@@ -3,6 +3,8 @@
 //! Every test runs against both versions.
 
 mod common;
+#[path = "redisson_family/rwlock.rs"]
+mod rwlock;
 
 use std::time::{Duration, Instant};
 

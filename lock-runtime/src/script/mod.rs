@@ -12,6 +12,7 @@ use redis::{Cmd, Script, Value};
 
 pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
+use crate::layout::is_redisson_rwlock;
 use crate::names::LockNames;
 
 mod denied;
@@ -79,6 +80,8 @@ pub(crate) struct Publishing {
     pub(crate) holders_release: &'static LazyLock<Script>,
     pub(crate) semaphore_capacity: &'static LazyLock<Script>,
     pub(crate) inspect: &'static LazyLock<Script>,
+    /// Redisson's read/write lock's.
+    pub(crate) redisson_rwlock: redisson::rwlock::Scripts,
 }
 
 impl Publishing {
@@ -90,6 +93,7 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE,
         semaphore_capacity: &SEMAPHORE_CAPACITY,
         inspect: &INSPECT,
+        redisson_rwlock: redisson::rwlock::Scripts::CLASSIC,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -101,15 +105,8 @@ impl Publishing {
         holders_release: &HOLDERS_RELEASE_SHARDED,
         semaphore_capacity: &SEMAPHORE_CAPACITY_SHARDED,
         inspect: &INSPECT_SHARDED,
+        redisson_rwlock: redisson::rwlock::Scripts::SHARDED,
     };
-}
-
-impl Publishing {
-    /// Every release script, to reload after the server lost them (a pipeline of background
-    /// releases may mix the families).
-    pub(crate) fn releases(&self) -> [&'static Script; 3] {
-        [self.release, self.fair_release, self.holders_release].map(|s| &**s)
-    }
 }
 
 /// `prelude.lua` (the shared functions: the one way a lock is granted, the fencing counter,
@@ -174,6 +171,9 @@ impl Call {
         lease_ms: u64,
         retention_ms: u64,
     ) -> Call {
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::acquire(names, owner, lease_ms, retention_ms);
+        }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.family {
@@ -213,6 +213,9 @@ impl Call {
         owner: &str,
         next: Option<&HandOff<'_>>,
     ) -> Call {
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::release(publishing.redisson_rwlock, names, owner);
+        }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
             Family::Mutex => {}
@@ -251,6 +254,9 @@ impl Call {
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
     pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::force_unlock(publishing.redisson_rwlock, names);
+        }
         Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
     }
 
@@ -284,6 +290,9 @@ impl Call {
     /// (every role key of the name is passed; they share its slot), with at most
     /// `max_holders` holders listed.
     pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::inspect(publishing.redisson_rwlock, names, max_holders);
+        }
         let keys = [
             names.key.as_str(),
             &names.fence,

@@ -59,7 +59,7 @@ public final class Driver {
     private Driver(RedissonClient redisson, PrintStream out) {
         this.redisson = redisson;
         this.out = out;
-        this.family = List.of();
+        this.family = List.of(new RwCommands(redisson));
     }
 
     public static void main(String[] args) throws Exception {

@@ -505,17 +505,17 @@ async fn watchdogs_hold_past_the_lease_and_a_killed_java_reader_frees_the_lock()
 
         // Java's reader holds past its lease.
         ok_ns(&java(&j, &format!("rlock w1 {name} -1")).await);
-        tokio::time::sleep(lease * 2).await;
+        tokio::time::sleep(lease * 3 / 2).await;
         assert!(
             is_busy(rw.write().try_acquire(Duration::ZERO).await),
             "{version}"
         );
 
-        // Ours too, timeout key included: after two leases a Java reader comes and goes, and the
+        // Ours too, timeout key included: a lease and a half later a Java reader comes and goes, and the
         // lock is still ours to keep (Java's unlock found our key alive).
         let reader = rw.read().acquire().await.unwrap();
         ok_ns(&java(&j, &format!("runlock w1 {name}")).await);
-        tokio::time::sleep(lease * 2).await;
+        tokio::time::sleep(lease * 3 / 2).await;
         ok_ns(&java(&j, &format!("rlock w1 {name} -1")).await);
         ok_ns(&java(&j, &format!("runlock w1 {name}")).await);
         assert!(!java_gets(&j, 'w', "w2", &name).await, "{version}");
@@ -524,7 +524,7 @@ async fn watchdogs_hold_past_the_lease_and_a_killed_java_reader_frees_the_lock()
 
         // Our writer holds past its lease.
         let writer = rw.write().acquire().await.unwrap();
-        tokio::time::sleep(lease * 2).await;
+        tokio::time::sleep(lease * 3 / 2).await;
         assert!(!java_gets(&j, 'r', "w2", &name).await, "{version}");
         writer.release().await.unwrap();
 

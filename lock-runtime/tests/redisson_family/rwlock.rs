@@ -511,8 +511,8 @@ async fn watchdogs_hold_past_the_lease_and_a_killed_java_reader_frees_the_lock()
             "{version}"
         );
 
-        // Ours too, timeout key included: a lease and a half later a Java reader comes and goes, and the
-        // lock is still ours to keep (Java's unlock found our key alive).
+        // Ours too, timeout key included: a lease and a half later a Java reader comes and goes,
+        // and the lock is still ours to keep (Java's unlock found our key alive).
         let reader = rw.read().acquire().await.unwrap();
         ok_ns(&java(&j, &format!("runlock w1 {name}")).await);
         tokio::time::sleep(lease * 3 / 2).await;
@@ -689,4 +689,60 @@ async fn three_processes_never_lose_an_increment_under_the_write_lock() {
         6 * ROUNDS,
         started.elapsed()
     );
+}
+
+/// On a Redis 7 cluster Redisson publishes with `SPUBLISH`, as our sharded scripts do: a Java
+/// write unlock wakes a Rust reader and our write unlock a Java writer, without waiting for a
+/// lease; our reader's watchdog renews its timeout key in the name's slot (a Java read unlock
+/// after the first lease leaves it in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_sharded_pub_sub() {
+    use lock_tests::topology::RedisCluster;
+
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_millis(1200);
+    let rust = lock_runtime::LockClient::cluster_builder([cluster.seed_url()])
+        .layout(lock_runtime::Layout::Redisson)
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .expect("connect to the cluster");
+    for version in REDISSON_VERSIONS {
+        let j = Redisson::start_cluster(version, &cluster.urls(), Duration::from_secs(30));
+        for i in 0..2 {
+            let name = format!("sharded-rw:{version}:{i}");
+            let rw = rust.rw_lock(&name);
+            ok_ns(&java(&j, &format!("wlock w1 {name} -1")).await);
+            let reader = waiting(rw.read().clone());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let unlocked = mono_ns();
+            ok_ns(&java(&j, &format!("wunlock w1 {name}")).await);
+            let (to_rust, mut guards) =
+                all_granted(vec![reader], unlocked, "Java write unlock → Rust reader").await;
+            let reader = guards.pop().unwrap();
+
+            ok_ns(&java(&j, &format!("rlock w1 {name} -1")).await);
+            tokio::time::sleep(lease * 3 / 2).await;
+            ok_ns(&java(&j, &format!("runlock w1 {name}")).await);
+            assert!(
+                !java_gets(&j, 'w', "w2", &name).await,
+                "{version}: our reader holds"
+            );
+            assert!(!reader.is_lost());
+            reader.release().await.unwrap();
+
+            let writer = rw.write().acquire().await.unwrap();
+            let java_w = j.send(&format!("trywlock w2 {name} 20000 -1"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = mono_ns();
+            writer.release().await.unwrap();
+            let to_java = java_granted(java_w, released, "Rust write unlock → Java writer").await;
+            ok_ns(&java(&j, &format!("wunlock w2 {name}")).await);
+            eprintln!(
+                "redisson {version} cluster rwlock {name}: Java→Rust {:.2} ms, Rust→Java {:.2} ms",
+                ms(to_rust),
+                ms(to_java)
+            );
+        }
+    }
 }

@@ -234,6 +234,30 @@ async fn rw_bytes_on_redis_are_redissons() {
     let w = lock_tests::granted(waiter).await;
     w.release().await.unwrap();
 
+    // A waiter that is cancelled leaves nothing behind: no key, no field, no subscription.
+    let r = tagged.read().acquire().await.unwrap();
+    let waiter = {
+        let tagged = tagged.clone();
+        tokio::spawn(async move { tagged.write().acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiter.abort();
+    let _ = waiter.await;
+    let unsubscribed = lock_tests::eventually(Duration::from_secs(2), || {
+        redis.pubsub_channels("redisson_rwlock:order*").is_empty()
+    })
+    .await;
+    assert!(unsubscribed, "{:?}", redis.pubsub_channels("*"));
+    assert_eq!(
+        hash(&redis, "order:{u7}"),
+        HashMap::from([
+            ("mode".into(), "read".into()),
+            (r.owner().to_owned(), "1".into())
+        ])
+    );
+    r.release().await.unwrap();
+    assert_eq!(redis.cmd(&["EXISTS", "order:{u7}"]).int(), Some(0));
+
     // Foreign data: an RLock's hash (no `mode`) and a string are refused, untouched.
     redis.cmd(&["HSET", "mutexy", "someone:1", "1"]);
     redis.cmd(&["SET", "stringy", "x"]);

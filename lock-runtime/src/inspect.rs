@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::backend::{LockState, ScanNode};
 use crate::family::{Family, Mode};
-use crate::layout::is_redisson_rwlock;
+use crate::layout::{Layout, is_redisson_rwlock};
 use crate::names::LockNames;
 use crate::{Lock, LockClient, LockError};
 
@@ -194,10 +194,21 @@ impl LockInfo {
             .sum()
     }
 
-    fn from_state(names: &LockNames, state: LockState) -> LockInfo {
-        let kind = if is_redisson_rwlock(names) && state.kind == "hash" {
-            // Redisson's read/write lock is a hash, whose holders its script listed with the
-            // milliseconds left of each (`mode` left out).
+    fn from_state(names: &LockNames, mut state: LockState) -> LockInfo {
+        // Redisson's read/write lock read through another handle of the name (`lock(name)`, as
+        // `lockctl --redisson` reads every lock): a hash whose `mode` field is no holder, and
+        // whose values are hold counts, not leases.
+        let foreign_rw = names.layout == Layout::Redisson
+            && !is_redisson_rwlock(names)
+            && state.kind == "hash"
+            && state.holders.iter().any(|(field, _)| field == "mode");
+        if foreign_rw {
+            state.holders.retain(|(field, _)| field != "mode");
+            state.holder_count = state.holder_count.saturating_sub(1);
+        }
+        let kind = if foreign_rw || (is_redisson_rwlock(names) && state.kind == "hash") {
+            // (Read through its own handle, its script lists the holders with the milliseconds
+            // left of each, `mode` left out.)
             LockKind::ReadWrite
         } else {
             kind_of(&state, names.family)
@@ -209,6 +220,14 @@ impl LockInfo {
             .map(|(owner, detail)| {
                 let (mode, remaining) = match kind {
                     LockKind::Mutex | LockKind::Fair => (HoldMode::Exclusive, remaining),
+                    LockKind::ReadWrite if foreign_rw => {
+                        let mode = if owner.ends_with(crate::family::REDISSON_WRITER) {
+                            HoldMode::Write
+                        } else {
+                            HoldMode::Read
+                        };
+                        (mode, remaining)
+                    }
                     LockKind::ReadWrite | LockKind::Semaphore => {
                         let mode = match Mode::of_hold(names, &owner) {
                             Mode::Read => HoldMode::Read,

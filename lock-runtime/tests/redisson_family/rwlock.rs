@@ -159,6 +159,15 @@ async fn rw_bytes_on_redis_are_redissons() {
         assert!(h.remaining.is_some_and(|r| r <= lease), "{h:?}");
     }
 
+    // Through a mutex handle of the name too (`lockctl --redisson` reads locks that way).
+    let seen = locks.lock("stock:7").info().await.unwrap().expect("held");
+    assert_eq!((seen.kind, seen.holder_count), (LockKind::ReadWrite, 2));
+    assert!(
+        seen.holders
+            .iter()
+            .all(|h| h.owner != "mode" && h.mode == HoldMode::Read)
+    );
+
     // Releasing one reader keeps the lock (no message); the last one frees it with `0`.
     r1.release().await.unwrap();
     assert_eq!(redis.cmd(&["EXISTS", &t1]).int(), Some(0));

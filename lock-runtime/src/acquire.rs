@@ -190,7 +190,7 @@ impl<'a> Acquire<'a> {
             // Woken only when the message names us: our turn in the queue.
             demux.subscribe_directed(&self.names.channel, &self.owner)
         } else {
-            demux.subscribe(&self.names.channel)
+            demux.subscribe_with(&self.names.channel, crate::layout::wake_rule(self.names))
         };
         let mut place = Place::join(self);
         let _waiting = metrics::Waiting::start(&self.group);
@@ -240,6 +240,13 @@ impl<'a> Acquire<'a> {
                 busy = Some(match attempt? {
                     Attempt::Taken { token, sent } => {
                         place.holds = true;
+                        if woken && self.mode == Mode::Read && self.readers_share_wake_ups() {
+                            // Redisson wakes one waiter per process when a read unlock frees
+                            // the lock (`0`): every other waiting reader can come in too, so
+                            // wake them now rather than at their retry timers (a waiting
+                            // writer wakes, finds us in and sleeps again).
+                            sub.notify().notify_waiters();
+                        }
                         if let (true, Some(at)) = (woken, woken_at) {
                             metrics::handed_over(&self.group, at.elapsed());
                         }
@@ -250,8 +257,12 @@ impl<'a> Acquire<'a> {
                 // A release wakes as many waiters as permits came free. One that wants more
                 // permits than are free would swallow a wake-up meant for a smaller request:
                 // it passes it on, once per message, so the chain ends.
+                //
+                // Likewise a writer of Redisson's read/write lock that a read unlock woke, but
+                // that a reader of another process beat to it: readers can still come in.
                 if woken
-                    && matches!(self.mode, Mode::Permits(n) if n > 1)
+                    && (matches!(self.mode, Mode::Permits(n) if n > 1)
+                        || (self.mode == Mode::Write && self.readers_share_wake_ups()))
                     && passed_on != Some(sub.messages())
                 {
                     passed_on = Some(sub.messages());
@@ -319,6 +330,18 @@ impl<'a> Acquire<'a> {
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+
+    /// Whether this waiter keeps a place in Redis (a fair lock's queue entry, a native waiting
+    /// writer's claim). Redisson's read/write lock keeps none: its writers do not go first.
+    fn holds_a_place(&self) -> bool {
+        self.names.family.waiters_hold_places(self.mode) && !self.readers_share_wake_ups()
+    }
+
+    /// Whether this is a side of Redisson's read/write lock, whose waiters hand on the one
+    /// wake-up that a read unlock (`0`) gives each process (see `wait_turn`).
+    fn readers_share_wake_ups(&self) -> bool {
+        crate::layout::is_redisson_rwlock(self.names)
     }
 
     fn timeout(&self, busy: Busy) -> LockError {
@@ -545,7 +568,7 @@ impl<'a> Place<'a> {
         Place {
             acquire,
             ticket,
-            in_redis: family.waiters_hold_places(acquire.mode),
+            in_redis: acquire.holds_a_place(),
             holds: false,
         }
     }
@@ -555,7 +578,7 @@ impl<'a> Place<'a> {
         Place {
             acquire,
             ticket: None,
-            in_redis: acquire.names.family.waiters_hold_places(acquire.mode),
+            in_redis: acquire.holds_a_place(),
             holds: false,
         }
     }

@@ -71,6 +71,9 @@ impl Drop for State {
 struct Registered {
     refs: usize,
     channel: Arc<Channel>,
+    /// How its messages are read; given by its first subscriber (a channel's name says which
+    /// lock family and layout it serves, so every subscriber gives the same).
+    rule: WakeRule,
     /// Waiters woken by name (a fair lock's), by owner id.
     directed: HashMap<Arc<str>, Arc<Notify>>,
 }
@@ -107,6 +110,20 @@ impl Registered {
     }
 }
 
+/// How a channel's unlock messages are read, given at subscribe time by the family and layout
+/// of the lock whose channel it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum WakeRule {
+    /// As [`Wake::parse`] reads them: this crate's payloads, and Redisson's mutex's `0`.
+    #[default]
+    Counted,
+    /// Redisson's `RReadWriteLock` (`redisson_rwlock:{N}`): `1` is a write unlock (or a force
+    /// unlock), after which every waiting reader can go, so it wakes every waiter, as it wakes
+    /// every waiting Java thread; `0` (a read unlock that freed the lock) wakes one, as in
+    /// Redisson (a reader it wakes wakes the others once it is in: see `acquire.rs`).
+    WriteUnlockWakesAll,
+}
+
 /// Whom an unlock message wakes in each process, from its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake<'a> {
@@ -119,7 +136,10 @@ enum Wake<'a> {
 }
 
 impl<'a> Wake<'a> {
-    fn parse(payload: &'a [u8]) -> Wake<'a> {
+    fn parse(payload: &'a [u8], rule: WakeRule) -> Wake<'a> {
+        if rule == WakeRule::WriteUnlockWakesAll && payload == b"1" {
+            return Wake::All;
+        }
         match std::str::from_utf8(payload) {
             Ok("*") => Wake::All,
             Ok(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
@@ -173,21 +193,29 @@ impl Demux {
 
     /// Registers interest in `name`. Cheap and synchronous; wait for the server's confirmation
     /// with [`Subscription::ready`].
+    // The acquire loop says which rule with `subscribe_with`.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn subscribe(&self, name: &str) -> Subscription {
-        self.subscribe_as(name, None)
+        self.subscribe_as(name, None, WakeRule::Counted)
+    }
+
+    /// [`Demux::subscribe`] to a channel whose messages are read by `rule`.
+    pub(crate) fn subscribe_with(&self, name: &str, rule: WakeRule) -> Subscription {
+        self.subscribe_as(name, None, rule)
     }
 
     /// Registers interest in `name` as a waiter that only a message naming `owner` (or one
     /// that wakes everybody) wakes: a fair lock's waiter, whose turn the message announces.
     pub(crate) fn subscribe_directed(&self, name: &str, owner: &Arc<str>) -> Subscription {
-        self.subscribe_as(name, Some(owner))
+        self.subscribe_as(name, Some(owner), WakeRule::Counted)
     }
 
-    fn subscribe_as(&self, name: &str, owner: Option<&Arc<str>>) -> Subscription {
+    fn subscribe_as(&self, name: &str, owner: Option<&Arc<str>>, rule: WakeRule) -> Subscription {
         let mut state = self.shared.lock();
         let directed = owner.map(|owner| (owner.clone(), Arc::new(Notify::new())));
         let channel = match state.channels.get_mut(name) {
             Some(reg) => {
+                debug_assert_eq!(reg.rule, rule, "{name}: subscribed with two wake rules");
                 reg.refs += 1;
                 if let Some((owner, notify)) = &directed {
                     reg.directed.insert(owner.clone(), notify.clone());
@@ -205,6 +233,7 @@ impl Demux {
                     Registered {
                         refs: 1,
                         channel: channel.clone(),
+                        rule,
                         directed: directed.iter().cloned().collect(),
                     },
                 );
@@ -359,7 +388,7 @@ impl AsyncPushSender for PushRouter {
                 };
                 let state = shared.lock();
                 if let Some(reg) = state.channels.get(msg.get_channel_name()) {
-                    let wake = Wake::parse(msg.get_payload_bytes());
+                    let wake = Wake::parse(msg.get_payload_bytes(), reg.rule);
                     tracing::trace!(channel = msg.get_channel_name(), ?wake, "unlock message");
                     reg.channel.messages.fetch_add(1, Ordering::Relaxed);
                     reg.wake(wake);

@@ -76,10 +76,12 @@ impl LockGuard {
     }
 
     /// The owner id written to Redis: `<client id>:<acquisition id>`, followed by `#r` or `#w`
-    /// for a side of a read/write lock and by `#<permits>` for a semaphore. A semaphore in
-    /// [Redisson's layout](crate::Layout::Redisson) has `permits:<id>[,<id>…]#<permits>`
-    /// instead (its permit ids, as Java's `release(id)` takes them), or
-    /// `plain:<client id>:<acquisition id>#<permits>` without leases (written nowhere).
+    /// for a side of a read/write lock and by `#<permits>` for a semaphore. With
+    /// [`Layout::Redisson`](crate::Layout::Redisson) a reader is `<client id>:<acquisition id>`
+    /// and a writer `<client id>:<acquisition id>:write`, as Redisson names its fields; a
+    /// semaphore's holder is `permits:<id>[,<id>…]#<permits>` (its permit ids, as Java's
+    /// `release(id)` takes them), or `plain:<client id>:<acquisition id>#<permits>` without
+    /// leases (written nowhere).
     pub fn owner(&self) -> &str {
         &self.held.owner
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::backend::{LockState, ScanNode};
 use crate::family::{Family, Mode};
+use crate::layout::{Layout, is_redisson_rwlock};
 use crate::names::LockNames;
 use crate::{Lock, LockClient, LockError};
 
@@ -94,7 +95,8 @@ impl fmt::Display for HoldMode {
 #[non_exhaustive]
 pub struct Holder {
     /// The owner id written to Redis: `<client id>:<acquisition>`, with `#r`, `#w` or
-    /// `#<permits>` for a reader, a writer or a semaphore's permits.
+    /// `#<permits>` for a reader, a writer or a semaphore's permits. (In Redisson's layout a
+    /// reader is `<client id>:<n>` and a writer `<client id>:<n>:write`, Java's included.)
     pub owner: String,
     /// How it holds the lock.
     pub mode: HoldMode,
@@ -119,6 +121,10 @@ impl Holder {
             Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
             _ => &self.owner,
         };
+        // A writer of Redisson's read/write lock: `<client>:<n>:write`.
+        let base = base
+            .strip_suffix(crate::family::REDISSON_WRITER)
+            .unwrap_or(base);
         base.rsplit_once(':')
             .map(|(client, _)| client)
             .filter(|c| !c.is_empty())
@@ -188,8 +194,25 @@ impl LockInfo {
             .sum()
     }
 
-    fn from_state(names: &LockNames, state: LockState) -> LockInfo {
-        let kind = kind_of(&state, names.family);
+    fn from_state(names: &LockNames, mut state: LockState) -> LockInfo {
+        // Redisson's read/write lock read through another handle of the name (`lock(name)`, as
+        // `lockctl --redisson` reads every lock): a hash whose `mode` field is no holder, and
+        // whose values are hold counts, not leases.
+        let foreign_rw = names.layout == Layout::Redisson
+            && !is_redisson_rwlock(names)
+            && state.kind == "hash"
+            && state.holders.iter().any(|(field, _)| field == "mode");
+        if foreign_rw {
+            state.holders.retain(|(field, _)| field != "mode");
+            state.holder_count = state.holder_count.saturating_sub(1);
+        }
+        let kind = if foreign_rw || (is_redisson_rwlock(names) && state.kind == "hash") {
+            // (Read through its own handle, its script lists the holders with the milliseconds
+            // left of each, `mode` left out.)
+            LockKind::ReadWrite
+        } else {
+            kind_of(&state, names.family)
+        };
         let remaining = (state.pttl > 0).then(|| Duration::from_millis(state.pttl as u64));
         let holders = state
             .holders
@@ -197,8 +220,16 @@ impl LockInfo {
             .map(|(owner, detail)| {
                 let (mode, remaining) = match kind {
                     LockKind::Mutex | LockKind::Fair => (HoldMode::Exclusive, remaining),
+                    LockKind::ReadWrite if foreign_rw => {
+                        let mode = if owner.ends_with(crate::family::REDISSON_WRITER) {
+                            HoldMode::Write
+                        } else {
+                            HoldMode::Read
+                        };
+                        (mode, remaining)
+                    }
                     LockKind::ReadWrite | LockKind::Semaphore => {
-                        let mode = match Mode::of_owner(&owner) {
+                        let mode = match Mode::of_hold(names, &owner) {
                             Mode::Read => HoldMode::Read,
                             Mode::Write => HoldMode::Write,
                             Mode::Permits(n) => HoldMode::Permits(n),

@@ -2,6 +2,7 @@
 //! Rust and Java services lock the same names.
 
 use crate::LockError;
+use crate::demux::WakeRule;
 use crate::family::{Family, Mode};
 use crate::names::{LockNames, hash_tag, validate_name};
 
@@ -18,8 +19,10 @@ pub enum Layout {
     /// whatever the name (see the crate docs, "How it works"). The default.
     #[default]
     Native,
-    /// Redisson's layout, to share mutexes with Java services that use Redisson's `RLock` or
-    /// `RFencedLock` (Redisson 3.22 or newer, or 4.x):
+    /// Redisson's layout, to share locks with Java services that use Redisson (3.22 or newer,
+    /// or 4.x): the mutex is Redisson's `RLock` or `RFencedLock`, and the rest of the family is
+    /// laid out as Redisson's `RFairLock`, `RReadWriteLock`, `RPermitExpirableSemaphore` and
+    /// `RSemaphore` (below). The mutex:
     ///
     /// | | Redis name | notes |
     /// |---|---|---|
@@ -43,12 +46,8 @@ pub enum Layout {
     ///   channel or token key are refused too;
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
-    /// - the mutex ([`LockClient::lock`](crate::LockClient::lock), and [`MultiLock`](crate::MultiLock)
-    ///   of mutexes), the fair lock and the [semaphore](crate::Semaphore) (Redisson's
-    ///   `RPermitExpirableSemaphore`, or `RSemaphore` with
-    ///   [`without_leases`](crate::Semaphore::without_leases); keys `N`, `{N}:timeout`,
-    ///   channel `redisson_sc:{N}`) are laid out Redisson's way so far: read/write locks are
-    ///   refused with [`LockError::InvalidName`] on acquire.
+    /// - each primitive follows Redisson's rules where they differ from the native layout's
+    ///   (below).
     ///
     /// A [fair lock](crate::LockClient::fair_lock) is Redisson's `RFairLock`
     /// (`getFairLock(N)`): one FIFO queue across both languages, in `redisson_lock_queue:{N}`,
@@ -68,6 +67,47 @@ pub enum Layout {
     ///   after the lock falls free with it first.
     /// - Fencing tokens come from `redisson_lock_token:{N}` and rise with Rust grants only
     ///   (Java's `RFairLock` has no token).
+    ///
+    /// A [read/write lock](crate::RwLock) is Redisson's `RReadWriteLock` (Redisson 3.22 or
+    /// newer, or 4.x), shared with Java's `getReadWriteLock(N)`:
+    ///
+    /// | | Redis name | notes |
+    /// |---|---|---|
+    /// | lock | `N` | a hash: `mode` = `read` or `write`; a reader's field `<client uuid>:<n>`, the writer's `<client uuid>:<n>:write` (each → hold count) |
+    /// | per read hold | `{N}:<reader field>:rwlock_timeout:1` | string `1` with the reader's lease as TTL (renewed by the watchdog) |
+    /// | channel | `redisson_rwlock:{N}` | a read unlock that frees the lock publishes `0`, a write unlock and a force unlock `1` |
+    /// | fencing counter | `redisson_lock_token:{N}` | as for the mutex (Java's `RReadWriteLock` has no token) |
+    ///
+    /// It behaves as Redisson's does, which differs from the native layout's: **readers go
+    /// first** (a reader gets in whenever the lock is in read mode, even while writers wait, so
+    /// a steady stream of readers can starve a writer), and a reader that crashed holds
+    /// writers back until its own lease ends (each hold has its timeout key; the hash lives as
+    /// long as the longest of them). The scope rules are the same in both layouts: a read
+    /// inside a writer's scope re-enters, a write inside a reader's scope is
+    /// [`LockError::WouldDeadlock`].
+    ///
+    /// A [semaphore](crate::Semaphore) is Redisson's `RPermitExpirableSemaphore`
+    /// (`getPermitExpirableSemaphore(N)`): `N` holds the available count, `{N}:timeout` each
+    /// permit's 16-byte id and lease end, and the channel is `redisson_sc:{N}`. Permits are
+    /// shared across the languages, each side's release wakes the other side's waiters, a
+    /// crashed holder's permits come back when their lease ends, and the watchdog renews Rust
+    /// permits as Java's `updateLeaseTime` does.
+    /// - Redisson stores only the available count: a handle's capacity sets it when it is
+    ///   absent (Java's `trySetPermits`); [`capacity`](crate::Semaphore::capacity) is
+    ///   `getPermits()`, [`set_capacity`](crate::Semaphore::set_capacity) is `setPermits`,
+    ///   [`reset_capacity`](crate::Semaphore::reset_capacity) sets the handle's own capacity
+    ///   again, and [`force_release_all`](crate::Semaphore::force_release_all) takes every
+    ///   leased permit back (each holder's `lost()` fires).
+    /// - A guard's [`owner`](crate::LockGuard::owner) lists its permit ids
+    ///   (`permits:<id>,…#n`); a Java `release(id)` of one of them fires the guard's `lost()`.
+    /// - Lease ends are epoch milliseconds: Rust uses the Redis server's clock, Java its own,
+    ///   so the Java hosts' clocks must agree with Redis's (as they must among Java clients).
+    /// - For Java's plain `RSemaphore` (`getSemaphore(N)`), use
+    ///   [`without_leases`](crate::Semaphore::without_leases). Its permits have no owner: a
+    ///   holder that dies keeps them for ever, `lost()` never fires, `capacity()` and
+    ///   `force_release_all()` are [`LockError::Unsupported`], and an acquire or release whose
+    ///   reply was lost cannot be reconciled (as in Java). Both sides must use the same kind
+    ///   for a name.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -107,8 +147,18 @@ impl LockNames {
             (Layout::Redisson, Family::Semaphore { leases, .. }) => {
                 crate::script::redisson::semaphore::owner(leases, mode, base)
             }
-            _ => mode.owner(base),
+            _ => mode.owner_in(self, base),
         }
+    }
+}
+
+/// How the messages on the channel of the lock `names` are read (see `demux.rs`): Redisson's
+/// read/write lock wakes every waiter on a write unlock.
+pub(crate) fn wake_rule(names: &LockNames) -> WakeRule {
+    if is_redisson_rwlock(names) {
+        WakeRule::WriteUnlockWakesAll
+    } else {
+        WakeRule::Counted
     }
 }
 
@@ -132,6 +182,14 @@ pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
 
 const CHANNEL: &str = "redisson_lock__channel";
 pub(crate) const TOKEN: &str = "redisson_lock_token";
+/// `RReadWriteLock`'s channel (both sides publish on it: `0` a read unlock, `1` a write unlock).
+const RWLOCK_CHANNEL: &str = "redisson_rwlock";
+
+/// Whether `names` are Redisson's `RReadWriteLock` (`script/redisson/rwlock.rs`): a hash with a
+/// `mode` field, reader and `:write` writer fields, and per-hold timeout keys.
+pub(crate) fn is_redisson_rwlock(names: &LockNames) -> bool {
+    names.layout == Layout::Redisson && names.family == Family::ReadWrite
+}
 
 fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
     validate_name(name)?;
@@ -141,7 +199,7 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
             "with the Redisson layout a name with `{` or `}` needs a well-formed, non-empty hash tag, or its lock and channel land in different cluster slots",
         ));
     }
-    if [CHANNEL, TOKEN].iter().any(|role| {
+    if [CHANNEL, TOKEN, RWLOCK_CHANNEL].iter().any(|role| {
         name.strip_prefix(role)
             .is_some_and(|rest| rest.starts_with(':'))
     }) {
@@ -163,12 +221,9 @@ fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
         Family::Semaphore { .. } => {
             return crate::script::redisson::semaphore::names(name, family);
         }
-        Family::ReadWrite => {
-            return Err(LockError::invalid_name(
-                name,
-                "the Redisson layout has the mutex, the fair lock and the semaphore only so far: use the native layout for read/write locks",
-            ));
-        }
+        // `RReadWriteLock`: the same hash `N` (with a `mode` field) and token key; its own
+        // channel. Its per-hold timeout keys are derived from `N` and the owner by its scripts.
+        Family::ReadWrite => prefixed(RWLOCK_CHANNEL, name),
     };
     Ok(LockNames {
         name: name.to_owned(),
@@ -216,6 +271,27 @@ mod tests {
     }
 
     #[test]
+    fn a_read_write_lock_has_redissons_rwlock_channel() {
+        for (name, channel) in [
+            ("stock:42", "redisson_rwlock:{stock:42}"),
+            ("order:{user:7}", "redisson_rwlock:order:{user:7}"),
+        ] {
+            let n = Layout::Redisson
+                .names("ignored", name, Family::ReadWrite)
+                .unwrap();
+            assert_eq!((n.key.as_str(), n.channel.as_str()), (name, channel));
+            assert_eq!(n.fence, prefixed(TOKEN, name));
+            assert_eq!(slot_tag(&n.key), slot_tag(&n.channel), "{name}");
+            assert!(is_redisson_rwlock(&n));
+        }
+        assert!(
+            Layout::Redisson
+                .names("lock", "redisson_rwlock:{x}", Family::ReadWrite)
+                .is_err()
+        );
+    }
+
+    #[test]
     fn every_accepted_name_keeps_its_keys_in_one_slot() {
         for name in ["a", "stock:42", "x{tag}y", "{t}", "{a}}b", "ü{ß}"] {
             let (key, channel, fence) = keys(name);
@@ -248,9 +324,14 @@ mod tests {
     }
 
     #[test]
-    fn other_primitives_are_refused_with_the_redisson_layout() {
-        for family in [Family::ReadWrite] {
-            assert!(Layout::Redisson.names("lock", "x", family).is_err());
+    fn every_primitive_has_a_redisson_layout() {
+        for (family, channel) in [
+            (Family::Mutex, "redisson_lock__channel:{x}"),
+            (Family::Fair, "redisson_lock__channel:{x}"),
+            (Family::ReadWrite, "redisson_rwlock:{x}"),
+        ] {
+            let names = Layout::Redisson.names("lock", "x", family).unwrap();
+            assert_eq!((names.key.as_str(), names.channel.as_str()), ("x", channel));
             assert!(Layout::Native.names("lock", "x", family).is_ok());
         }
     }

@@ -179,7 +179,9 @@
 //! A client built with [`Layout::Redisson`] keeps its mutexes where Redisson's `RLock` and
 //! `RFencedLock` keep theirs, so a Rust service and a Java service with Redisson (3.22+ or 4.x)
 //! lock the same names: each excludes the other, each one's unlock wakes the other's waiters,
-//! and fencing tokens keep rising across both (the Java side with `getFencedLock`).
+//! and fencing tokens keep rising across both (the Java side with `getFencedLock`). Its
+//! [read/write locks](LockClient::rw_lock) are Redisson's `RReadWriteLock` in the same way
+//! (with Redisson's rules: see [`Layout::Redisson`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_runtime::LockError> {

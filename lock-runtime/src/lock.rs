@@ -165,7 +165,7 @@ impl Lock {
                     reason: "this scope holds the name as another kind of lock",
                 });
             }
-            if !Mode::of_owner(&held.owner).covers(self.mode) {
+            if !Mode::of_hold(&held.names, &held.owner).covers(self.mode) {
                 return Err(LockError::WouldDeadlock {
                     name: names.name.clone(),
                     reason: "the write side cannot be taken inside the scope of a read guard of the same lock (it would wait for itself); release the read side first",

@@ -29,6 +29,25 @@ use crate::{Lock, LockClient};
 /// reader that dies blocks a writer until its own lease ends (the watchdog timeout, 30 s by
 /// default), never longer.
 ///
+/// **With [`Layout::Redisson`](crate::Layout::Redisson)** it is Redisson's `RReadWriteLock`,
+/// shared with Java services (`redisson.getReadWriteLock(name)`): Java and Rust readers read
+/// together, and a writer of either excludes everyone. It then behaves as Redisson's does:
+///
+/// - **readers go first**: a reader gets in whenever the lock is held for reading, even while
+///   writers wait, so a steady stream of readers (of either language) can starve a writer;
+/// - a write unlock wakes every waiter of every process, a read unlock that frees the lock one
+///   waiter per process (a Rust reader it lets in wakes this process's other waiting readers);
+///   a Java writer that keeps read holds of its own (its downgrade) lets readers in without
+///   waking them: they come in when they next retry, as Java's own readers do;
+/// - a reader that crashed holds writers back until its own lease ends (each read hold has
+///   its own timeout key in Redis); so does a Java reader with an explicit lease;
+/// - [`force_unlock`](crate::Lock::force_unlock) (on either side) deletes the lock whatever its
+///   mode; Java's `readLock().forceUnlock()` and `writeLock().forceUnlock()` each delete it in
+///   their own mode only; either way the guards of the Rust holders report the loss.
+///
+/// Fencing tokens come from the mutex's token key (`redisson_lock_token:{name}`): Rust holders'
+/// tokens keep increasing; Java's read/write lock has none.
+///
 /// ```no_run
 /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
 /// let stock = locks.rw_lock("stock:42");

@@ -5,6 +5,8 @@
 mod common;
 #[path = "redisson_family/fair.rs"]
 mod fair;
+#[path = "redisson_family/rwlock.rs"]
+mod rwlock;
 #[path = "redisson_family/semaphore.rs"]
 mod semaphore;
 
@@ -256,6 +258,22 @@ async fn fencing_tokens_and_force_unlock_cross_the_languages() {
         assert!(!java.held("w1", &name).await);
         let unlock = java.unlock("w1", &name).await;
         assert!(unlock.is_err(), "{version}: {unlock:?}");
+
+        // A Rust force unlock wakes a Java waiter at once (Redisson reads the message as a
+        // number), not when the 30 s watchdog lease of the holder it saw would have ended.
+        java.lock("w1", &name).await;
+        let waiting = java.send(&format!("trylock w2 {name} 20000 -1"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let forced = Instant::now();
+        assert!(rust.lock(&name).force_unlock().await.unwrap());
+        let reply = waiting.reply().await;
+        assert!(reply.starts_with("ok "), "{version}: {reply}");
+        eprintln!(
+            "{version}: a Java waiter got the lock {:?} after a Rust force unlock",
+            forced.elapsed()
+        );
+        assert!(forced.elapsed() < Duration::from_secs(5), "{version}");
+        java.unlock("w2", &name).await.unwrap();
     }
 }
 

@@ -65,6 +65,52 @@ async fn an_unlock_message_wakes_exactly_one_waiter() {
     assert_eq!(woken.iter().filter(|w| **w).count(), 1, "{woken:?}");
 }
 
+/// Redisson's read/write lock channel: a write unlock (`1`) wakes every waiter, a read unlock
+/// (`0`) one; the same `1` on a mutex's channel wakes one.
+#[tokio::test(start_paused = true)]
+async fn a_redisson_write_unlock_wakes_every_waiter_of_its_channel() {
+    let locks = client(fake());
+    let demux = &locks.inner.demux;
+    let send = |channel: &str, payload: &[u8]| {
+        let data = vec![
+            Value::BulkString(channel.as_bytes().to_vec()),
+            Value::BulkString(payload.to_vec()),
+        ];
+        demux.router().send(push(PushKind::Message, data)).unwrap();
+    };
+    let rule = super::WakeRule::WriteUnlockWakesAll;
+    let rw = [0, 1, 2].map(|_| demux.subscribe_with("rw", rule));
+    let mutex = [0, 1].map(|_| demux.subscribe("mutex"));
+    assert!(rw[0].ready(Instant::now() + Duration::from_secs(1)).await);
+    assert!(
+        mutex[0]
+            .ready(Instant::now() + Duration::from_secs(1))
+            .await
+    );
+
+    let mut listeners: Vec<_> = rw.iter().chain(&mutex).map(listening).collect();
+    send("rw", b"1");
+    send("mutex", b"1");
+    let mut woken = Vec::new();
+    for n in &mut listeners {
+        woken.push(fired(n.as_mut()).await);
+    }
+    assert_eq!(
+        woken[..3],
+        [true; 3],
+        "every reader/writer of the rwlock: {woken:?}"
+    );
+    assert_eq!(woken[3..].iter().filter(|w| **w).count(), 1, "{woken:?}");
+
+    let mut listeners: Vec<_> = rw.iter().map(listening).collect();
+    send("rw", b"0");
+    let mut woken = 0;
+    for n in &mut listeners {
+        woken += usize::from(fired(n.as_mut()).await);
+    }
+    assert_eq!(woken, 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_connection_wakes_every_waiter_and_resubscribes() {
     let subscribes = Arc::new(AtomicUsize::new(0));

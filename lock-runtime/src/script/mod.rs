@@ -12,7 +12,7 @@ use redis::{Cmd, Script, Value};
 
 pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
-use crate::layout::Layout;
+use crate::layout::{Layout, is_redisson_rwlock};
 use crate::names::LockNames;
 
 mod denied;
@@ -86,6 +86,8 @@ pub(crate) struct Publishing {
     pub(crate) redisson_semaphore: &'static LazyLock<Script>,
     /// Redisson's `RPermitExpirableSemaphore` (every operation).
     pub(crate) redisson_permits: &'static LazyLock<Script>,
+    /// Redisson's read/write lock's.
+    pub(crate) redisson_rwlock: redisson::rwlock::Scripts,
 }
 
 impl Publishing {
@@ -101,6 +103,7 @@ impl Publishing {
         redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK,
         redisson_semaphore: &redisson::semaphore::PLAIN,
         redisson_permits: &redisson::semaphore::PERMITS,
+        redisson_rwlock: redisson::rwlock::Scripts::CLASSIC,
     };
     /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7): a cluster, where a classic message would be
     /// broadcast to every node.
@@ -116,23 +119,8 @@ impl Publishing {
         redisson_fair_force_unlock: &redisson::fair::FORCE_UNLOCK_SHARDED,
         redisson_semaphore: &redisson::semaphore::PLAIN_SHARDED,
         redisson_permits: &redisson::semaphore::PERMITS_SHARDED,
+        redisson_rwlock: redisson::rwlock::Scripts::SHARDED,
     };
-}
-
-impl Publishing {
-    /// Every release script, to reload after the server lost them (a pipeline of background
-    /// releases may mix the families).
-    pub(crate) fn releases(&self) -> [&'static Script; 6] {
-        [
-            self.release,
-            self.fair_release,
-            self.holders_release,
-            self.redisson_fair_release,
-            self.redisson_semaphore,
-            self.redisson_permits,
-        ]
-        .map(|s| &**s)
-    }
 }
 
 /// `prelude.lua` (the shared functions: the one way a lock is granted, the fencing counter,
@@ -206,6 +194,9 @@ impl Call {
         {
             return call;
         }
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::acquire(names, owner, lease_ms, retention_ms);
+        }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.family {
@@ -251,6 +242,9 @@ impl Call {
         if let Some(call) = redisson::semaphore::release(publishing, names, owner) {
             return call;
         }
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::release(publishing.redisson_rwlock, names, owner);
+        }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
             Family::Mutex => {}
@@ -295,7 +289,16 @@ impl Call {
         if let Some(call) = redisson::semaphore::force_unlock(publishing, names) {
             return call;
         }
-        Call::new(publishing.force_unlock, &[&names.key, &names.channel], [])
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::force_unlock(publishing.redisson_rwlock, names);
+        }
+        let keys = [names.key.as_str(), &names.channel];
+        if names.layout == Layout::Redisson {
+            // Redisson reads every payload as a number: `0` wakes a waiter per process, as
+            // Java's own force unlock does (one suffices: the lock is free).
+            return Call::new(publishing.force_unlock, &keys, [Arg::Str("0")]);
+        }
+        Call::new(publishing.force_unlock, &keys, [])
     }
 
     /// `semaphore_capacity.lua`: a semaphore's free permits or capacity, or a change of its
@@ -336,6 +339,9 @@ impl Call {
         }
         if let Some(call) = redisson::semaphore::inspect(publishing, names, max_holders) {
             return call;
+        }
+        if is_redisson_rwlock(names) {
+            return redisson::rwlock::inspect(publishing.redisson_rwlock, names, max_holders);
         }
         let keys = [
             names.key.as_str(),

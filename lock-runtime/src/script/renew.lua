@@ -1,7 +1,8 @@
 -- Extend many leases at once, only where the owner still holds the lock.
 --
 -- KEYS[i]    lock i: a mutex or fair lock hash, or the holders of a semaphore or read/write
---            lock (a sorted set with each holder's lease end)
+--            lock (a sorted set with each holder's lease end), or Redisson's read/write lock
+--            hash (see renew_redisson_reader)
 -- ARGV[1]    lease in milliseconds
 -- ARGV[i+1]  owner id for KEYS[i]
 --
@@ -39,6 +40,28 @@ local function redisson_semaphore(key, owner, lease_ms, now)
   return 1
 end
 
+-- Layout::Redisson's read/write lock (script/redisson/rwlock.rs) is a hash with a `mode` field,
+-- in which a reader's hold (a field not ending in `:write`) is also one timeout key per hold,
+-- `<prefix>:<owner>:rwlock_timeout:<k>` for k = its count down to 1 (prefix `{N}`, or N when it
+-- has its own tag). A Java reader's unlock keeps the hash only as long as the longest of every
+-- reader's keys, so a reader renews its keys with the hash, as Redisson's read-lock renewal
+-- does. Renewed only while every key of the hold is there; the hash is never shortened (other
+-- readers' leases may be longer). Returns whether it renewed.
+local function renew_redisson_reader(key, owner, lease_ms)
+  local count = tonumber(redis.call('HGET', key, owner)) or 0
+  local prefix = key
+  if not string.find(key, '{', 1, true) then
+    prefix = '{' .. key .. '}'
+  end
+  for k = count, 1, -1 do
+    if redis.call('PEXPIRE', prefix .. ':' .. owner .. ':rwlock_timeout:' .. k, lease_ms) == 0 then
+      return false
+    end
+  end
+  extend(key, lease_ms)
+  return count > 0
+end
+
 local renewed = {}
 local now = nil
 for i, key in ipairs(KEYS) do
@@ -54,8 +77,17 @@ for i, key in ipairs(KEYS) do
   end
   renewed[i] = redisson_permits or 0
   if held == 1 then
-    redis.call('PEXPIRE', key, ARGV[1])
-    renewed[i] = 1
+    -- Only a Redisson-layout owner (a hyphenated client uuid) can be a Redisson reader: a
+    -- native mutex's renewal costs no extra command.
+    if string.find(owner, '-', 1, true) and string.sub(owner, -6) ~= ':write'
+      and redis.call('HEXISTS', key, 'mode') == 1 then
+      if renew_redisson_reader(key, owner, ARGV[1]) then
+        renewed[i] = 1
+      end
+    else
+      redis.call('PEXPIRE', key, ARGV[1])
+      renewed[i] = 1
+    end
   elseif type(held) == 'table' then
     local ends = redis.pcall('ZSCORE', key, owner)
     if type(ends) == 'string' then

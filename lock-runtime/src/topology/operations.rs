@@ -124,10 +124,16 @@ impl RedisBackend {
         }
         let _ = limit; // One pipeline on one connection, bounded by its response timeout.
         let mut pipe = redis::pipe();
+        // Every release script the pipeline uses (it may mix the families and layouts), to
+        // reload after the server lost them.
+        let mut scripts: Vec<&redis::Script> = Vec::new();
         for call in &calls {
             pipe.add_command(call.cmd().clone());
+            if !scripts.iter().any(|s| std::ptr::eq(*s, call.script())) {
+                scripts.push(call.script());
+            }
         }
-        query_reloading(&mut self.conn.clone(), &pipe, &self.publishing.releases()).await?;
+        query_reloading(&mut self.conn.clone(), &pipe, &scripts).await?;
         Ok(Vec::new())
     }
 }

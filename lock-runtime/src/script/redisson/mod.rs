@@ -3,8 +3,11 @@
 //! Redisson's on-Redis contract (each primitive's keys, fields, channels and payloads), so that
 //! Rust and Java holders exclude each other and wake each other's waiters.
 //!
+//! - [`rwlock`]: Redisson's `RReadWriteLock`.
+//!
 //! The mutex needs none of its own: Redisson's `RLock` hash is this crate's mutex hash, so
 //! `acquire.lua`, `release.lua` and `renew.lua` serve both layouts.
 
 pub(crate) mod fair;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;

@@ -62,7 +62,8 @@ public final class Driver {
     private Driver(RedissonClient redisson, PrintStream out) {
         this.redisson = redisson;
         this.out = out;
-        this.family = List.of(new FairCommands(redisson), new SemaphoreCommands(redisson));
+        this.family = List.of(
+            new FairCommands(redisson), new RwCommands(redisson), new SemaphoreCommands(redisson));
     }
 
     public static void main(String[] args) throws Exception {

@@ -179,9 +179,12 @@
 //! A client built with [`Layout::Redisson`] keeps its mutexes where Redisson's `RLock` and
 //! `RFencedLock` keep theirs, so a Rust service and a Java service with Redisson (3.22+ or 4.x)
 //! lock the same names: each excludes the other, each one's unlock wakes the other's waiters,
-//! and fencing tokens keep rising across both (the Java side with `getFencedLock`). Its
-//! [read/write locks](LockClient::rw_lock) are Redisson's `RReadWriteLock` in the same way
-//! (with Redisson's rules: see [`Layout::Redisson`]).
+//! and fencing tokens keep rising across both (the Java side with `getFencedLock`). The rest
+//! of the family is Redisson's in the same way, with Redisson's rules (see
+//! [`Layout::Redisson`]): [fair locks](LockClient::fair_lock) are `RFairLock` (one FIFO queue
+//! across both languages), [read/write locks](LockClient::rw_lock) `RReadWriteLock`, and
+//! [semaphores](LockClient::semaphore) `RPermitExpirableSemaphore`, or `RSemaphore` with
+//! [`Semaphore::without_leases`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -247,8 +250,10 @@
 //! script, but says on which line of which script it stopped, and the client knows its
 //! scripts), or the lock's keys or channels.
 //!
-//! With [`Layout::Redisson`] the keys are the lock names themselves and Redisson's
-//! `redisson_lock__channel:*` and `redisson_lock_token:*`: give the user those patterns instead.
+//! With [`Layout::Redisson`] the keys are the lock names themselves, their `{N}:*` keys (read
+//! holds' timeouts, leased permits) and Redisson's `redisson_lock__channel:*`,
+//! `redisson_lock_token:*`, `redisson_lock_queue:*`, `redisson_lock_timeout:*`,
+//! `redisson_rwlock:*` and `redisson_sc:*`: give the user those patterns instead.
 //!
 //! # Caveats
 //!

@@ -255,6 +255,17 @@ impl Semaphore {
         self.capacity_call(CapacityOp::Clear).await.map(drop)
     }
 
+    /// Who holds permits right now: each holder's owner id (with its permits), the lease it has
+    /// left and its fencing token, and how many wait; `None` when no permit is held. As
+    /// [`Lock::info`].
+    ///
+    /// [`LockError::Unsupported`] for a semaphore [without leases](Semaphore::without_leases):
+    /// its permits have no holders to list.
+    pub async fn info(&self) -> Result<Option<crate::LockInfo>, LockError> {
+        self.supported(Some("a semaphore without leases has no holders to list"))?;
+        self.lock.info().await
+    }
+
     /// Whether any permit is held.
     pub async fn is_held(&self) -> Result<bool, LockError> {
         self.supported(Some(NO_HOLDERS))?;

@@ -151,14 +151,16 @@ async fn our_release_publishes_what_a_java_waiter_listens_for_and_java_can_then_
 #[tokio::test]
 async fn a_java_force_unlock_is_a_loss_and_tokens_keep_rising_with_java_incr() {
     let redis = RedisServer::start();
-    let locks = redisson_client(&redis, Duration::from_millis(300)).await;
+    // A watchdog period of 333 ms: short enough to notice soon, long enough that a loaded
+    // machine's slow round trip is not itself taken for a loss (`RenewalFailed`).
+    let locks = redisson_client(&redis, Duration::from_secs(1)).await;
     let first = locks.lock("sku-3").acquire().await.unwrap();
     let t1 = first.fencing_token();
 
     // Java's forceUnlock(): DEL and publish.
     redis.cmd(&["DEL", "sku-3"]);
     redis.cmd(&["PUBLISH", "redisson_lock__channel:{sku-3}", "0"]);
-    let lost = tokio::time::timeout(Duration::from_secs(2), first.lost())
+    let lost = tokio::time::timeout(Duration::from_secs(3), first.lost())
         .await
         .expect("the watchdog notices within its period");
     assert_eq!(

@@ -28,8 +28,9 @@
 //!   behind Sentinel;
 //! - `--prefix PREFIX` (also `LOCKCTL_PREFIX`; default `lock`): the applications' key prefix;
 //! - `--redisson`: the applications use `Layout::Redisson` (locks shared with Java services):
-//!   `inspect` and `force-unlock` take the name the Java side uses; `list` and `top` need a
-//!   prefix and are refused;
+//!   `inspect` and `force-unlock` take the name the Java side uses (a semaphore, whose name
+//!   holds its available count, is read as one: its leased permits, force-released back to
+//!   the count); `list` and `top` need a prefix and are refused;
 //! - `--json`: one JSON document per command (for `top`, one per refresh, one a line);
 //! - `--timeout DURATION` (default `5s`): connect and reply timeout.
 //!
@@ -150,8 +151,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let out = Output { json: cli.json };
     match cli.command {
         Command::List(listing) => list(&client, &listing, out).await,
-        Command::Inspect { name } => inspect(&client, &name, out).await,
-        Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes, out).await,
+        Command::Inspect { name } => inspect(&client, &name, cli.redisson, out).await,
+        Command::ForceUnlock { name, yes } => {
+            force_unlock(&client, &name, cli.redisson, yes, out).await
+        }
         Command::Top {
             listing,
             interval,
@@ -325,8 +328,29 @@ async fn list(client: &LockClient, listing: &Listing, out: Output) -> Result<(),
     Ok(())
 }
 
-async fn inspect(client: &LockClient, name: &str, out: Output) -> Result<(), Failure> {
-    let info = client.lock(name).info().await?;
+/// The state of lock `name`, and whether it is a Redisson semaphore: with `--redisson` a
+/// string at the name is no foreign data but Redisson's semaphore (its available count), read
+/// as a semaphore (its leased permits' holders).
+async fn info_of(
+    client: &LockClient,
+    name: &str,
+    redisson: bool,
+) -> Result<(Option<LockInfo>, bool), LockError> {
+    match client.lock(name).info().await {
+        Err(LockError::ForeignData { found, .. }) if redisson && found == "string" => {
+            Ok((client.semaphore(name, 1).info().await?, true))
+        }
+        other => Ok((other?, false)),
+    }
+}
+
+async fn inspect(
+    client: &LockClient,
+    name: &str,
+    redisson: bool,
+    out: Output,
+) -> Result<(), Failure> {
+    let (info, _) = info_of(client, name, redisson).await?;
     match (info, out.json) {
         (Some(info), true) => {
             let mut doc = render::lock_json(&info);
@@ -342,11 +366,12 @@ async fn inspect(client: &LockClient, name: &str, out: Output) -> Result<(), Fai
 async fn force_unlock(
     client: &LockClient,
     name: &str,
+    redisson: bool,
     yes: bool,
     out: Output,
 ) -> Result<(), Failure> {
-    let lock = client.lock(name);
-    let Some(info) = lock.info().await? else {
+    let (info, semaphore) = info_of(client, name, redisson).await?;
+    let Some(info) = info else {
         return if out.json {
             print_line(&json!({ "name": name, "was_held": false, "unlocked": false }).to_string())
         } else {
@@ -364,7 +389,11 @@ async fn force_unlock(
             "force-unlock of {name} not confirmed; nothing changed (pass --yes to skip the question)"
         )));
     }
-    let deleted = lock.force_unlock().await?;
+    let deleted = if semaphore {
+        client.semaphore(name, 1).force_release_all().await?
+    } else {
+        client.lock(name).force_unlock().await?
+    };
     if out.json {
         let mut doc = json!({ "name": name, "was_held": true, "unlocked": deleted });
         doc["lock"] = render::lock_json(&info);

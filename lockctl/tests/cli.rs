@@ -568,4 +568,38 @@ async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
         .await
         .expect("the holder learns of the loss at its next renewal");
     assert!(lost.is_lost(), "{lost}");
+
+    // A Redisson semaphore (a string at the name: its available count) is read as one, and
+    // force-released: its permits go back to the count.
+    let permits = locks.semaphore("exports", 3);
+    let held = permits.acquire_many(2, Default::default()).await.unwrap();
+    let doc = json(&lockctl(&["--url", &url, "--redisson", "--json", "inspect", "exports"]).await);
+    assert_eq!(doc["held"], true, "{doc}");
+    // One holder per leased permit id, as Java's `release(id)` names them.
+    let mut ids: Vec<String> = held
+        .owner()
+        .strip_prefix("permits:")
+        .and_then(|rest| rest.split_once('#'))
+        .map(|(ids, _)| ids.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    assert_eq!(ids.len(), 2, "{}", held.owner());
+    let mut listed = owners(&doc);
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids);
+    let out = lockctl(&[
+        "--url",
+        &url,
+        "--redisson",
+        "force-unlock",
+        "exports",
+        "--yes",
+    ])
+    .await;
+    assert!(expect(&out, 0).contains("force-unlocked exports"));
+    assert_eq!(redis.cmd(&["GET", "exports"]).text(), Some("3"));
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the permits' holder learns of the loss");
+    assert!(lost.is_lost(), "{lost}");
 }

@@ -104,10 +104,9 @@ pub enum Layout {
     ///   so the Java hosts' clocks must agree with Redis's (as they must among Java clients).
     /// - For Java's plain `RSemaphore` (`getSemaphore(N)`), use
     ///   [`without_leases`](crate::Semaphore::without_leases). Its permits have no owner: a
-    ///   holder that dies keeps them for ever, `lost()` never fires, `capacity()` and
-    ///   `force_release_all()` are [`LockError::Unsupported`], and an acquire or release whose
-    ///   reply was lost cannot be reconciled (as in Java). Both sides must use the same kind
-    ///   for a name.
+    ///   holder that dies keeps them for ever (Java's and ours alike), and `capacity()` and
+    ///   `force_release_all()` are [`LockError::Unsupported`]. Both sides must use the same
+    ///   kind for a name.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {

@@ -104,8 +104,11 @@ impl Semaphore {
     ///   [`force_release_all`](Semaphore::force_release_all) and
     ///   [`is_held`](Semaphore::is_held) are refused (Redis has no total and no holders);
     ///   [`available`](Semaphore::available) is Java's `availablePermits()`;
-    /// - an acquire or release whose reply is lost (a timeout, a dropped connection) cannot be
-    ///   reconciled: it may have taken or given back its permits, as Java's own retries may.
+    /// - a Rust hold keeps a marker of its own next to `N` (`{N}:<owner>`, with the watchdog's
+    ///   lease; Java never reads it), so the Rust side's retries stay exact: an acquire retried
+    ///   after a lost reply takes nothing more, and a release gives the permits back once,
+    ///   however often it is sent; a holder whose renewal lapses (its process frozen longer
+    ///   than the watchdog timeout) keeps its permits taken, as one that died does;
     ///
     /// It still gives exclusion and capacity shared with Java, wake-ups both ways (a release
     /// publishes the new count, which a blocked Java `acquire()` waits for), fencing tokens

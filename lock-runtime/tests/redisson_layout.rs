@@ -227,3 +227,49 @@ async fn names_and_primitives_redisson_cannot_share_are_typed_errors() {
         "only the token key is left"
     );
 }
+
+/// A plain `RSemaphore` records no holders, so only the Rust hold's own marker keeps its
+/// releases exact: the watchdog's release at `max_hold` gives the permit back, the guard's own
+/// release afterwards gives nothing more, and a retried acquire takes nothing more.
+#[tokio::test]
+async fn a_plain_semaphore_gives_each_permit_back_once() {
+    let redis = RedisServer::start();
+    let locks = redisson_client(&redis, Duration::from_secs(1)).await;
+    let exports = locks.semaphore("exports", 2).without_leases();
+    let count = || redis.cmd(&["GET", "exports"]).text().map(str::to_owned);
+
+    let capped = exports
+        .acquire_with(lock_runtime::LockOptions::new().max_hold(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert_eq!(count().as_deref(), Some("1"));
+    let marker = format!("{{exports}}:{}", capped.owner());
+    assert_eq!(redis.cmd(&["EXISTS", &marker]).int(), Some(1), "{marker}");
+    let lost = tokio::time::timeout(Duration::from_secs(3), capped.lost())
+        .await
+        .expect("max_hold ends the hold");
+    assert_eq!(
+        lock_tests::loss_reason(&lost),
+        Some(LossReason::MaxHoldExceeded)
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || count().as_deref() == Some("2")).await,
+        "the watchdog gives the permit back"
+    );
+    // The guard's own release finds the hold gone: the count stays at the capacity.
+    let _ = capped.release().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(count().as_deref(), Some("2"));
+    assert_eq!(redis.cmd(&["EXISTS", &marker]).int(), Some(0));
+
+    // Both permits taken, then given back once each, however often released.
+    let a = exports.acquire().await.unwrap();
+    let b = exports.acquire().await.unwrap();
+    assert_eq!(count().as_deref(), Some("0"));
+    a.release().await.unwrap();
+    drop(b);
+    assert!(eventually(Duration::from_secs(3), || count().as_deref() == Some("2")).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(count().as_deref(), Some("2"));
+    assert!(redis.keys("{exports}:plain:*").is_empty());
+}

@@ -15,11 +15,16 @@
 -- updateLeaseTime for each id (binary in the zset), all or none: renewed while every id is
 -- there and unexpired (score in epoch ms, the server's clock), else 0 (released by id,
 -- reclaimed, force-released). Expired ids are left for the next reclaim. `plain:…#<n>`
--- (an RSemaphore's anonymous permits): nothing to renew or to check, always 1.
+-- with KEYS[i] = N (an RSemaphore's anonymous permits): the hold's own marker
+-- `{N}:<owner>` (see plain_semaphore.lua), renewed while it is there.
 -- Returns nil for any other owner id.
 local function redisson_semaphore(key, owner, lease_ms, now)
   if string.sub(owner, 1, 6) == 'plain:' then
-    return 1
+    local prefix = key
+    if not string.find(key, '{', 1, true) then
+      prefix = '{' .. key .. '}'
+    end
+    return redis.call('PEXPIRE', prefix .. ':' .. owner, lease_ms)
   end
   local list = string.match(owner, '^permits:([%x,]+)#%d+$')
   if not list then

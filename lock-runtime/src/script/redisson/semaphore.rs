@@ -18,11 +18,14 @@
 //! - expirable: `permits:<id>[,<id>…]#<n>`, one id per permit, each 32 lower-case hex chars
 //!   (16 random bytes, a v4 UUID's), decoded to the 16 raw bytes Redisson stores (since
 //!   3.17) by the scripts; the ids are exactly what a Java `release(id)` takes;
-//! - plain: `plain:<client>:<n>#<n>`: nothing of it reaches Redis; it keys the renewal branch
-//!   (which only confirms: nothing expires) and keeps `permits()` working.
+//! - plain: `plain:<client>:<n>#<n>`: Redisson keeps no trace of it; the hold's own marker
+//!   `{N}:<owner>` (ours, with the hold's lease, renewed by the watchdog; Java never reads it)
+//!   makes a retried acquire take nothing more and a repeated release give nothing back twice
+//!   (see `plain_semaphore.lua`).
 //!
 //! Every id is made once per acquisition, so a retried acquire (unknown outcome) re-takes
-//! its own permits idempotently: the expirable script finds its ids in the zset.
+//! its own permits idempotently: the expirable script finds its ids in the zset, the plain one
+//! its marker.
 //!
 //! ## Capacity
 //!
@@ -90,6 +93,14 @@ pub(crate) fn names(name: &str, family: Family) -> Result<LockNames, LockError> 
         return Err(LockError::invalid_name(
             name,
             "with the Redisson layout this name is another semaphore's lease set (`…:timeout`)",
+        ));
+    }
+    if name.contains('{') && name.contains(":plain:") {
+        // `{x}:plain:…` or `x:plain:…` (x with its own tag): a hold's marker of another plain
+        // semaphore `x`.
+        return Err(LockError::invalid_name(
+            name,
+            "with the Redisson layout this name is a hold of another semaphore (`…{…}…:plain:…`)",
         ));
     }
     Ok(LockNames {

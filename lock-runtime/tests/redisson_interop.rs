@@ -29,6 +29,90 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
+/// The nanoseconds of a driver's `ok <nanos>` reply.
+fn ok_ns(reply: &str) -> u64 {
+    reply
+        .strip_prefix("ok ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("expected `ok <nanos>`, got `{reply}`"))
+}
+
+/// A JVM for each Redisson version, on `redis`, with a 30 s lock watchdog.
+fn start_javas(redis: &RedisServer) -> Vec<Redisson> {
+    REDISSON_VERSIONS
+        .iter()
+        .map(|v| Redisson::start(v, &redis.url(), Duration::from_secs(30)))
+        .collect()
+}
+
+/// A connection of its own to `url`.
+async fn connect(url: String) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Two workers in each of `javas` (each sent `java_command(worker)`, a driver `…contend`
+/// command) and two Rust tasks here increment `counter` `rounds` times each with a non-atomic
+/// GET and SET, a Rust round holding a guard from `acquire`: every Java worker reports its
+/// rounds done and no increment is lost.
+async fn never_lose_an_increment<A, F>(
+    redis: &RedisServer,
+    javas: &[Redisson],
+    counter: &'static str,
+    rounds: u32,
+    java_command: impl Fn(&str) -> String,
+    acquire: A,
+) where
+    A: Fn() -> F + Clone + Send + 'static,
+    F: Future<Output = LockGuard> + Send,
+{
+    let tickets: Vec<_> = (javas.iter())
+        .flat_map(|java| ["w1", "w2"].map(|w| java.send(&java_command(w))))
+        .collect();
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let (acquire, url) = (acquire.clone(), redis.url());
+            tokio::spawn(async move {
+                let mut conn = connect(url).await;
+                for _ in 0..rounds {
+                    let guard = acquire().await;
+                    let value: Option<u64> = redis::cmd("GET")
+                        .arg(counter)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    if rand::random::<bool>() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    let _: () = redis::cmd("SET")
+                        .arg(counter)
+                        .arg(value.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for ticket in tickets {
+        assert_eq!(ticket.reply().await, format!("ok {rounds}"));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let workers = 2 * javas.len() as u32 + 2;
+    let total = redis.cmd(&["GET", counter]).text().map(str::to_owned);
+    assert_eq!(
+        total,
+        Some((workers * rounds).to_string()),
+        "{counter}: lost increments"
+    );
+}
+
 /// Java's worker `w1` holds `name` (taken by the caller); a Rust task waits for it and is woken
 /// by Java's unlock, well before the 30 s lease could end it. The Rust guard, and the delay
 /// from sending the unlock (Java's own reply may come after our wake-up) to our grant.
@@ -68,11 +152,7 @@ async fn rust_release_wakes_java(java: &Redisson, guard: LockGuard, name: &str) 
     assert!(java.is_locked(name).await);
     let released = mono_ns();
     guard.release().await.unwrap();
-    let reply = java_wait.reply().await;
-    let acquired: u64 = reply
-        .strip_prefix("ok ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{} {name}: Java tryLock: {reply}", java.version()));
+    let acquired = ok_ns(&java_wait.reply().await);
     let delay = acquired.saturating_sub(released);
     assert!(
         delay < 2_000_000_000,
@@ -124,54 +204,21 @@ async fn java_and_rust_exclude_and_wake_each_other() {
 async fn three_processes_never_lose_an_increment() {
     const ROUNDS: u32 = 40;
     let redis = RedisServer::start();
-    let javas: Vec<Redisson> = REDISSON_VERSIONS
-        .iter()
-        .map(|v| Redisson::start(v, &redis.url(), Duration::from_secs(30)))
-        .collect();
+    let javas = start_javas(&redis);
     let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
     let started = Instant::now();
-    let tickets: Vec<_> = (javas.iter())
-        .flat_map(|java| ["w1", "w2"].map(|w| java.contend(w, "cart", "counter", ROUNDS)))
-        .collect();
-    let rust_tasks: Vec<_> = (0..2)
-        .map(|_| {
-            let (rust, url) = (rust.clone(), redis.url());
-            tokio::spawn(async move {
-                let mut conn = redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                for _ in 0..ROUNDS {
-                    let guard = rust.lock("cart").acquire().await.unwrap();
-                    let value: Option<u64> = redis::cmd("GET")
-                        .arg("counter")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    if rand::random::<bool>() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    let _: () = redis::cmd("SET")
-                        .arg("counter")
-                        .arg(value.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    guard.release().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for ticket in tickets {
-        let reply = ticket.reply().await;
-        assert_eq!(reply, format!("ok {ROUNDS}"));
-    }
-    for task in rust_tasks {
-        task.await.unwrap();
-    }
-    let total = redis.cmd(&["GET", "counter"]).text().map(str::to_owned);
-    assert_eq!(total, Some((6 * ROUNDS).to_string()), "lost increments");
+    never_lose_an_increment(
+        &redis,
+        &javas,
+        "counter",
+        ROUNDS,
+        |w| format!("contend {w} cart counter {ROUNDS}"),
+        move || {
+            let rust = rust.clone();
+            async move { rust.lock("cart").acquire().await.unwrap() }
+        },
+    )
+    .await;
     eprintln!(
         "{} locked increments by 2 JVMs and 1 Rust process in {:?}",
         6 * ROUNDS,

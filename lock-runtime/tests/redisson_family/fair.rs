@@ -10,7 +10,7 @@ use lock_runtime::{LockClient, LockError, LossReason};
 use lock_tests::redisson::REDISSON_VERSIONS;
 use lock_tests::{RedisServer, Redisson, mono_ns};
 
-use super::{ms, rust_client};
+use super::{ms, never_lose_an_increment, ok_ns, rust_client, start_javas};
 
 fn queue_key(name: &str) -> String {
     format!("redisson_lock_queue:{{{name}}}")
@@ -50,13 +50,6 @@ async fn queued(redis: &RedisServer, name: &str, len: usize) -> Vec<String> {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn ok_ns(reply: &str) -> u64 {
-    reply
-        .strip_prefix("ok ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("driver replied {reply}"))
 }
 
 async fn java_fair_lock(java: &Redisson, worker: &str, name: &str) -> u64 {
@@ -366,55 +359,21 @@ async fn fair_leases_kill_and_force_unlock() {
 async fn three_processes_never_lose_an_increment_under_a_fair_lock() {
     const ROUNDS: u32 = 25;
     let redis = RedisServer::start();
-    let javas: Vec<Redisson> = REDISSON_VERSIONS
-        .iter()
-        .map(|v| Redisson::start(v, &redis.url(), Duration::from_secs(30)))
-        .collect();
+    let javas = start_javas(&redis);
     let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
     let started = Instant::now();
-    let tickets: Vec<_> = (javas.iter())
-        .flat_map(|java| {
-            ["w1", "w2"].map(|w| java.send(&format!("faircontend {w} fair-cart counter {ROUNDS}")))
-        })
-        .collect();
-    let tasks: Vec<_> = (0..2)
-        .map(|_| {
-            let (rust, url) = (rust.clone(), redis.url());
-            tokio::spawn(async move {
-                let mut conn = redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                for _ in 0..ROUNDS {
-                    let guard = rust.fair_lock("fair-cart").acquire().await.unwrap();
-                    let value: Option<u64> = redis::cmd("GET")
-                        .arg("counter")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    if rand::random::<bool>() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    let _: () = redis::cmd("SET")
-                        .arg("counter")
-                        .arg(value.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    guard.release().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for ticket in tickets {
-        assert_eq!(ticket.reply().await, format!("ok {ROUNDS}"));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let total = redis.cmd(&["GET", "counter"]).text().map(str::to_owned);
-    assert_eq!(total, Some((6 * ROUNDS).to_string()), "lost increments");
+    never_lose_an_increment(
+        &redis,
+        &javas,
+        "counter",
+        ROUNDS,
+        |w| format!("faircontend {w} fair-cart counter {ROUNDS}"),
+        move || {
+            let rust = rust.clone();
+            async move { rust.fair_lock("fair-cart").acquire().await.unwrap() }
+        },
+    )
+    .await;
     assert!(queue(&redis, "fair-cart").is_empty());
     eprintln!(
         "{} fair-locked increments by 2 JVMs and 1 Rust process in {:?}",

@@ -9,19 +9,11 @@ use lock_runtime::{HoldMode, LockError, LockGuard, LockKind, LossReason};
 use lock_tests::redisson::REDISSON_VERSIONS;
 use lock_tests::{RedisServer, Redisson, mono_ns};
 
-use super::{ms, rust_client};
+use super::{connect, ms, never_lose_an_increment, ok_ns, rust_client, start_javas};
 
 /// A Java read/write command's reply (`ok <nanos>`, `busy`, `err …`).
 async fn java(java: &Redisson, command: &str) -> String {
     java.call(command).await
-}
-
-/// The nanoseconds of an `ok <nanos>` reply.
-fn ok_ns(reply: &str) -> u64 {
-    reply
-        .strip_prefix("ok ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("expected `ok <nanos>`, got `{reply}`"))
 }
 
 /// Whether Java's `tryLock` with no wait got the lock.
@@ -647,76 +639,40 @@ async fn force_unlock_both_ways() {
 async fn three_processes_never_lose_an_increment_under_the_write_lock() {
     const ROUNDS: u32 = 30;
     let redis = RedisServer::start();
-    let javas: Vec<Redisson> = REDISSON_VERSIONS
-        .iter()
-        .map(|v| Redisson::start(v, &redis.url(), Duration::from_secs(30)))
-        .collect();
+    let javas = start_javas(&redis);
     let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
     let started = Instant::now();
-    let tickets: Vec<_> = (javas.iter())
-        .flat_map(|j| {
-            ["w1", "w2"].map(|w| j.send(&format!("wcontend {w} pantry rwcounter {ROUNDS}")))
-        })
-        .collect();
-    let connect = |url: String| async move {
-        redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+    let reader = async {
+        let mut conn = connect(redis.url()).await;
+        let mut reads = 0;
+        while reads < 20 {
+            let guard = rust.rw_lock("pantry").read().acquire().await.unwrap();
+            let get = || redis::cmd("GET").arg("rwcounter").clone();
+            let before: Option<u64> = get().query_async(&mut conn).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let after: Option<u64> = get().query_async(&mut conn).await.unwrap();
+            assert_eq!(before, after, "written under a read lock");
+            guard.release().await.unwrap();
+            reads += 1;
+        }
     };
-    let writers: Vec<_> = (0..2)
-        .map(|_| {
-            let (rust, url) = (rust.clone(), redis.url());
-            tokio::spawn(async move {
-                let mut conn = connect(url).await;
-                for _ in 0..ROUNDS {
-                    let guard = rust.rw_lock("pantry").write().acquire().await.unwrap();
-                    let value: Option<u64> = redis::cmd("GET")
-                        .arg("rwcounter")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    if rand::random::<bool>() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    let _: () = redis::cmd("SET")
-                        .arg("rwcounter")
-                        .arg(value.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    guard.release().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    let reader = {
-        let (rust, url) = (rust.clone(), redis.url());
-        tokio::spawn(async move {
-            let mut conn = connect(url).await;
-            let mut reads = 0;
-            while reads < 20 {
-                let guard = rust.rw_lock("pantry").read().acquire().await.unwrap();
-                let get = || redis::cmd("GET").arg("rwcounter").clone();
-                let before: Option<u64> = get().query_async(&mut conn).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let after: Option<u64> = get().query_async(&mut conn).await.unwrap();
-                assert_eq!(before, after, "written under a read lock");
-                guard.release().await.unwrap();
-                reads += 1;
-            }
-        })
-    };
-    for ticket in tickets {
-        assert_eq!(ticket.reply().await, format!("ok {ROUNDS}"));
-    }
-    for task in writers {
-        task.await.unwrap();
-    }
-    reader.await.unwrap();
-    let total = redis.cmd(&["GET", "rwcounter"]).text().map(str::to_owned);
-    assert_eq!(total, Some((6 * ROUNDS).to_string()), "lost increments");
+    let writer = rust.clone();
+    // The helper sends the Java commands and spawns the Rust writers at its first poll; the
+    // reader then runs alongside them.
+    tokio::join!(
+        never_lose_an_increment(
+            &redis,
+            &javas,
+            "rwcounter",
+            ROUNDS,
+            |w| format!("wcontend {w} pantry rwcounter {ROUNDS}"),
+            move || {
+                let rust = writer.clone();
+                async move { rust.rw_lock("pantry").write().acquire().await.unwrap() }
+            },
+        ),
+        reader
+    );
     eprintln!(
         "{} write-locked increments by 2 JVMs and 1 Rust process (with a Rust reader) in {:?}",
         6 * ROUNDS,

@@ -46,23 +46,7 @@ local function check(timeout, count)
   if kind ~= 'zset' and kind ~= 'none' then
     return {-1, kind}
   end
-  local value = redis.pcall('GET', count)
-  local bad = foreign(value, count)
-  if bad then
-    return bad
-  end
-  if value and (not string.match(value, '^%-?%d+$') or string.len(value) > 15) then
-    return {-1, 'string'}
-  end
-  return nil
-end
-
--- Java's trySetPermits with the handle's capacity: N is set (and published) when absent.
-local function ensure(count, channel, capacity)
-  if not redis.call('GET', count) then
-    redis.call('SET', count, capacity)
-    redis.call('PUBLISH', channel, capacity)
-  end
+  return check_count(count)
 end
 
 -- Redisson's reclaim step: up to `limit` (-1: all) expired permits go back to N; the new

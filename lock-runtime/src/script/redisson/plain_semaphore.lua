@@ -20,27 +20,6 @@
 -- Replies are {code, detail} as this crate's own scripts' ({-1, type} for foreign data,
 -- nothing written), except inspect's, which has inspect.lua's shape.
 
--- Foreign data at N: {-1, type}, else nil.
-local function check(count)
-  local value = redis.pcall('GET', count)
-  local bad = foreign(value, count)
-  if bad then
-    return bad
-  end
-  if value and (not string.match(value, '^%-?%d+$') or string.len(value) > 15) then
-    return {-1, 'string'}
-  end
-  return nil
-end
-
--- Java's trySetPermits with the handle's capacity: N is set (and published) when absent.
-local function ensure(count, channel, capacity)
-  if not redis.call('GET', count) then
-    redis.call('SET', count, capacity)
-    redis.call('PUBLISH', channel, capacity)
-  end
-end
-
 local function permits_of(owner)
   return tonumber(string.match(owner, '#(%d+)$') or '1')
 end
@@ -57,7 +36,7 @@ end
 -- {0, -1} when too few are free (no lease to wait for: the waiter polls as well as
 -- listening), {3, capacity} when more than the handle's capacity is asked for.
 local function acquire(count, channel, fence, owner, lease_ms, retention_ms, capacity)
-  local bad = check(count)
+  local bad = check_count(count)
   if bad then
     return bad
   end
@@ -87,7 +66,7 @@ end
 -- Java's release(n): INCRBY, then the new count on the channel; only once per hold (the
 -- marker), {0, 0} when it was given back already.
 local function release(count, channel, owner)
-  local bad = check(count)
+  local bad = check_count(count)
   if bad then
     return bad
   end
@@ -100,7 +79,7 @@ local function release(count, channel, owner)
 end
 
 local function free(count, channel, capacity)
-  local bad = check(count)
+  local bad = check_count(count)
   if bad then
     return bad
   end

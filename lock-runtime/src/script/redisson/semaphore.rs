@@ -61,21 +61,26 @@ use crate::family::{Family, Mode};
 use crate::layout::{Layout, TOKEN, prefixed, suffixed};
 use crate::names::LockNames;
 
+/// `prelude.lua`, then `semaphore_common.lua`, then `script`.
+fn semaphore_script(script: &str) -> String {
+    with_prelude(&[include_str!("semaphore_common.lua"), script].concat())
+}
+
 /// `RPermitExpirableSemaphore`: every operation (see `permits.lua`).
 pub(crate) static PERMITS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&with_prelude(include_str!("permits.lua"))));
+    LazyLock::new(|| Script::new(&semaphore_script(include_str!("permits.lua"))));
 /// `RSemaphore`: every operation (see `plain_semaphore.lua`).
 pub(crate) static PLAIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&with_prelude(include_str!("plain_semaphore.lua"))));
+    LazyLock::new(|| Script::new(&semaphore_script(include_str!("plain_semaphore.lua"))));
 #[cfg(feature = "cluster")]
 pub(crate) static PERMITS_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&super::super::sharded(&with_prelude(include_str!(
+    Script::new(&super::super::sharded(&semaphore_script(include_str!(
         "permits.lua"
     ))))
 });
 #[cfg(feature = "cluster")]
 pub(crate) static PLAIN_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&super::super::sharded(&with_prelude(include_str!(
+    Script::new(&super::super::sharded(&semaphore_script(include_str!(
         "plain_semaphore.lua"
     ))))
 });

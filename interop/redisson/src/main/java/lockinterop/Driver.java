@@ -181,26 +181,7 @@ public final class Driver {
                     reply(tag, "ok " + System.nanoTime());
                 }
                 case "held" -> reply(tag, "ok " + redisson.getLock(name).isHeldByCurrentThread());
-                case "contend" -> {
-                    RBucket<String> counter = redisson.getBucket(w[4], StringCodec.INSTANCE);
-                    long n = Long.parseLong(w[5]);
-                    RLock lock = redisson.getLock(name);
-                    for (long i = 0; i < n; i++) {
-                        lock.lock();
-                        try {
-                            String value = counter.get();
-                            long next = (value == null ? 0 : Long.parseLong(value)) + 1;
-                            // A deliberately non-atomic increment: only the lock keeps it right.
-                            if (ThreadLocalRandom.current().nextBoolean()) {
-                                Thread.sleep(1);
-                            }
-                            counter.set(Long.toString(next));
-                        } finally {
-                            lock.unlock();
-                        }
-                    }
-                    reply(tag, "ok " + n);
-                }
+                case "contend" -> reply(tag, Counter.contend(redisson, w[4], Long.parseLong(w[5]), redisson.getLock(name)));
                 case "sell" -> {
                     RBucket<String> stock = redisson.getBucket(w[4], StringCodec.INSTANCE);
                     RBucket<String> sold = redisson.getBucket(w[5], StringCodec.INSTANCE);

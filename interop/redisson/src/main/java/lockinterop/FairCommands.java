@@ -1,12 +1,9 @@
 package lockinterop;
 
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
-import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
 import org.redisson.api.RedissonClient;
-import org.redisson.client.codec.StringCodec;
 
 /**
  * {@link Driver} commands for Redisson's fair lock ({@code RedissonClient.getFairLock}). Each
@@ -63,24 +60,7 @@ final class FairCommands implements Commands {
                 return "ok " + redisson.getFairLock(w[3]).isHeldByCurrentThread();
             }
             case "faircontend" -> {
-                RBucket<String> counter = redisson.getBucket(w[4], StringCodec.INSTANCE);
-                long n = Long.parseLong(w[5]);
-                RLock lock = redisson.getFairLock(w[3]);
-                for (long i = 0; i < n; i++) {
-                    lock.lock();
-                    try {
-                        String value = counter.get();
-                        long next = (value == null ? 0 : Long.parseLong(value)) + 1;
-                        // A deliberately non-atomic increment: only the lock keeps it right.
-                        if (ThreadLocalRandom.current().nextBoolean()) {
-                            Thread.sleep(1);
-                        }
-                        counter.set(Long.toString(next));
-                    } finally {
-                        lock.unlock();
-                    }
-                }
-                return "ok " + n;
+                return Counter.contend(redisson, w[4], Long.parseLong(w[5]), redisson.getFairLock(w[3]));
             }
             default -> {
                 return null;

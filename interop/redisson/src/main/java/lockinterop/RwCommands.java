@@ -1,13 +1,10 @@
 package lockinterop;
 
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
-import org.redisson.api.RBucket;
 import org.redisson.api.RLock;
 import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RedissonClient;
-import org.redisson.client.codec.StringCodec;
 
 /**
  * The {@link Driver} commands of {@code RReadWriteLock}. Each names a worker {@code W} (a Java
@@ -50,7 +47,7 @@ final class RwCommands implements Commands {
             case "wforce" -> "ok " + write(w[3]).forceUnlock();
             case "rlocked" -> "ok " + read(w[3]).isLocked();
             case "wlocked" -> "ok " + write(w[3]).isLocked();
-            case "wcontend" -> contend(write(w[3]), w[4], Long.parseLong(w[5]));
+            case "wcontend" -> Counter.contend(redisson, w[4], Long.parseLong(w[5]), write(w[3]));
             default -> null;
         };
     }
@@ -84,24 +81,5 @@ final class RwCommands implements Commands {
     private static String unlock(RLock lock) {
         lock.unlock();
         return "ok " + System.nanoTime();
-    }
-
-    private String contend(RLock lock, String key, long n) throws InterruptedException {
-        RBucket<String> counter = redisson.getBucket(key, StringCodec.INSTANCE);
-        for (long i = 0; i < n; i++) {
-            lock.lock();
-            try {
-                String value = counter.get();
-                long next = (value == null ? 0 : Long.parseLong(value)) + 1;
-                // A deliberately non-atomic increment: only the write lock keeps it right.
-                if (ThreadLocalRandom.current().nextBoolean()) {
-                    Thread.sleep(1);
-                }
-                counter.set(Long.toString(next));
-            } finally {
-                lock.unlock();
-            }
-        }
-        return "ok " + n;
     }
 }

@@ -2,14 +2,11 @@ package lockinterop;
 
 import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
-import org.redisson.api.RBucket;
 import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
-import org.redisson.client.codec.StringCodec;
 
 /**
  * {@link Driver} commands for Redisson's semaphores: {@code RSemaphore} ({@code sem-…}) and
@@ -71,18 +68,11 @@ final class SemaphoreCommands implements Commands {
             case "sem-add":
                 sem.addPermits(Integer.parseInt(w[4]));
                 return "ok " + System.nanoTime();
-            case "sem-contend": {
-                long rounds = Long.parseLong(w[5]);
-                for (long i = 0; i < rounds; i++) {
+            case "sem-contend":
+                return Counter.contend(redisson, w[4], Long.parseLong(w[5]), () -> {
                     sem.acquire();
-                    try {
-                        increment(w[4]);
-                    } finally {
-                        sem.release();
-                    }
-                }
-                return "ok " + rounds;
-            }
+                    return sem::release;
+                });
             case "psem-tryset":
                 return "ok " + psem.trySetPermits(Integer.parseInt(w[4]));
             case "psem-acquire": {
@@ -118,31 +108,15 @@ final class SemaphoreCommands implements Commands {
                 psem.addPermits(Integer.parseInt(w[4]));
                 return "ok " + System.nanoTime();
             case "psem-contend": {
-                long rounds = Long.parseLong(w[5]);
                 long lease = Long.parseLong(w[6]);
-                for (long i = 0; i < rounds; i++) {
+                return Counter.contend(redisson, w[4], Long.parseLong(w[5]), () -> {
                     String id = psem.acquire(lease, TimeUnit.MILLISECONDS);
-                    try {
-                        increment(w[4]);
-                    } finally {
-                        psem.release(id);
-                    }
-                }
-                return "ok " + rounds;
+                    return () -> psem.release(id);
+                });
             }
             default:
                 return "err unknown command " + command;
         }
     }
 
-    /** A deliberately non-atomic increment of {@code key}: only the semaphore keeps it right. */
-    private void increment(String key) throws InterruptedException {
-        RBucket<String> counter = redisson.getBucket(key, StringCodec.INSTANCE);
-        String value = counter.get();
-        long next = (value == null ? 0 : Long.parseLong(value)) + 1;
-        if (ThreadLocalRandom.current().nextBoolean()) {
-            Thread.sleep(1);
-        }
-        counter.set(Long.toString(next));
-    }
-}
+    /** A deliberately non-atomic increment of {@code key}: only the semaphore keeps it right. */}

@@ -607,7 +607,11 @@ impl Drop for Place<'_> {
             // Releasing an owner that holds nothing removes its place (and wakes whoever
             // it held up).
             tracing::debug!("stopped waiting; leaving the queue in the background");
-            let job = ReleaseJob::new(acquire.names, &acquire.owner, Instant::now() + PLACE_TTL);
+            let job = ReleaseJob::new(
+                acquire.names,
+                &acquire.owner,
+                Instant::now() + acquire.names.place_outlives(),
+            );
             inner.releaser.submit(job);
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::LockError;
 use crate::demux::WakeRule;
-use crate::family::{Family, Mode};
+use crate::family::{Family, Mode, PLACE_TTL};
 use crate::names::{LockNames, hash_tag, validate_name};
 
 /// The keys, channels and fencing counter a client uses for a lock name; chosen per client with
@@ -139,6 +139,20 @@ impl Layout {
 }
 
 impl LockNames {
+    /// How long a waiter's place in Redis can outlive the waiter: so long its leaving is
+    /// worth retrying in the background. A native place ends [`PLACE_TTL`] after its last
+    /// refresh; a place in Redisson's fair queue carries Redisson's deadline arithmetic (up to
+    /// a `fairLockWaitTimeout` beyond the place ahead), so a waiter that gives up while Redis
+    /// is unreachable for a while still leaves it instead of stalling the queue.
+    pub(crate) fn place_outlives(&self) -> std::time::Duration {
+        match (self.layout, self.family) {
+            (Layout::Redisson, Family::Fair) => {
+                PLACE_TTL + std::time::Duration::from_millis(crate::script::redisson::fair::WAIT)
+            }
+            _ => PLACE_TTL,
+        }
+    }
+
     /// The owner id of an acquisition in `mode`, from `base` (`<client>:<n>`): what the
     /// scripts of this name's layout and family need to know about the hold.
     pub(crate) fn owner(&self, mode: Mode, base: String) -> String {

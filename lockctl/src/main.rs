@@ -80,7 +80,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use lock_runtime::{LockClient, LockError, LockInfo};
+use lock_runtime::{LockClient, LockError, LockInfo, LockKind};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Connection, Listing};
@@ -344,6 +344,27 @@ async fn info_of(
     }
 }
 
+/// With `--redisson` a hash at the name is Redisson's mutex, fair lock or read/write lock, and
+/// each wakes its waiters its own way (the unlock channel; the first queued waiter's own
+/// channel; the read/write channel, waking all): force-unlock it as what it is, so that its
+/// waiters, Java's included, are woken at once rather than when their timers run out.
+async fn redisson_force_unlock(
+    client: &LockClient,
+    name: &str,
+    info: &LockInfo,
+) -> Result<bool, LockError> {
+    if info.kind == LockKind::ReadWrite {
+        return client.rw_lock(name).write().force_unlock().await;
+    }
+    let fair = client.fair_lock(name);
+    let queued = fair.info().await?.map_or(0, |i| i.waiters.queued);
+    if queued > 0 {
+        fair.force_unlock().await
+    } else {
+        client.lock(name).force_unlock().await
+    }
+}
+
 async fn inspect(
     client: &LockClient,
     name: &str,
@@ -391,6 +412,8 @@ async fn force_unlock(
     }
     let deleted = if semaphore {
         client.semaphore(name, 1).force_release_all().await?
+    } else if redisson {
+        redisson_force_unlock(client, name, &info).await?
     } else {
         client.lock(name).force_unlock().await?
     };

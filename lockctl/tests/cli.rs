@@ -602,4 +602,39 @@ async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
         .await
         .expect("the permits' holder learns of the loss");
     assert!(lost.is_lost(), "{lost}");
+
+    // A read/write lock and a fair lock are force-unlocked as what they are: their waiters
+    // (Java's too) are woken by their own message at once, well before the 3 s lease the
+    // holder had, or the waiter's own timer.
+    let catalog = locks.rw_lock("catalog");
+    let writing = catalog.write().acquire().await.unwrap();
+    let fair = locks.fair_lock("turns");
+    let first = fair.acquire().await.unwrap();
+    let (reader, next) = {
+        let (catalog, fair) = (catalog.clone(), fair.clone());
+        let reader = tokio::spawn(async move {
+            let guard = catalog.read().try_acquire(Duration::from_secs(10)).await;
+            (std::time::Instant::now(), guard)
+        });
+        let next = tokio::spawn(async move {
+            let guard = fair.try_acquire(Duration::from_secs(10)).await;
+            (std::time::Instant::now(), guard)
+        });
+        (reader, next)
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (name, waiter) in [("catalog", reader), ("turns", next)] {
+        let forced = std::time::Instant::now();
+        let out = lockctl(&["--url", &url, "--redisson", "force-unlock", name, "--yes"]).await;
+        assert!(expect(&out, 0).contains("force-unlocked"), "{name}");
+        let (got, guard) = waiter.await.unwrap();
+        let guard = guard.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let woken = got.saturating_duration_since(forced);
+        assert!(
+            woken < Duration::from_millis(1200),
+            "{name}: woken after {woken:?}"
+        );
+        guard.release().await.unwrap();
+    }
+    drop((writing, first));
 }

@@ -105,7 +105,9 @@ local function acquire(lock, fence, queue, timeout, owner, lease_ms, retention_m
   if first then
     return {0, math.max(1, math.min(tonumber(first) - now, place))}
   end
-  return {0, 1}
+  -- A head without a deadline (written by something else): the purge never drops it, so
+  -- look again when our place needs refreshing, not every millisecond.
+  return {0, tonumber(place)}
 end
 
 return acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])

@@ -10,8 +10,8 @@
 --
 -- Not a holder (a waiter that timed out or was cancelled): Redisson's give-up (§3.3): every
 -- waiter behind us gets `wait` off its deadline, and we leave the set and the queue. One
--- addition: if we were first and the lock is free, the new first waiter is told at once
--- (Redisson's give-up publishes nothing, so it would wait for its own retry).
+-- addition: if the lock is free, the first waiter is told at once (Redisson's give-up
+-- publishes nothing, so it would wait for its own retry).
 --
 -- Returns {1, 0} when released, {0, 0} when we did not hold it (our place is gone either
 -- way), {-1, type} for foreign data.
@@ -37,9 +37,9 @@ local function release(lock, queue, timeout, channel, owner, wait)
   end
   redis.call('ZREM', timeout, owner)
   redis.call('LREM', queue, 0, owner)
-  if waiters[1] == owner then
-    wake_head(lock, queue, channel)
-  end
+  -- Whenever the lock is free, as Redisson's unlock does (§3.4 step 3): we may have been first,
+  -- or a holder whose lease ended before this release.
+  wake_head(lock, queue, channel)
   return {0, 0}
 end
 

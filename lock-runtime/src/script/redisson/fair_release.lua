@@ -10,8 +10,8 @@
 --
 -- Not a holder (a waiter that timed out or was cancelled): Redisson's give-up (§3.3): every
 -- waiter behind us gets `wait` off its deadline, and we leave the set and the queue. One
--- addition: if the lock is free, the first waiter is told at once (Redisson's give-up
--- publishes nothing, so it would wait for its own retry).
+-- addition: if we were first and the lock is free, the new first waiter is told at once
+-- (Redisson's give-up publishes nothing, so it would wait for its own retry).
 --
 -- Returns {1, 0} when released, {0, 0} when we did not hold it (our place is gone either
 -- way), {-1, type} for foreign data.
@@ -37,9 +37,12 @@ local function release(lock, queue, timeout, channel, owner, wait)
   end
   redis.call('ZREM', timeout, owner)
   redis.call('LREM', queue, 0, owner)
-  -- Whenever the lock is free, as Redisson's unlock does (§3.4 step 3): we may have been first,
-  -- or a holder whose lease ended before this release.
-  wake_head(lock, queue, channel)
+  -- If the lock is free: we were first, or we were no waiter at all but a holder whose lease
+  -- ended before this release (Redisson's unlock wakes the first waiter then too, §3.4 step
+  -- 3). A waiter further back leaving changes nobody's turn.
+  if waiters[1] == owner or not behind then
+    wake_head(lock, queue, channel)
+  end
   return {0, 0}
 end
 

@@ -1,10 +1,10 @@
 //! A hold: the state of one outermost acquisition (`Held`), shared by its guards, the
 //! reentrancy scope and the watchdog, and its loss signal.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{self, Group};
@@ -12,8 +12,13 @@ use crate::names::LockNames;
 use crate::{LockClient, LossReason};
 
 /// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
+///
+/// One per held lock, so it is kept small: the first reason in a `OnceLock` and one `Notify`
+/// for the tasks waiting in [`LockGuard::lost`](crate::LockGuard::lost) (a `watch` channel
+/// would carry nine `Notify`s, about 300 bytes more per held lock).
 pub(crate) struct LossSignal {
-    tx: watch::Sender<Option<LossReason>>,
+    reason: OnceLock<LossReason>,
+    declared: Notify,
     /// The `group` label of the loss's metric.
     group: Group,
 }
@@ -21,42 +26,41 @@ pub(crate) struct LossSignal {
 impl LossSignal {
     pub(crate) fn new(group: Group) -> LossSignal {
         LossSignal {
-            tx: watch::Sender::new(None),
+            reason: OnceLock::new(),
+            declared: Notify::new(),
             group,
         }
     }
 
     /// Records the first reason; later ones are ignored.
     pub(crate) fn declare(&self, name: &str, reason: LossReason) {
-        let first = self.tx.send_if_modified(|v| {
-            if v.is_none() {
-                // Counted before anyone waiting for the loss is woken.
-                if reason != LossReason::Released {
-                    metrics::lost(&self.group, reason);
-                }
-                *v = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-        if first && reason != LossReason::Released {
+        if self.reason.set(reason).is_err() {
+            return;
+        }
+        // Counted before anyone waiting for the loss is woken.
+        if reason != LossReason::Released {
+            metrics::lost(&self.group, reason);
+        }
+        self.declared.notify_waiters();
+        if reason != LossReason::Released {
             tracing::warn!(lock = name, %reason, "lock lost");
         }
     }
 
     pub(crate) fn get(&self) -> Option<LossReason> {
-        *self.tx.borrow()
+        self.reason.get().copied()
     }
 
     pub(crate) async fn wait(&self) -> LossReason {
-        let mut rx = self.tx.subscribe();
-        // Copy the reason out before any other await: the borrow guard is not `Send`.
-        let reason = rx.wait_for(Option::is_some).await.map(|v| *v);
-        match reason {
-            Ok(reason) => reason.unwrap_or(LossReason::Released),
-            // The sender lives in `self`; it cannot close while we borrow it.
-            Err(_) => std::future::pending().await,
+        loop {
+            // Registered before the look, so a declaration between the two still wakes us.
+            let declared = self.declared.notified();
+            tokio::pin!(declared);
+            declared.as_mut().enable();
+            if let Some(reason) = self.get() {
+                return reason;
+            }
+            declared.await;
         }
     }
 }

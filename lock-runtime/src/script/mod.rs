@@ -12,7 +12,7 @@ use redis::{Cmd, Script, Value};
 
 pub(crate) use crate::backend::{CapacityOp, HandOff, LockState, Reply};
 use crate::family::{Family, PLACE_TTL};
-use crate::layout::{Layout, is_redisson_rwlock};
+use crate::layout::Layout;
 use crate::names::LockNames;
 
 mod denied;
@@ -186,16 +186,8 @@ impl Call {
         lease_ms: u64,
         retention_ms: u64,
     ) -> Call {
-        if names.layout == Layout::Redisson && names.family == Family::Fair {
-            return redisson::fair::acquire(names, owner, lease_ms, retention_ms);
-        }
-        if let Some(call) =
-            redisson::semaphore::acquire(publishing, names, owner, lease_ms, retention_ms)
-        {
+        if let Some(call) = redisson::acquire(publishing, names, owner, lease_ms, retention_ms) {
             return call;
-        }
-        if is_redisson_rwlock(names) {
-            return redisson::rwlock::acquire(names, owner, lease_ms, retention_ms);
         }
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
@@ -236,14 +228,8 @@ impl Call {
         owner: &str,
         next: Option<&HandOff<'_>>,
     ) -> Call {
-        if names.layout == Layout::Redisson && names.family == Family::Fair {
-            return redisson::fair::release(publishing, names, owner);
-        }
-        if let Some(call) = redisson::semaphore::release(publishing, names, owner) {
+        if let Some(call) = redisson::release(publishing, names, owner) {
             return call;
-        }
-        if is_redisson_rwlock(names) {
-            return redisson::rwlock::release(publishing.redisson_rwlock, names, owner);
         }
         let owner_arg = [Arg::Str(owner)];
         match names.family {
@@ -283,14 +269,8 @@ impl Call {
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
     pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
-        if names.layout == Layout::Redisson && names.family == Family::Fair {
-            return redisson::fair::force_unlock(publishing, names);
-        }
-        if let Some(call) = redisson::semaphore::force_unlock(publishing, names) {
+        if let Some(call) = redisson::force_unlock(publishing, names) {
             return call;
-        }
-        if is_redisson_rwlock(names) {
-            return redisson::rwlock::force_unlock(publishing.redisson_rwlock, names);
         }
         let keys = [names.key.as_str(), &names.channel];
         if names.layout == Layout::Redisson {
@@ -334,14 +314,8 @@ impl Call {
     /// (every role key of the name is passed; they share its slot), with at most
     /// `max_holders` holders listed.
     pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
-        if names.layout == Layout::Redisson && names.family == Family::Fair {
-            return redisson::fair::inspect(publishing, names, max_holders);
-        }
-        if let Some(call) = redisson::semaphore::inspect(publishing, names, max_holders) {
+        if let Some(call) = redisson::inspect(publishing, names, max_holders) {
             return call;
-        }
-        if is_redisson_rwlock(names) {
-            return redisson::rwlock::inspect(publishing.redisson_rwlock, names, max_holders);
         }
         let keys = [
             names.key.as_str(),

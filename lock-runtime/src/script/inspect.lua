@@ -61,12 +61,7 @@ local function inspect(lock, fence, channel, queue, places, writers, stored, max
       pttl = math.max(1, tonumber(last[2]) - now)
     end
   end
-  local token = false
-  local counter = redis.pcall('GET', fence)
-  if type(counter) == 'string' then
-    -- Decimal digits, possibly followed by a yield marker (see `yield` in the prelude).
-    token = string.match(counter, '^(%-?%d+)') or false
-  end
+  local token = last_token(fence)
   local capacity = redis.pcall('GET', stored)
   if type(capacity) ~= 'string' or not string.match(capacity, '^%d+$') or string.len(capacity) > 10 then
     capacity = false

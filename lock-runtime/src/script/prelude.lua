@@ -10,6 +10,16 @@ local function now_ms()
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
 
+-- The fencing token last issued at `fence` (its digits, without a yield marker: see `yield`
+-- below), or false when there is none: what the inspect scripts report.
+local function last_token(fence)
+  local counter = redis.pcall('GET', fence)
+  if type(counter) == 'string' then
+    return string.match(counter, '^(%-?%d+)') or false
+  end
+  return false
+end
+
 -- Makes `key` live at least `ms` more milliseconds (never shortens it).
 local function extend(key, ms)
   if redis.call('PTTL', key) < tonumber(ms) then

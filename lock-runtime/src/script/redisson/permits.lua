@@ -233,11 +233,7 @@ local function inspect(timeout, count, channel, fence, max_holders)
       pttl = last[2] == NEVER and -1 or math.max(1, tonumber(last[2]) - now)
     end
   end
-  local token = false
-  local counter = redis.pcall('GET', fence)
-  if type(counter) == 'string' then
-    token = string.match(counter, '^(%-?%d+)') or false
-  end
+  local token = last_token(fence)
   local total = false
   local value = redis.pcall('GET', count)
   if type(value) == 'string' and string.match(value, '^%-?%d+$') and (kind == 'zset' or kind == 'none') then

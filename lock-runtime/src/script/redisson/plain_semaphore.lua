@@ -89,11 +89,7 @@ end
 
 -- inspect.lua's reply shape: no holders are known; `capacity` is the available count.
 local function inspect(count, channel, fence)
-  local token = false
-  local counter = redis.pcall('GET', fence)
-  if type(counter) == 'string' then
-    token = string.match(counter, '^(%-?%d+)') or false
-  end
+  local token = last_token(fence)
   local subscribers = redis.call('PUBSUB', 'NUMSUB', channel)[2]
   return {redis.call('TYPE', count)['ok'], 0, {}, 0, token, 0, 0, subscribers, false}
 end

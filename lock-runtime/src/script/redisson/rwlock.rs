@@ -54,7 +54,7 @@ static RELEASE: LazyLock<Script> =
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(&with_mode(include_str!("rwlock_force_unlock.lua"))));
 static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("rwlock_inspect.lua")));
+    LazyLock::new(|| Script::new(&with_prelude(include_str!("rwlock_inspect.lua"))));
 
 #[cfg(feature = "cluster")]
 static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
@@ -69,8 +69,11 @@ static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
     ))))
 });
 #[cfg(feature = "cluster")]
-static INSPECT_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&crate::script::sharded(include_str!("rwlock_inspect.lua"))));
+static INSPECT_SHARDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&crate::script::sharded(&with_prelude(include_str!(
+        "rwlock_inspect.lua"
+    ))))
+});
 
 /// The read/write lock's scripts that publish (or count subscribers), for classic or sharded
 /// pub/sub: its part of [`Publishing`](crate::script::Publishing).

@@ -50,11 +50,7 @@ local function inspect(lock, fence, channel, prefix, max_holders)
       end
     end
   end
-  local token = false
-  local counter = redis.pcall('GET', fence)
-  if type(counter) == 'string' then
-    token = string.match(counter, '^(%-?%d+)') or false
-  end
+  local token = last_token(fence)
   local subscribers = redis.call('PUBSUB', 'NUMSUB', channel)[2]
   return {kind, pttl, holders, count, token, 0, 0, subscribers, false}
 end

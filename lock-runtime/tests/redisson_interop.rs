@@ -16,6 +16,17 @@ use lock_runtime::{Layout, LockClient, LockGuard, LossReason};
 use lock_tests::redisson::REDISSON_VERSIONS;
 use lock_tests::{RedisServer, Redisson, mono_ns};
 
+/// `acquire` in a task of its own that notes when it returned (`CLOCK_MONOTONIC` nanoseconds,
+/// which the JVMs' `System.nanoTime()` reads too): a waiter whose wake-up a test times.
+fn timed<T: Send + 'static>(
+    acquire: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<(u64, T)> {
+    tokio::spawn(async move {
+        let out = acquire.await;
+        (mono_ns(), out)
+    })
+}
+
 async fn rust_client(url: &str, watchdog: Duration) -> LockClient {
     LockClient::builder(url)
         .layout(Layout::Redisson)
@@ -123,10 +134,7 @@ async fn java_unlock_wakes_rust(
 ) -> (LockGuard, u64) {
     let waiter = {
         let (rust, name) = (rust.clone(), name.to_owned());
-        tokio::spawn(async move {
-            let guard = rust.lock(&name).try_acquire(Duration::from_secs(20)).await;
-            (mono_ns(), guard)
-        })
+        timed(async move { rust.lock(&name).try_acquire(Duration::from_secs(20)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "{name}: Rust got a lock Java holds");

@@ -102,12 +102,10 @@ async fn fair_locks_exclude_and_wake_each_other() {
 
         let waiter = {
             let (rust, name) = (rust.clone(), name.clone());
-            tokio::spawn(async move {
-                let guard = rust
-                    .fair_lock(&name)
+            super::timed(async move {
+                rust.fair_lock(&name)
                     .try_acquire(Duration::from_secs(20))
-                    .await;
-                (mono_ns(), guard)
+                    .await
             })
         };
         queued(&redis, &name, 1).await;
@@ -639,12 +637,10 @@ async fn a_fair_lock_on_a_cluster_with_sharded_pub_sub() {
             java_fair_lock(&java, "w1", &name).await;
             let waiter = {
                 let (rust, name) = (rust.clone(), name.clone());
-                tokio::spawn(async move {
-                    let guard = rust
-                        .fair_lock(&name)
+                super::timed(async move {
+                    rust.fair_lock(&name)
                         .try_acquire(Duration::from_secs(20))
-                        .await;
-                    (mono_ns(), guard)
+                        .await
                 })
             };
             tokio::time::sleep(Duration::from_millis(300)).await;

@@ -329,10 +329,7 @@ async fn java_and_rust_readers_share_and_writers_exclude() {
 fn waiting(
     lock: lock_runtime::Lock,
 ) -> tokio::task::JoinHandle<(u64, Result<LockGuard, LockError>)> {
-    tokio::spawn(async move {
-        let guard = lock.try_acquire(Duration::from_secs(20)).await;
-        (mono_ns(), guard)
-    })
+    super::timed(async move { lock.try_acquire(Duration::from_secs(20)).await })
 }
 
 /// The delay from `since` to each waiter's grant, all of which must come within 2 s (every

@@ -237,10 +237,7 @@ async fn semaphores_share_capacity_and_wake_each_other() {
 
         let waiter = {
             let sem = sem.clone();
-            tokio::spawn(async move {
-                let guard = sem.try_acquire(Duration::from_secs(20)).await;
-                (mono_ns(), guard)
-            })
+            super::timed(async move { sem.try_acquire(Duration::from_secs(20)).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
@@ -300,10 +297,7 @@ async fn semaphores_share_capacity_and_wake_each_other() {
         );
         let waiter = {
             let sem = sem.clone();
-            tokio::spawn(async move {
-                let guard = sem.try_acquire(Duration::from_secs(20)).await;
-                (mono_ns(), guard)
-            })
+            super::timed(async move { sem.try_acquire(Duration::from_secs(20)).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
@@ -395,20 +389,15 @@ async fn releases_wake_as_many_waiters_as_permits() {
         let ids: Vec<&str> = ids.split(',').collect();
         let two = {
             let sem = sem.clone();
-            tokio::spawn(async move {
-                let guard = sem
-                    .acquire_many(2, LockOptions::new().wait(Duration::from_secs(10)))
-                    .await;
-                (mono_ns(), guard)
+            super::timed(async move {
+                sem.acquire_many(2, LockOptions::new().wait(Duration::from_secs(10)))
+                    .await
             })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let one = {
             let sem = sem.clone();
-            tokio::spawn(async move {
-                let guard = sem.try_acquire(Duration::from_secs(10)).await;
-                (mono_ns(), guard)
-            })
+            super::timed(async move { sem.try_acquire(Duration::from_secs(10)).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         let released = mono_ns();
@@ -444,11 +433,9 @@ async fn releases_wake_as_many_waiters_as_permits() {
         let all = sem.acquire_many(3, LockOptions::new()).await.unwrap();
         let waiter = {
             let sem = sem.clone();
-            tokio::spawn(async move {
-                let guard = sem
-                    .acquire_many(2, LockOptions::new().wait(Duration::from_secs(10)))
-                    .await;
-                (mono_ns(), guard)
+            super::timed(async move {
+                sem.acquire_many(2, LockOptions::new().wait(Duration::from_secs(10)))
+                    .await
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;

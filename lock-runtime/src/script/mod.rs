@@ -49,6 +49,30 @@ pub(crate) static FORCE_UNLOCK: LazyLock<Script> = script!("force_unlock.lua");
 /// Reads the lock's state: holders, fencing token, waiters (`PUBSUB NUMSUB`).
 pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
 
+/// Runs queued mutex acquires and releases in one call (group commit): `batch.lua` after the
+/// functions of `acquire.lua` and `release.lua`, so each operation is exactly its own script's.
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&with_prelude(
+        &[
+            function_only(include_str!("acquire.lua")),
+            function_only(include_str!("release.lua")),
+            include_str!("batch.lua"),
+        ]
+        .concat(),
+    ))
+});
+
+/// A script without its last line, the `return f(KEYS[1], …)` that runs its function.
+fn function_only(script: &str) -> &str {
+    let body = script.trim_end();
+    let last = body.rfind('\n').map_or(0, |i| i + 1);
+    debug_assert!(
+        body[last..].starts_with("return "),
+        "a script's last line runs its function"
+    );
+    &body[..last]
+}
+
 /// The sharded twin of a publishing script (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
 macro_rules! sharded_script {
@@ -149,6 +173,8 @@ fn sharded(code: &str) -> String {
 pub(crate) struct Call {
     script: &'static Script,
     cmd: Cmd,
+    /// How many of the arguments after the hash are keys.
+    keys: usize,
 }
 
 /// A script argument.
@@ -171,7 +197,53 @@ impl Call {
                 Arg::Int(n) => cmd.arg(n),
             };
         }
-        Call { script, cmd }
+        Call {
+            script,
+            cmd,
+            keys: keys.len(),
+        }
+    }
+
+    /// `Some('a')` for a mutex acquire, `Some('r')` for a mutex release (both in our layout,
+    /// with classic pub/sub): what [`Call::batch`] can run together.
+    pub(crate) fn batch_kind(&self) -> Option<&'static str> {
+        if std::ptr::eq(self.script, LazyLock::force(&ACQUIRE)) {
+            Some("a")
+        } else if std::ptr::eq(self.script, LazyLock::force(&RELEASE)) {
+            Some("r")
+        } else {
+            None
+        }
+    }
+
+    /// `batch.lua`: `calls` (each with a [`Call::batch_kind`]) as one script call that runs
+    /// them in order and replies with one reply per call.
+    pub(crate) fn batch(calls: &[&Call]) -> Call {
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        for call in calls {
+            let kind = call.batch_kind().unwrap_or("r");
+            // EVALSHA, the hash, the key count, the keys, the arguments.
+            let mut parts = call.cmd.args_iter().skip(3).filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            });
+            keys.extend(parts.by_ref().take(call.keys));
+            let own: Vec<&[u8]> = parts.collect();
+            args.push(kind.as_bytes().to_vec());
+            args.push(own.len().to_string().into_bytes());
+            args.extend(own.into_iter().map(<[u8]>::to_vec));
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(BATCH.get_hash())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        Call {
+            script: &BATCH,
+            cmd,
+            keys: keys.len(),
+        }
     }
 
     /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept

@@ -5,7 +5,8 @@
 //!   cheap-to-clone connection that implements redis' `ConnectionLike` (so the scripts run
 //!   unchanged everywhere) and the demultiplexer's [`Channels`];
 //! - `operations.rs`: [`RedisBackend`], the lock operations as script calls, with per-topology
-//!   batching of renewals and background releases;
+//!   batching of renewals and background releases; `group_commit.rs`: the writes that queue
+//!   while one is in flight go out together, mutex operations merged into one script call;
 //! - `cluster.rs`: connecting to a cluster, sharded subscriptions (`SSUBSCRIBE`, one command per
 //!   slot), renewals batched per node, releases per lock; `slots.rs`: hash slots and the
 //!   slot→node map;
@@ -24,6 +25,7 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod group_commit;
 mod operations;
 pub(crate) mod replica_ack;
 #[cfg(feature = "sentinel")]

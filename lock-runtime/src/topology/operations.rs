@@ -17,6 +17,7 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 use super::Conn;
+use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
 use crate::names::LockNames;
@@ -36,6 +37,9 @@ pub(crate) struct RedisBackend {
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: super::slots::SlotCache,
+    /// Lock writes committed in groups: on one server and behind Sentinel, when replicas need
+    /// not acknowledge (see `group_commit.rs`).
+    group: Option<GroupCommit>,
 }
 
 impl RedisBackend {
@@ -45,7 +49,14 @@ impl RedisBackend {
         ack: Option<ReplicaAck>,
         fails_over: bool,
     ) -> RedisBackend {
+        let group = match &conn {
+            Conn::Single(_) if ack.is_none() => Some(GroupCommit::new(conn.clone())),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) if ack.is_none() => Some(GroupCommit::new(conn.clone())),
+            _ => None,
+        };
         RedisBackend {
+            group,
             conn,
             publishing,
             ack,
@@ -58,6 +69,13 @@ impl RedisBackend {
 
     /// A single-lock write, acknowledged by replicas when the client asks for it.
     async fn write(&self, call: Call) -> RedisResult<Acked<Reply>> {
+        if let Some(group) = &self.group {
+            let reply = Reply::from_redis_value(group.send(call).await?)?;
+            return Ok(Acked {
+                reply,
+                shortfall: None,
+            });
+        }
         let (reply, acked) = send::<Reply>(&mut self.conn.clone(), &call, self.ack).await?;
         let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
         Ok(Acked { reply, shortfall })
@@ -123,6 +141,19 @@ impl RedisBackend {
             };
         }
         let _ = limit; // One pipeline on one connection, bounded by its response timeout.
+        if let Some(group) = &self.group {
+            // In order with this client's other writes: a cancelled acquire's clean-up never
+            // overtakes the acquire.
+            let results = group.send_all(calls).await;
+            let failed: Vec<usize> = (0..results.len())
+                .filter(|&i| results[i].is_err())
+                .collect();
+            if !failed.is_empty() && failed.len() == jobs.len() {
+                let first = results.into_iter().find_map(Result::err);
+                return Err(first.unwrap_or_else(|| timed_out("every background release failed")));
+            }
+            return Ok(failed);
+        }
         let mut pipe = redis::pipe();
         // Every release script the pipeline uses (it may mix the families and layouts), to
         // reload after the server lost them.

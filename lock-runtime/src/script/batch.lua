@@ -1,0 +1,34 @@
+-- Group commit: several mutex acquires and releases of one client, run in the order they were
+-- queued while another of its writes was in flight. Follows `acquire.lua` and `release.lua`
+-- (their functions, without their last lines), so each operation is exactly the one its own
+-- script would have run.
+--
+-- ARGV  for each operation: 'a' (acquire) or 'r' (release), its argument count, its arguments
+-- KEYS  each operation's keys, in the same order: 2 for an acquire, 3 for a release
+--
+-- Returns one reply per operation, as its own script would have replied; an operation that
+-- raised an error (a server error its script does not turn into a reply) gets that error in its
+-- place, and the operations after it still run.
+local replies = {}
+local key, arg = 1, 1
+while arg <= #ARGV do
+  local kind, count = ARGV[arg], tonumber(ARGV[arg + 1])
+  local args = {unpack(ARGV, arg + 2, arg + 1 + count)}
+  local ok, reply
+  if kind == 'a' then
+    ok, reply = pcall(acquire, KEYS[key], KEYS[key + 1], unpack(args))
+    key = key + 2
+  else
+    ok, reply = pcall(release, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
+    key = key + 3
+  end
+  if not ok then
+    -- `redis.call` raises its error as a table with `err`; anything else is a plain message.
+    if type(reply) ~= 'table' or not reply.err then
+      reply = redis.error_reply(tostring(reply))
+    end
+  end
+  replies[#replies + 1] = reply
+  arg = arg + 2 + count
+end
+return replies

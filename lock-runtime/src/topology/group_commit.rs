@@ -1,0 +1,344 @@
+//! Group commit: the writes of one client that queue while one of its writes is in flight go
+//! out together when it returns, and its mutex acquires and releases among them as one script
+//! call (`batch.lua`).
+//!
+//! Redis spends more of its time starting a script call than on the few commands in one of
+//! ours, so under load (many tasks locking distinct keys at once) one call for a queue of
+//! operations costs the server much less than a call each. Alone, a write goes out at once, as
+//! it would without this: only writes that would have waited behind another anyway are merged.
+//!
+//! Order is kept: one request of this client's writes is in flight at a time, and a queue is
+//! sent in the order it was made, so a release queued after an acquire (a cancelled acquire's
+//! clean-up) never overtakes it. The writer whose request is in flight passes the queue on to a
+//! task when it is done, or when it is cancelled, so a queue never waits on a caller that left.
+//!
+//! Used on one server and behind Sentinel when replicas need not acknowledge (a `WAIT` would
+//! hold every queued write for its timeout); a cluster sends each call to its slot's node.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, RedisResult, Value};
+use tokio::sync::oneshot;
+
+use super::Conn;
+use crate::script::{self, Call};
+
+/// Operations per `batch.lua` call; a longer queue goes out as several calls in one pipeline.
+const MAX_BATCH: usize = 128;
+
+/// The writes of one client, committed in groups.
+pub(crate) struct GroupCommit {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    state: Mutex<State>,
+    /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
+    /// spanning slots (a proxy in front of a cluster).
+    merge: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    /// A request of this client's writes is in flight (or a task is sending the queue).
+    busy: bool,
+    queue: Vec<Queued>,
+}
+
+/// A write waiting for its turn, and where its reply goes.
+struct Queued {
+    call: Call,
+    reply: oneshot::Sender<RedisResult<Value>>,
+}
+
+impl GroupCommit {
+    pub(crate) fn new(conn: Conn) -> GroupCommit {
+        GroupCommit {
+            inner: Arc::new(Inner {
+                conn,
+                state: Mutex::new(State::default()),
+                merge: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// Runs `call`: at once when nothing of this client's is in flight, else with the queue
+    /// once the request in flight returns. The reply is the script's, or the error of the
+    /// request that carried it.
+    pub(crate) async fn send(&self, call: Call) -> RedisResult<Value> {
+        let queued = {
+            let mut state = self.inner.lock();
+            if state.busy || !state.queue.is_empty() {
+                let (reply, rx) = oneshot::channel();
+                state.queue.push(Queued { call, reply });
+                Err(rx)
+            } else {
+                state.busy = true;
+                Ok(call)
+            }
+        };
+        match queued {
+            Ok(call) => {
+                // Passes the queue on when this request is done, or dropped mid-flight.
+                let _turn = Turn(&self.inner);
+                let mut conn = self.inner.conn.clone();
+                let mut results = run(&mut conn, vec![call.cmd().clone()], &[call.script()]).await;
+                results.pop().unwrap_or_else(|| Err(lost_reply()))
+            }
+            Err(rx) => {
+                // Queued behind writes that nothing sends yet (see `send_all`).
+                Inner::pass_on(&self.inner, false);
+                rx.await.unwrap_or_else(|_| Err(lost_reply()))
+            }
+        }
+    }
+
+    /// Runs `calls` in order (each as [`GroupCommit::send`] would) and returns their replies.
+    pub(crate) async fn send_all(&self, calls: Vec<Call>) -> Vec<RedisResult<Value>> {
+        let receivers: Vec<_> = {
+            let mut state = self.inner.lock();
+            calls
+                .into_iter()
+                .map(|call| {
+                    let (reply, rx) = oneshot::channel();
+                    state.queue.push(Queued { call, reply });
+                    rx
+                })
+                .collect()
+        };
+        // Nothing in flight: this caller's queue goes out now, by a task of its own.
+        Inner::pass_on(&self.inner, false);
+        let mut replies = Vec::with_capacity(receivers.len());
+        for rx in receivers {
+            replies.push(rx.await.unwrap_or_else(|_| Err(lost_reply())));
+        }
+        replies
+    }
+}
+
+/// The turn of a caller whose own request is in flight; dropping it passes the queue on.
+struct Turn<'a>(&'a Arc<Inner>);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        Inner::pass_on(self.0, true);
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is a flag and a queue, consistent at every unlock.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// If writes are queued and nothing is in flight (or `ending_turn`: only the caller's own
+    /// request was, and it is over), a task sends them, and what queues meanwhile, until the
+    /// queue is empty. The flag and the queue change together, so no write can slip in between.
+    fn pass_on(inner: &Arc<Inner>, ending_turn: bool) {
+        let batch = {
+            let mut state = inner.lock();
+            if ending_turn {
+                state.busy = false;
+            }
+            if state.busy || state.queue.is_empty() {
+                return;
+            }
+            state.busy = true;
+            std::mem::take(&mut state.queue)
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send from (the last caller left as the runtime shut down): the
+            // queued callers get an error (their senders are dropped), as for a lost connection.
+            inner.lock().busy = false;
+            return;
+        };
+        let mut drain = Drain {
+            inner: inner.clone(),
+            finished: false,
+        };
+        runtime.spawn(async move {
+            let mut batch = batch;
+            loop {
+                drain.inner.send_queue(batch).await;
+                let mut state = drain.inner.lock();
+                if state.queue.is_empty() {
+                    state.busy = false;
+                    drop(state);
+                    drain.finish();
+                    return;
+                }
+                batch = std::mem::take(&mut state.queue);
+            }
+        });
+    }
+
+    /// Sends a queue in one pipeline (its mutex operations merged, in order, into `batch.lua`
+    /// calls) and hands each caller its reply.
+    async fn send_queue(&self, queue: Vec<Queued>) {
+        let merge = self.merge.load(Ordering::Relaxed);
+        // Runs of consecutive mergeable calls, each to become one command (a run of one stays
+        // its own call).
+        let mut runs: Vec<Vec<Queued>> = Vec::new();
+        for queued in queue {
+            let joins = merge
+                && queued.call.batch_kind().is_some()
+                && runs
+                    .last()
+                    .is_some_and(|run| run.len() < MAX_BATCH && run[0].call.batch_kind().is_some());
+            match runs.last_mut() {
+                Some(run) if joins => run.push(queued),
+                _ => runs.push(vec![queued]),
+            }
+        }
+        let calls: Vec<Call> = runs
+            .iter()
+            .map(|run| match run.as_slice() {
+                [one] => one.call.clone(),
+                many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
+            })
+            .collect();
+        let mut scripts: Vec<&'static redis::Script> = Vec::new();
+        for call in &calls {
+            if !scripts.iter().any(|s| std::ptr::eq(*s, call.script())) {
+                scripts.push(call.script());
+            }
+        }
+        let cmds = calls.iter().map(|call| call.cmd().clone()).collect();
+        let results = run(&mut self.conn.clone(), cmds, &scripts).await;
+        for (run, result) in runs.into_iter().zip(results) {
+            if run.len() == 1 {
+                if let Some(queued) = run.into_iter().next() {
+                    let _ = queued.reply.send(result);
+                }
+                continue;
+            }
+            match result.and_then(|v| {
+                <Vec<Value> as redis::FromRedisValue>::from_redis_value(v).map_err(Into::into)
+            }) {
+                Ok(replies) if replies.len() == run.len() => {
+                    for (queued, reply) in run.into_iter().zip(replies) {
+                        let _ = queued.reply.send(reply.extract_error());
+                    }
+                }
+                Err(e) if script::is_cross_slot(&e) => {
+                    // Rejected before it ran: send each on its own, from now on too.
+                    tracing::warn!(
+                        error = %e,
+                        "a group of lock operations was rejected as cross-slot: a proxy in front of a cluster; sending them one by one from now on"
+                    );
+                    self.merge.store(false, Ordering::Relaxed);
+                    Box::pin(self.send_queue(run)).await;
+                }
+                Ok(_) => {
+                    let e = RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "batch script returned the wrong number of replies",
+                    ));
+                    for queued in run {
+                        let _ = queued.reply.send(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for queued in run {
+                        let _ = queued.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The task sending the queue. If it is dropped before it finished (its runtime shuts down),
+/// the queued callers get an error and the next write starts afresh.
+struct Drain {
+    inner: Arc<Inner>,
+    finished: bool,
+}
+
+impl Drain {
+    fn finish(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut state = self.inner.lock();
+            state.busy = false;
+            state.queue.clear();
+        }
+    }
+}
+
+/// Runs `cmds` in one pipeline; each gets its own reply or error. Commands the server had no
+/// script for are sent again, once, after loading `scripts` (the others are not repeated).
+async fn run(
+    conn: &mut Conn,
+    cmds: Vec<redis::Cmd>,
+    scripts: &[&'static redis::Script],
+) -> Vec<RedisResult<Value>> {
+    let mut results = send_pipeline(conn, &cmds).await;
+    let missing: Vec<usize> = (0..results.len())
+        .filter(|&i| matches!(&results[i], Err(e) if script::is_no_script(e)))
+        .collect();
+    if missing.is_empty() {
+        return results;
+    }
+    tracing::debug!("lock script missing on the server; reloading");
+    for script in scripts {
+        if let Err(e) = script.prepare_invoke().load_async(conn).await {
+            for &i in &missing {
+                results[i] = Err(e.clone());
+            }
+            return results;
+        }
+    }
+    let again: Vec<redis::Cmd> = missing.iter().map(|&i| cmds[i].clone()).collect();
+    for (i, result) in missing.into_iter().zip(send_pipeline(conn, &again).await) {
+        results[i] = result;
+    }
+    results
+}
+
+/// One pipeline of `cmds`, a result per command (an error reply is that command's error; a
+/// failed request is every command's).
+async fn send_pipeline(conn: &mut Conn, cmds: &[redis::Cmd]) -> Vec<RedisResult<Value>> {
+    if let [cmd] = cmds {
+        return vec![
+            conn.req_packed_command(cmd)
+                .await
+                .and_then(Value::extract_error),
+        ];
+    }
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    match pipe.query_async::<Vec<Value>>(conn).await {
+        Ok(values) if values.len() == cmds.len() => {
+            values.into_iter().map(Value::extract_error).collect()
+        }
+        Ok(_) => {
+            let e = RedisError::from((
+                redis::ErrorKind::Parse,
+                "a pipeline returned the wrong number of replies",
+            ));
+            cmds.iter().map(|_| Err(e.clone())).collect()
+        }
+        Err(e) => cmds.iter().map(|_| Err(e.clone())).collect(),
+    }
+}
+
+/// The error of a write whose reply cannot come: the task sending it was stopped (its runtime
+/// shut down). Its outcome is unknown.
+fn lost_reply() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Io,
+        "lock write dropped before its reply arrived (runtime shutting down)",
+    ))
+}

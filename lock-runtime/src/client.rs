@@ -89,6 +89,9 @@ pub(crate) struct Config {
     /// Local hand-overs of one lock in a row (0: off; always off with replica acknowledgement
     /// and with Redisson's layout).
     pub(crate) handoff_limit: u32,
+    /// Writes that queue while one is in flight go out together (one server and Sentinel,
+    /// without replica acknowledgement).
+    pub(crate) group_commit: bool,
     pub(crate) topology: Topology,
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// How long an acquisition keeps retrying while a failing-over deployment is unavailable.
@@ -283,6 +286,7 @@ impl LockClientBuilder {
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
             handoff_limit: crate::handoff::DEFAULT_LIMIT,
+            group_commit: true,
             layout: Layout::Native,
             deployment_id: None,
             #[cfg(feature = "tls")]
@@ -427,6 +431,7 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     fence_retention: Duration,
     handoff_limit: u32,
+    group_commit: bool,
     layout: Layout,
     deployment_id: Option<String>,
     #[cfg(feature = "tls")]
@@ -505,6 +510,30 @@ impl LockClientBuilder {
     /// ```
     pub fn handoff_limit(mut self, limit: u32) -> Self {
         self.handoff_limit = limit;
+        self
+    }
+
+    /// Whether lock writes that queue while one is in flight go out together (default on).
+    ///
+    /// With it, at most one request of this client's acquires and releases is in flight; what
+    /// queues meanwhile goes out together when it returns, its mutex operations merged into one
+    /// script call that runs them in order. A script call costs Redis more than the few commands
+    /// in one of ours, so under load (many tasks locking distinct keys) this roughly halves the
+    /// server's work per lock; a write that finds nothing in flight goes out at once, as without
+    /// it. Off, every write is its own request, pipelined on the shared connection: the lowest
+    /// latency when the server has CPU to spare. On a cluster and with
+    /// [`replica_ack`](LockClientBuilder::replica_ack) writes always go out one by one.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1/")
+    ///     .group_commit(false)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
         self
     }
 
@@ -788,6 +817,7 @@ impl LockClientBuilder {
             } else {
                 self.handoff_limit
             },
+            group_commit: self.group_commit,
             topology: self.topology,
             replica_ack: self.replica_ack,
             failover_grace: self.failover_grace,
@@ -803,6 +833,7 @@ fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
         config.publishing(),
         config.replica_ack,
         config.topology.fails_over(),
+        config.group_commit,
     ))
 }
 

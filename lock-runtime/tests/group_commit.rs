@@ -165,3 +165,37 @@ async fn a_group_after_script_flush_reloads_and_runs_once() {
         assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
+    let redis = RedisServer::start();
+    let client = common::client(&redis).await;
+    distinct_keys(&client, 1, 1).await;
+    // Nothing answers: the first write stays in flight and the next ones queue behind it.
+    // (A capacity change: a write that leaves no clean-up behind to send the queue instead.)
+    redis.freeze();
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { client.semaphore("gc:first", 2).set_capacity(3).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let queued: Vec<_> = (0..8)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.lock(format!("gc:{i}")).acquire().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The caller whose request carries the turn leaves; the queue must not wait on it.
+    first.abort();
+    let _ = first.await;
+    redis.thaw();
+    for (i, task) in queued.into_iter().enumerate() {
+        let guard = tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .unwrap_or_else(|_| panic!("queued acquire gc:{i} never went out"))
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}

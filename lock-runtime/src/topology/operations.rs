@@ -48,11 +48,15 @@ impl RedisBackend {
         publishing: Publishing,
         ack: Option<ReplicaAck>,
         fails_over: bool,
+        group_commit: bool,
     ) -> RedisBackend {
         let group = match &conn {
-            Conn::Single(_) if ack.is_none() => Some(GroupCommit::new(conn.clone())),
+            _ if !group_commit || ack.is_some() => None,
+            Conn::Single(_) => Some(GroupCommit::new(conn.clone())),
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(_) if ack.is_none() => Some(GroupCommit::new(conn.clone())),
+            Conn::Sentinel(_) => Some(GroupCommit::new(conn.clone())),
+            // A cluster (each call goes to its slot's node) and the unit tests' fake.
+            #[allow(unreachable_patterns)]
             _ => None,
         };
         RedisBackend {

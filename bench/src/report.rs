@@ -117,7 +117,15 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "| impl | workers | pairs/s | pair p50 | pair p99 | p50 / PING p50 | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
-        for &k in &kinds {
+        let solo = map
+            .contains_key(crate::impls::SOLO)
+            .then_some(crate::impls::SOLO);
+        for &k in kinds
+            .iter()
+            .take(1)
+            .chain(&solo)
+            .chain(kinds.iter().skip(1))
+        {
             let u = &map[k];
             let _ = writeln!(
                 s,
@@ -136,9 +144,12 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
 
     let _ = writeln!(
         s,
-        "\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
+        "\n`{}` is lock-runtime with `group_commit(false)`: every acquire and release its own \
+         request, pipelined on the shared connection, instead of the writes that queue while one \
+         is in flight going out as one script call.\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
          the pairs made; command time is the sum of `INFO commandstats` (scripts include the \
-         commands they run, which are also counted on their own).\n"
+         commands they run, which are also counted on their own).\n",
+        crate::impls::SOLO
     );
     let _ = writeln!(
         s,

@@ -40,8 +40,7 @@ local function acquire(lock, fence, queue, places, owner, lease_ms, retention_ms
     redis.call('ZREM', places, owner)
     return {1, token}
   end
-  local clock = redis.call('TIME')
-  redis.call('ZADD', queue, 'NX', tonumber(clock[1]) * 1000000 + tonumber(clock[2]), owner)
+  redis.call('ZADD', queue, 'NX', clock_us(), owner)
   redis.call('ZADD', places, now + tonumber(place_ms), owner)
   -- Every place ends within `place_ms` from now, so the keys can go with the last of them.
   redis.call('PEXPIRE', queue, place_ms)

@@ -1,13 +1,24 @@
 -- Shared functions, prepended to every script that grants, renews or releases: `next_token`
 -- (the fencing counter), `grant` (a free mutex to an owner), `grant_member` (a sorted-set lock),
--- `now_ms`, `extend`, and the helpers of the lock family's sorted sets (`foreign`, `expire`,
--- `first_end`, the semaphore's `permits_held` and `capacity_in_force`, the fair lock's
--- `queue_head`).
+-- `clock_us` and `now_ms`, `extend`, and the helpers of the lock family's sorted sets
+-- (`foreign`, `expire`, `first_end`, the semaphore's `permits_held` and `capacity_in_force`,
+-- the fair lock's `queue_head`).
+
+-- The server clock in microseconds, read once per script call: one `TIME` however many grants
+-- the call makes (a group of acquires, a release that hands the lock over). Tokens stay
+-- strictly increasing (a grant takes the last token + 1 when the clock has not passed it).
+local clock_read
+local function clock_us()
+  if not clock_read then
+    local now = redis.call('TIME')
+    clock_read = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock_read
+end
 
 -- The server clock in milliseconds.
 local function now_ms()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  return math.floor(clock_us() / 1000)
 end
 
 -- The fencing token last issued at `fence` (its digits, without a yield marker: see `yield`
@@ -74,8 +85,7 @@ local function next_token(fence, owner, retention_ms)
     -- A hash, a list, …: not a counter. Nothing was written.
     return nil, {-1, redis.call('TYPE', fence)['ok']}
   end
-  local now = redis.call('TIME')
-  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local clock = clock_us()
   local token = clock
   if last then
     -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
@@ -193,8 +203,7 @@ local function yield(fence, owner, yield_ms)
   if not digits or not client then
     return
   end
-  local now = redis.call('TIME')
-  local untils = tonumber(now[1]) * 1000000 + tonumber(now[2]) + yield_ms * 1000
+  local untils = clock_us() + yield_ms * 1000
   redis.call('SET', fence, digits .. ':' .. client .. ':' .. string.format('%d', untils), 'KEEPTTL')
 end
 

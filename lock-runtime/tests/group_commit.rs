@@ -199,3 +199,35 @@ async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
         guard.release().await.unwrap();
     }
 }
+
+/// A server that rejects script calls spanning slots (a node owning every slot of a one-node
+/// cluster, as behind a proxy in front of a cluster): groups fall back to one call each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
+    let redis = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "group-commit-nodes.conf",
+    ]);
+    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    let ready = common::eventually(Duration::from_secs(10), || {
+        redis
+            .cmd(&["CLUSTER", "INFO"])
+            .text()
+            .is_some_and(|info| info.contains("cluster_state:ok"))
+    })
+    .await;
+    assert!(ready, "the one-node cluster did not come up");
+    let client = common::client(&redis).await;
+    let tokens = distinct_keys(&client, 64, 10).await;
+    for tokens in &tokens {
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    }
+    let left: Vec<String> = redis
+        .keys("lock:{gc:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "locks left behind: {left:?}");
+}

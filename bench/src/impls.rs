@@ -13,14 +13,14 @@ pub(crate) const LEASE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Ours,
-    /// Ours with `group_commit(false)`: every write its own request (uncontended rows only).
-    OursSolo,
+    /// Ours with `group_commit(true)` (uncontended rows only).
+    OursGrouped,
     Rslock,
     Naive,
 }
 
-/// The name of [`Kind::OursSolo`]'s rows.
-pub(crate) const SOLO: &str = "lock-runtime, group commit off";
+/// The name of [`Kind::OursGrouped`]'s rows.
+pub(crate) const GROUPED: &str = "lock-runtime, group commit on";
 
 impl Kind {
     pub(crate) const ALL: [Kind; 3] = [Kind::Ours, Kind::Rslock, Kind::Naive];
@@ -28,7 +28,7 @@ impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Ours => "lock-runtime",
-            Kind::OursSolo => SOLO,
+            Kind::OursGrouped => GROUPED,
             Kind::Rslock => "rslock",
             Kind::Naive => "naive",
         }
@@ -63,10 +63,10 @@ static NAIVE_RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::
 impl Locker {
     pub(crate) async fn connect(kind: Kind, url: &str) -> Locker {
         match kind {
-            Kind::Ours | Kind::OursSolo => Locker::Ours(
+            Kind::Ours | Kind::OursGrouped => Locker::Ours(
                 LockClient::builder(url)
                     .prefix("bench")
-                    .group_commit(kind == Kind::Ours)
+                    .group_commit(kind == Kind::OursGrouped)
                     .build()
                     .await
                     .expect("connect"),

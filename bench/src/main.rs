@@ -619,19 +619,19 @@ async fn main() {
     for kind in Kind::ALL {
         contenders(&mut r, plan, &url, Contender::Rust(kind)).await;
     }
-    // What group commit does: the same client with every write its own request.
+    // What group commit does: the same client with it on.
     for (workers, map) in [(1, &mut r.uncontended_1), (64, &mut r.uncontended_64)] {
         progress(&format!(
             "uncontended, {workers} worker(s): {}",
-            impls::SOLO
+            impls::GROUPED
         ));
         let u = median_of(
             plan.reps,
             |u: &Uncontended| u.pairs_per_s,
-            || uncontended(Kind::OursSolo, &url, workers, plan.run),
+            || uncontended(Kind::OursGrouped, &url, workers, plan.run),
         )
         .await;
-        map.insert(impls::SOLO, u);
+        map.insert(impls::GROUPED, u);
     }
     if let Some(jvm) = redisson_jvm::Jvm::find() {
         contenders(&mut r, plan, &url, Contender::Jvm(&jvm)).await;

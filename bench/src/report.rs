@@ -118,8 +118,8 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
         let solo = map
-            .contains_key(crate::impls::SOLO)
-            .then_some(crate::impls::SOLO);
+            .contains_key(crate::impls::GROUPED)
+            .then_some(crate::impls::GROUPED);
         for &k in kinds
             .iter()
             .take(1)
@@ -144,12 +144,12 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
 
     let _ = writeln!(
         s,
-        "\n`{}` is lock-runtime with `group_commit(false)`: every acquire and release its own \
-         request, pipelined on the shared connection, instead of the writes that queue while one \
-         is in flight going out as one script call.\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
+        "\n`{}` is lock-runtime with `group_commit(true)`: the acquires and releases that queue \
+         while one is in flight go out as one script call, instead of each as its own request \
+         pipelined on the shared connection (the default).\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
          the pairs made; command time is the sum of `INFO commandstats` (scripts include the \
          commands they run, which are also counted on their own).\n",
-        crate::impls::SOLO
+        crate::impls::GROUPED
     );
     let _ = writeln!(
         s,
@@ -395,17 +395,18 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
          plain `SET NX PX` and its release a two-command script, so Redis spends {:.1} µs of CPU \
          per rslock pair against {:.1} µs for ours at 64 workers: six commands per grant (free \
          check, counter read, clock, counter write, hash field, TTL) and three per release, \
-         against rslock's three commands per pair without fencing. At 64 workers the acquires \
-         and releases that queue while one is in flight go out as one script call (group \
-         commit), which costs Redis less than a call each: {}.",
+         against rslock's three commands per pair without fencing. With group commit on (opt-in), \
+         the acquires and releases that queue while one is in flight go out as one script call, \
+         which costs Redis less than a call each but costs the client more: at 64 workers {}.",
         floor(0),
         u1.pairs_per_s,
         rs64.server_cpu_us,
         u64_.server_cpu_us,
-        match r.uncontended_64.get(crate::impls::SOLO) {
-            Some(solo) => format!(
-                "{:.1} µs per pair with it, {:.1} µs with it off ({:.0} against {:.0} pairs/s)",
-                u64_.server_cpu_us, solo.server_cpu_us, u64_.pairs_per_s, solo.pairs_per_s
+        match r.uncontended_64.get(crate::impls::GROUPED) {
+            Some(grouped) => format!(
+                "{:.1} µs of Redis CPU per pair with it, {:.1} µs without, and {:.0} against {:.0} \
+                 pairs/s",
+                grouped.server_cpu_us, u64_.server_cpu_us, grouped.pairs_per_s, u64_.pairs_per_s
             ),
             None => "not measured in this run".to_owned(),
         }

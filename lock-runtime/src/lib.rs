@@ -8,9 +8,9 @@
 //! - **Watchdog renewal**: without an explicit lease the lease is renewed while the guard lives,
 //!   for all locks of a client in one pipelined round trip; [`LockGuard::lost`] fires *before*
 //!   the lease could expire when renewal cannot be confirmed.
-//! - **Group commit**: acquires and releases that queue while one of the client's is in flight
-//!   go out together, as one script call, which cuts the server's work per lock under load
-//!   ([`LockClientBuilder::group_commit`]).
+//! - **Group commit** (opt-in): acquires and releases that queue while one of the client's is
+//!   in flight go out together, as one script call, which cuts the server's CPU per lock under
+//!   load, for deployments where Redis is the bottleneck ([`LockClientBuilder::group_commit`]).
 //! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
 //!   stale holder's writes.
 //! - **Cancellation-safe**: dropping an acquire or release future (at any await point) or a

@@ -1,5 +1,6 @@
-//! Group commit on one server: the acquires and releases of one client that queue while one of
-//! its writes is in flight run as one script call, each exactly as its own would have.
+//! Group commit on one server (`LockClientBuilder::group_commit(true)`): the acquires and
+//! releases of one client that queue while one of its writes is in flight run as one script
+//! call, each exactly as its own would have.
 
 mod common;
 
@@ -8,6 +9,11 @@ use std::time::Duration;
 
 use lock_runtime::LockError;
 use lock_tests::RedisServer;
+
+/// A client with group commit on.
+async fn grouped(redis: &RedisServer) -> lock_runtime::LockClient {
+    lock_tests::client_with(redis, |b| b.group_commit(true)).await
+}
 
 /// `n` tasks each take and give back their own lock `rounds` times; returns every task's
 /// fencing tokens, in order.
@@ -40,7 +46,7 @@ async fn distinct_keys(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() {
     let redis = RedisServer::start();
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     let before = redis.command_calls("evalsha");
     let (n, rounds) = (64, 20);
     let tokens = distinct_keys(&client, n, rounds).await;
@@ -69,7 +75,7 @@ async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
     let redis = RedisServer::start();
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     redis.cmd(&["SET", "lock:{gc:7}", "not a lock"]);
     let before = redis.command_calls("evalsha");
     let tasks: Vec<_> = (0..32)
@@ -122,7 +128,7 @@ async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
     let redis = RedisServer::start();
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     // Keep the connection busy so that acquires queue, and drop them at every stage: queued,
     // merged into a call in flight, answered but not yet returned.
     for round in 0..20u64 {
@@ -155,7 +161,7 @@ async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_after_script_flush_reloads_and_runs_once() {
     let redis = RedisServer::start();
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     distinct_keys(&client, 16, 2).await;
     redis.cmd(&["SCRIPT", "FLUSH"]);
     // Every operation runs exactly once: a release run twice would fail (`NotHeld`), an
@@ -169,7 +175,7 @@ async fn a_group_after_script_flush_reloads_and_runs_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
     let redis = RedisServer::start();
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     distinct_keys(&client, 1, 1).await;
     // Nothing answers: the first write stays in flight and the next ones queue behind it.
     // (A capacity change: a write that leaves no clean-up behind to send the queue instead.)
@@ -219,7 +225,7 @@ async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
     })
     .await;
     assert!(ready, "the one-node cluster did not come up");
-    let client = common::client(&redis).await;
+    let client = grouped(&redis).await;
     let tokens = distinct_keys(&client, 64, 10).await;
     for tokens in &tokens {
         assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");

@@ -12,8 +12,10 @@
 //! clean-up) never overtakes it. The writer whose request is in flight passes the queue on to a
 //! task when it is done, or when it is cancelled, so a queue never waits on a caller that left.
 //!
-//! Used on one server and behind Sentinel when replicas need not acknowledge (a `WAIT` would
-//! hold every queued write for its timeout); a cluster sends each call to its slot's node.
+//! Opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in flight for
+//! server CPU. Used on one server and behind Sentinel when replicas need not acknowledge (a
+//! `WAIT` would hold every queued write for its timeout); a cluster sends each call to its
+//! slot's node.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -37,8 +37,8 @@ pub(crate) struct RedisBackend {
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: super::slots::SlotCache,
-    /// Lock writes committed in groups: on one server and behind Sentinel, when replicas need
-    /// not acknowledge (see `group_commit.rs`).
+    /// Lock writes committed in groups, when the client asked for it: on one server and behind
+    /// Sentinel, when replicas need not acknowledge (see `group_commit.rs`).
     group: Option<GroupCommit>,
 }
 

@@ -117,13 +117,13 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "| impl | workers | pairs/s | pair p50 | pair p99 | p50 / PING p50 | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
-        let solo = map
+        let grouped = map
             .contains_key(crate::impls::GROUPED)
             .then_some(crate::impls::GROUPED);
         for &k in kinds
             .iter()
             .take(1)
-            .chain(&solo)
+            .chain(&grouped)
             .chain(kinds.iter().skip(1))
         {
             let u = &map[k];

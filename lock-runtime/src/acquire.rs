@@ -90,10 +90,12 @@ impl Busy {
 }
 
 /// One acquisition in progress: what every attempt of it sends.
+///
+/// Kept small and borrowed rather than copied: the future of every waiting task holds it.
 pub(crate) struct Acquire<'a> {
     client: &'a LockClient,
     names: &'a Arc<LockNames>,
-    opts: LockOptions,
+    opts: &'a LockOptions,
     mode: Mode,
     acquisition: u64,
     owner: Arc<str>,
@@ -109,9 +111,9 @@ impl<'a> Acquire<'a> {
     pub(crate) fn new(
         client: &'a LockClient,
         names: &'a Arc<LockNames>,
-        opts: LockOptions,
+        opts: &'a LockOptions,
         mode: Mode,
-        group: Group,
+        group: Option<&Arc<str>>,
     ) -> Acquire<'a> {
         let inner = &client.inner;
         let start = Instant::now();
@@ -126,13 +128,32 @@ impl<'a> Acquire<'a> {
             start,
             deadline: opts.wait.and_then(|w| start.checked_add(w)),
             opts,
-            group,
+            group: Group::resolve(group, &names.name),
         }
     }
 
-    /// When the acquisition started.
-    pub(crate) fn start(&self) -> Instant {
-        self.start
+    /// Takes the lock (see [`Acquire::take`]), traced and counted in the metrics.
+    // Written out: an `async fn` keeps a second copy of its arguments (see below).
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn run(self) -> impl Future<Output = Result<LockGuard, LockError>> + 'a {
+        // An `async move` block rather than an `async fn`, which would keep a second copy of
+        // `self` in the future that every waiting task stores.
+        async move {
+            let span = tracing::debug_span!(
+                "lock.acquire",
+                lock = %self.names.name,
+                kind = self.names.family.describe(),
+                mode = ?self.mode,
+                wait = ?self.opts.wait
+            );
+            let result = tracing::Instrument::instrument(self.take(), span).await;
+            metrics::acquisition(
+                &self.group,
+                metrics::Outcome::of(&result),
+                self.start.elapsed(),
+            );
+            result
+        }
     }
 
     /// Takes the lock: the fast path first, then (when busy) the wait for an unlock.
@@ -141,7 +162,7 @@ impl<'a> Acquire<'a> {
     /// queues behind them instead of racing them for it. (A task that releases and comes
     /// straight back would otherwise win nearly every time: the waiter it woke needs a pub/sub
     /// delivery before it can even try.)
-    pub(crate) async fn run(self) -> Result<LockGuard, LockError> {
+    async fn take(&self) -> Result<LockGuard, LockError> {
         // (A fair lock's queue is in Redis; its first attempt takes its place there.)
         let queue_first = self.opts.wait != Some(Duration::ZERO)
             && self.names.family.hands_off()
@@ -151,7 +172,7 @@ impl<'a> Acquire<'a> {
         } else {
             // Uncontended: one round trip, no subscription. A busy attempt may have taken a
             // place in Redis (a fair lock's queue): removed if we stop here.
-            let mut place = Place::without_ticket(&self);
+            let mut place = Place::without_ticket(self);
             let busy = match Box::pin(self.attempt()).await? {
                 Attempt::Taken { token, sent } => {
                     place.holds = true;
@@ -178,156 +199,176 @@ impl<'a> Acquire<'a> {
 
     /// Waits for the lock to be free and takes it. `busy` is what the first attempt found;
     /// `None` when this waiter queued behind local waiters without trying.
-    async fn wait_turn(&self, mut busy: Option<Busy>) -> Result<LockGuard, LockError> {
-        let demux = &self.client.inner.demux;
-        let sub = if self.names.family == Family::Fair && self.names.layout == Layout::Redisson {
-            // Redisson's fair lock tells each waiter its turn on a channel of its own.
-            demux.subscribe(&crate::script::redisson::fair::waiter_channel(
-                self.names,
-                &self.owner,
-            ))
-        } else if self.names.family == Family::Fair {
-            // Woken only when the message names us: our turn in the queue.
-            demux.subscribe_directed(&self.names.channel, &self.owner)
-        } else {
-            demux.subscribe_with(&self.names.channel, crate::layout::wake_rule(self.names))
-        };
-        let mut place = Place::join(self);
-        let _waiting = metrics::Waiting::start(&self.group);
-        // Unlock messages already acted on by passing a wake-up on (see below).
-        let mut passed_on = None;
-        let mut baton = Baton(None);
-        // When the last wake-up (an unlock message) arrived: the hand-over's start, for metrics.
-        let mut woken_at: Option<Instant> = None;
-        let mut skip_attempt = busy.is_none();
-        tracing::debug!(?busy, "lock busy; waiting for an unlock message");
-        // Whether the last look found the channel confirmed: if not, the next one does not wait
-        // for it again, so an unconfirmable channel costs one short wait, then polling every
-        // UNSUBSCRIBED_POLL.
-        let mut was_subscribed = true;
-        loop {
-            // Listen before looking at the channel's state: a lost connection marks it
-            // unconfirmed and wakes the listeners registered at that moment, so a listener
-            // registered after the look could miss that wake-up and sleep the holder's whole
-            // lease with an unlock lost in the gap.
-            let notified = sub.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Be subscribed before the attempt, so an unlock published after it cannot be
-            // missed. A subscription that cannot be confirmed within one short poll degrades
-            // to polling.
-            let subscribed = sub.is_ready()
-                || (was_subscribed && {
-                    let until = Instant::now() + UNSUBSCRIBED_POLL;
-                    sub.ready(self.deadline.map_or(until, |d| d.min(until)))
-                        .await
-                });
-            was_subscribed = subscribed;
-            let queued_wait = skip_attempt;
-            if skip_attempt {
-                // Queued behind local waiters: wait for our turn (bounded) before trying.
-                skip_attempt = false;
-            } else {
-                // Boxed: the round trip's future is large and only alive during the attempt;
-                // inline it would make every waiting task carry its size while it sleeps.
-                let attempt = Box::pin(self.attempt()).await;
-                let woken = baton.0.is_some();
-                if attempt.is_ok() {
-                    // Decided: either ours, or taken by someone whose release will publish
-                    // again.
-                    baton.0 = None;
-                }
-                busy = Some(match attempt? {
-                    Attempt::Taken { token, sent } => {
-                        place.holds = true;
-                        if woken && self.mode == Mode::Read && self.readers_share_wake_ups() {
-                            // Redisson wakes one waiter per process when a read unlock frees
-                            // the lock (`0`): every other waiting reader can come in too, so
-                            // wake them now rather than at their retry timers (a waiting
-                            // writer wakes, finds us in and sleeps again).
-                            sub.notify().notify_waiters();
-                        }
-                        if let (true, Some(at)) = (woken, woken_at) {
-                            metrics::handed_over(&self.group, at.elapsed());
-                        }
-                        return Ok(self.hold(token, sent, 0));
-                    }
-                    Attempt::Busy(busy) => busy,
-                });
-                // A release wakes as many waiters as permits came free. One that wants more
-                // permits than are free would swallow a wake-up meant for a smaller request:
-                // it passes it on, once per message, so the chain ends.
-                //
-                // Likewise a writer of Redisson's read/write lock that a read unlock woke, but
-                // that a reader of another process beat to it: readers can still come in.
-                if woken
-                    && (matches!(self.mode, Mode::Permits(n) if n > 1)
-                        || (self.mode == Mode::Write && self.readers_share_wake_ups()))
-                    && passed_on != Some(sub.messages())
-                {
-                    passed_on = Some(sub.messages());
-                    sub.notify().notify_one();
-                }
-            }
-            let now = Instant::now();
-            // Give up only after an attempt: a queued waiter whose deadline passed while it
-            // waited for its turn still tries once.
-            if let Some(busy) = busy
-                && !queued_wait
-                && self.deadline.is_some_and(|d| now >= d)
+    // Written out: an `async fn` keeps a second copy of its arguments (see below).
+    #[allow(clippy::manual_async_fn)]
+    fn wait_turn(
+        &self,
+        mut busy: Option<Busy>,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
+        // An `async move` block rather than an `async fn`: that would keep a second copy of
+        // its arguments in every waiting task's future.
+        async move {
+            let demux = &self.client.inner.demux;
+            let sub = if self.names.family == Family::Fair && self.names.layout == Layout::Redisson
             {
-                return Err(self.timeout(busy));
-            }
-            let mut sleep = busy.map_or(NO_TTL_POLL, Busy::retry_in);
-            if !subscribed {
-                sleep = sleep.min(UNSUBSCRIBED_POLL);
-            }
-            if place.in_redis {
-                // Refresh our place (a fair lock's queue entry, a writer's claim) in time.
-                sleep = sleep.min(PLACE_TTL / 3);
-            }
-            // A foreign key's TTL can be beyond what an `Instant` can represent.
-            let sleep = sleep.min(crate::options::MAX_LEASE);
-            let wake = self.deadline.map_or(now + sleep, |d| d.min(now + sleep));
-            tokio::select! {
-                _ = &mut notified => {
-                    baton.0 = Some(sub.notify());
-                    woken_at = Some(Instant::now());
-                }
-                delivery = place.delivered() => match delivery {
-                    Delivery::Granted(grant) => {
-                        place.holds = true;
-                        if self.fresh(grant.sent) {
-                            metrics::handed_over(&self.group, grant.sent.elapsed());
-                            return Ok(self.hold(grant.token, grant.sent, grant.streak));
-                        }
-                        // Handed over, but told so too late to trust the lease: take it again
-                        // with the same owner id (idempotent while it is still ours).
-                        tracing::debug!("hand-off answered too late; taking the lock again");
-                        match Box::pin(self.attempt()).await {
-                            Ok(Attempt::Taken { token, sent }) => {
-                                return Ok(self.hold(token, sent, 0));
-                            }
-                            // Held by another owner: our grant has ended. Queue again.
-                            Ok(Attempt::Busy(now_busy)) => {
-                                busy = Some(now_busy);
-                                place = Place::join(self);
-                            }
-                            Err(e) => {
-                                // Giving up: whatever is left of the grant goes.
-                                self.client.inner.releaser.submit(ReleaseJob::new(
-                                    self.names,
-                                    &self.owner,
-                                    Instant::now() + self.lease,
-                                ));
-                                return Err(e);
-                            }
-                        }
+                // Redisson's fair lock tells each waiter its turn on a channel of its own.
+                demux.subscribe(&crate::script::redisson::fair::waiter_channel(
+                    self.names,
+                    &self.owner,
+                ))
+            } else if self.names.family == Family::Fair {
+                // Woken only when the message names us: our turn in the queue.
+                demux.subscribe_directed(&self.names.channel, &self.owner)
+            } else {
+                demux.subscribe_with(&self.names.channel, crate::layout::wake_rule(self.names))
+            };
+            let mut place = Place::join(self);
+            let _waiting = metrics::Waiting::start(&self.group);
+            // Unlock messages already acted on by passing a wake-up on (see below).
+            let mut passed_on = None;
+            let mut baton = Baton(None);
+            // When the last wake-up (an unlock message) arrived: the hand-over's start, for metrics.
+            let mut woken_at: Option<Instant> = None;
+            let mut skip_attempt = busy.is_none();
+            tracing::debug!(?busy, "lock busy; waiting for an unlock message");
+            // Whether the last look found the channel confirmed: if not, the next one does not wait
+            // for it again, so an unconfirmable channel costs one short wait, then polling every
+            // UNSUBSCRIBED_POLL.
+            let mut was_subscribed = true;
+            // One timer for the whole wait, set again before each use (for the subscription's
+            // confirmation, then for the retry): every waiting task keeps it in its future.
+            let timer = tokio::time::sleep_until(Instant::now());
+            tokio::pin!(timer);
+            loop {
+                // Listen before looking at the channel's state: a lost connection marks it
+                // unconfirmed and wakes the listeners registered at that moment, so a listener
+                // registered after the look could miss that wake-up and sleep the holder's whole
+                // lease with an unlock lost in the gap.
+                let notified = sub.notify().notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                // Be subscribed before the attempt, so an unlock published after it cannot be
+                // missed. A subscription that cannot be confirmed within one short poll degrades
+                // to polling.
+                let subscribed = sub.is_ready()
+                    || (was_subscribed && {
+                        let until = Instant::now() + UNSUBSCRIBED_POLL;
+                        timer
+                            .as_mut()
+                            .reset(self.deadline.map_or(until, |d| d.min(until)));
+                        sub.ready_by(timer.as_mut()).await
+                    });
+                was_subscribed = subscribed;
+                let queued_wait = skip_attempt;
+                if skip_attempt {
+                    // Queued behind local waiters: wait for our turn (bounded) before trying.
+                    skip_attempt = false;
+                } else {
+                    // Boxed: the round trip's future is large and only alive during the attempt;
+                    // inline it would make every waiting task carry its size while it sleeps.
+                    let attempt = Box::pin(self.attempt()).await;
+                    let woken = baton.0.is_some();
+                    if attempt.is_ok() {
+                        // Decided: either ours, or taken by someone whose release will publish
+                        // again.
+                        baton.0 = None;
                     }
-                    // The release meant to hand it over did not: look for ourselves.
-                    Delivery::Retry => {}
-                },
-                _ = tokio::time::sleep_until(wake) => {}
+                    busy = Some(match attempt? {
+                        Attempt::Taken { token, sent } => {
+                            place.holds = true;
+                            if woken && self.mode == Mode::Read && self.readers_share_wake_ups() {
+                                // Redisson wakes one waiter per process when a read unlock frees
+                                // the lock (`0`): every other waiting reader can come in too, so
+                                // wake them now rather than at their retry timers (a waiting
+                                // writer wakes, finds us in and sleeps again).
+                                sub.notify().notify_waiters();
+                            }
+                            if let (true, Some(at)) = (woken, woken_at) {
+                                metrics::handed_over(&self.group, at.elapsed());
+                            }
+                            return Ok(self.hold(token, sent, 0));
+                        }
+                        Attempt::Busy(busy) => busy,
+                    });
+                    // A release wakes as many waiters as permits came free. One that wants more
+                    // permits than are free would swallow a wake-up meant for a smaller request:
+                    // it passes it on, once per message, so the chain ends.
+                    //
+                    // Likewise a writer of Redisson's read/write lock that a read unlock woke, but
+                    // that a reader of another process beat to it: readers can still come in.
+                    if woken
+                        && (matches!(self.mode, Mode::Permits(n) if n > 1)
+                            || (self.mode == Mode::Write && self.readers_share_wake_ups()))
+                        && passed_on != Some(sub.messages())
+                    {
+                        passed_on = Some(sub.messages());
+                        sub.notify().notify_one();
+                    }
+                }
+                // (In a block, so that its locals take no room in the future while it sleeps.)
+                let wake = {
+                    let now = Instant::now();
+                    // Give up only after an attempt: a queued waiter whose deadline passed while it
+                    // waited for its turn still tries once.
+                    if let Some(busy) = busy
+                        && !queued_wait
+                        && self.deadline.is_some_and(|d| now >= d)
+                    {
+                        return Err(self.timeout(busy));
+                    }
+                    let mut sleep = busy.map_or(NO_TTL_POLL, Busy::retry_in);
+                    if !subscribed {
+                        sleep = sleep.min(UNSUBSCRIBED_POLL);
+                    }
+                    if place.in_redis {
+                        // Refresh our place (a fair lock's queue entry, a writer's claim) in time.
+                        sleep = sleep.min(PLACE_TTL / 3);
+                    }
+                    // A foreign key's TTL can be beyond what an `Instant` can represent.
+                    let sleep = sleep.min(crate::options::MAX_LEASE);
+                    self.deadline.map_or(now + sleep, |d| d.min(now + sleep))
+                };
+                timer.as_mut().reset(wake);
+                tokio::select! {
+                    _ = &mut notified => {
+                        baton.0 = Some(sub.notify());
+                        woken_at = Some(Instant::now());
+                    }
+                    delivery = place.delivered() => match delivery {
+                        Delivery::Granted(grant) => {
+                            place.holds = true;
+                            if self.fresh(grant.sent) {
+                                metrics::handed_over(&self.group, grant.sent.elapsed());
+                                return Ok(self.hold(grant.token, grant.sent, grant.streak));
+                            }
+                            // Handed over, but told so too late to trust the lease: take it again
+                            // with the same owner id (idempotent while it is still ours).
+                            tracing::debug!("hand-off answered too late; taking the lock again");
+                            match Box::pin(self.attempt()).await {
+                                Ok(Attempt::Taken { token, sent }) => {
+                                    return Ok(self.hold(token, sent, 0));
+                                }
+                                // Held by another owner: our grant has ended. Queue again.
+                                Ok(Attempt::Busy(now_busy)) => {
+                                    busy = Some(now_busy);
+                                    place = Place::join(self);
+                                }
+                                Err(e) => {
+                                    // Giving up: whatever is left of the grant goes.
+                                    self.client.inner.releaser.submit(ReleaseJob::new(
+                                        self.names,
+                                        &self.owner,
+                                        Instant::now() + self.lease,
+                                    ));
+                                    return Err(e);
+                                }
+                            }
+                        }
+                        // The release meant to hand it over did not: look for ourselves.
+                        Delivery::Retry => {}
+                    },
+                    _ = timer.as_mut() => {}
+                }
             }
         }
     }
@@ -378,7 +419,7 @@ impl<'a> Acquire<'a> {
                 Ok(acked) => acked,
                 Err(e) => match reconcile.retry_after(&e) {
                     Some(pause) => {
-                        tokio::time::sleep(pause).await;
+                        boxed_sleep(pause).await;
                         continue;
                     }
                     None => {
@@ -432,7 +473,7 @@ impl<'a> Acquire<'a> {
                     // A replica may be catching up after a failover; back off, since every try
                     // blocks the shared connection for the WAIT timeout.
                     tracing::debug!(acknowledged, "grant not acknowledged; retrying");
-                    tokio::time::sleep(reconcile.next_ack_backoff()).await;
+                    boxed_sleep(reconcile.next_ack_backoff()).await;
                     continue;
                 }
                 return Err(LockError::ReplicaAck {
@@ -452,7 +493,7 @@ impl<'a> Acquire<'a> {
                     "lock granted, but the answer came after its lease could have ended",
                 ));
                 if let Some(pause) = reconcile.retry_after(&late) {
-                    tokio::time::sleep(pause).await;
+                    boxed_sleep(pause).await;
                     continue;
                 }
                 return Err(LockError::backend("acquire", late));
@@ -615,6 +656,12 @@ impl Drop for Place<'_> {
             inner.releaser.submit(job);
         }
     }
+}
+
+/// Sleeps for `d`, the timer boxed: an attempt pauses only after an error, and inline the
+/// timer would make every attempt's future (alive while its request is in flight) larger.
+async fn boxed_sleep(d: Duration) {
+    Box::pin(tokio::time::sleep(d)).await;
 }
 
 /// The retry state of one attempt: unknown outcomes, an unavailable (failing-over) deployment,

@@ -1,18 +1,21 @@
 //! `LockClient`: configuration, the backend, and the background tasks (demux, watchdog,
 //! releaser; Sentinel adds its own).
 
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
 use crate::backend::{Backend, Channels};
 use crate::demux::Demux;
+use crate::family::Family;
 use crate::handoff::HandOffs;
 use crate::layout::Layout;
-use crate::names::validate_prefix;
+use crate::names::{LockNames, validate_prefix};
 use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
@@ -72,8 +75,71 @@ pub(crate) struct Inner {
     /// This client's tasks waiting for a lock, to hand a released lock to.
     pub(crate) handoffs: Arc<HandOffs>,
     pub(crate) counters: Arc<Counters>,
+    /// The keys of the names in use, shared by every handle on the same name.
+    names: NameCache,
     next_acquisition: AtomicU64,
     tasks: Mutex<Vec<AbortHandle>>,
+}
+
+/// The keys of the lock names that some handle, guard or waiter still uses, so that the
+/// handles on one name share one copy instead of building their own. A thousand tasks waiting
+/// for one lock each make a handle; its keys (four strings) were a sixth of a waiter's memory.
+///
+/// Entries are weak: a name nobody uses any more is dropped with its last handle, and its
+/// entry is swept out once dead entries could make up half of the map.
+struct NameCache {
+    hasher: RandomState,
+    map: Mutex<NameMap>,
+}
+
+struct NameMap {
+    /// By the hash of the name. Two names with one hash take turns in the entry (the one found
+    /// is checked), so a collision costs a rebuild, never a wrong lock.
+    entries: HashMap<u64, Weak<LockNames>>,
+    /// The size at which dead entries are swept out next.
+    sweep_at: usize,
+}
+
+impl NameCache {
+    /// Entries kept before the first sweep.
+    const MIN_SWEEP: usize = 64;
+
+    fn new() -> NameCache {
+        NameCache {
+            hasher: RandomState::new(),
+            map: Mutex::new(NameMap {
+                entries: HashMap::new(),
+                sweep_at: Self::MIN_SWEEP,
+            }),
+        }
+    }
+
+    /// The keys of `name` used as `family`: shared with the handles that use them already,
+    /// else built by `build` (and not kept if invalid).
+    fn get(
+        &self,
+        name: &str,
+        family: Family,
+        build: impl FnOnce() -> Result<LockNames, LockError>,
+    ) -> Result<Arc<LockNames>, LockError> {
+        let hash = self.hasher.hash_one(name);
+        let mut map = sync::lock(&self.map);
+        if let Some(names) = map.entries.get(&hash).and_then(Weak::upgrade)
+            && names.name == name
+            && names.family == family
+        {
+            return Ok(names);
+        }
+        let names = Arc::new(build()?);
+        map.entries.insert(hash, Arc::downgrade(&names));
+        if map.entries.len() >= map.sweep_at {
+            map.entries.retain(|_, names| names.strong_count() > 0);
+            // Sweeping again only after as many insertions as live entries keeps it
+            // amortised constant time.
+            map.sweep_at = (map.entries.len() * 2).max(Self::MIN_SWEEP);
+        }
+        Ok(names)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +175,15 @@ impl Config {
 }
 
 impl Inner {
+    /// The keys of `name` used as `family` under this client's prefix and layout, shared with
+    /// every other handle on them.
+    pub(crate) fn names(&self, name: &str, family: Family) -> Result<Arc<LockNames>, LockError> {
+        let config = &self.config;
+        self.names.get(name, family, || {
+            config.layout.names(&config.prefix, name, family)
+        })
+    }
+
     pub(crate) fn next_owner(&self) -> (u64, String) {
         let n = self.next_acquisition.fetch_add(1, Ordering::Relaxed);
         (n, format!("{}:{n}", self.id))
@@ -874,6 +949,7 @@ impl LockClient {
             releaser,
             handoffs,
             counters,
+            names: NameCache::new(),
             next_acquisition: AtomicU64::new(1),
             tasks: Mutex::new(Vec::new()),
         });

@@ -19,15 +19,18 @@
 //! reconnect); the `ConnectionManager` still reconnects with backoff.
 
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use redis::aio::{AsyncPushSender, SendError};
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
+#[cfg(test)]
 use tokio::time::Instant;
+use tokio::time::Sleep;
 
 use crate::backend::Channels;
 use crate::metrics;
@@ -45,14 +48,17 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the subscriber when `dirty` gained channels.
     work: Notify,
-    /// Bumped whenever channels became ready, so waiters re-check their channel.
-    confirmed: watch::Sender<u64>,
+    /// Wakes every waiter of [`Subscription::ready_by`] whenever channels became ready, so they
+    /// re-check their channel. (A `Notify` rather than a `watch` channel: each waiter listening
+    /// keeps its future in its task, and a `watch` receiver's is twice as large.)
+    confirmed: Notify,
 }
 
 #[derive(Default)]
 struct State {
     /// Channels with at least one waiter.
-    channels: HashMap<String, Registered>,
+    /// Keyed by a shared name: each waiter's subscription holds the same one.
+    channels: HashMap<Arc<str>, Registered>,
     /// Channels whose wanted state may differ from the server's.
     dirty: HashSet<String>,
     /// Channels Redis confirmed on the current connection.
@@ -69,6 +75,8 @@ impl Drop for State {
 }
 
 struct Registered {
+    /// The channel's name, as keyed: handed to each of its subscriptions.
+    name: Arc<str>,
     refs: usize,
     channel: Arc<Channel>,
     /// How its messages are read; given by its first subscriber (a channel's name says which
@@ -162,7 +170,8 @@ pub(crate) struct Channel {
 /// A waiter's interest in one channel; unsubscribes when the last one drops.
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
-    name: String,
+    /// The registry's key, shared: a thousand waiters on one lock keep one copy of the name.
+    name: Arc<str>,
     channel: Arc<Channel>,
     /// `Some` for a waiter woken by name: its owner id and its own wake-up.
     directed: Option<(Arc<str>, Arc<Notify>)>,
@@ -174,7 +183,7 @@ impl Demux {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Notify::new(),
-                confirmed: watch::Sender::new(0),
+                confirmed: Notify::new(),
             }),
         }
     }
@@ -213,14 +222,14 @@ impl Demux {
     fn subscribe_as(&self, name: &str, owner: Option<&Arc<str>>, rule: WakeRule) -> Subscription {
         let mut state = self.shared.lock();
         let directed = owner.map(|owner| (owner.clone(), Arc::new(Notify::new())));
-        let channel = match state.channels.get_mut(name) {
+        let (name, channel) = match state.channels.get_mut(name) {
             Some(reg) => {
                 debug_assert_eq!(reg.rule, rule, "{name}: subscribed with two wake rules");
                 reg.refs += 1;
                 if let Some((owner, notify)) = &directed {
                     reg.directed.insert(owner.clone(), notify.clone());
                 }
-                reg.channel.clone()
+                (reg.name.clone(), reg.channel.clone())
             }
             None => {
                 let channel = Arc::new(Channel {
@@ -228,9 +237,11 @@ impl Demux {
                     ready: AtomicBool::new(false),
                     messages: AtomicU64::new(0),
                 });
+                let name: Arc<str> = name.into();
                 state.channels.insert(
-                    name.to_owned(),
+                    name.clone(),
                     Registered {
+                        name: name.clone(),
                         refs: 1,
                         channel: channel.clone(),
                         rule,
@@ -239,17 +250,17 @@ impl Demux {
                 );
                 // Still subscribed from an earlier waiter whose UNSUBSCRIBE is pending: the
                 // subscriber will simply not send it.
-                if state.subscribed.contains(name) {
+                if state.subscribed.contains(&*name) {
                     channel.ready.store(true, Ordering::Release);
                 }
-                state.dirty.insert(name.to_owned());
+                state.dirty.insert(name.to_string());
                 self.shared.work.notify_one();
-                channel
+                (name, channel)
             }
         };
         Subscription {
             shared: self.shared.clone(),
-            name: name.to_owned(),
+            name,
             channel,
             directed,
         }
@@ -287,7 +298,7 @@ impl Shared {
         state.epoch += 1;
         metrics::subscribed_channels(-(state.subscribed.len() as f64));
         state.subscribed.clear();
-        let names: Vec<String> = state.channels.keys().cloned().collect();
+        let names: Vec<String> = state.channels.keys().map(|name| name.to_string()).collect();
         for reg in state.channels.values() {
             reg.channel.ready.store(false, Ordering::Release);
             reg.wake_all();
@@ -318,15 +329,27 @@ impl Shared {
 impl Subscription {
     /// Waits until Redis confirmed the subscription, or `until` passes. Returns whether it is
     /// confirmed.
+    #[cfg(test)]
     pub(crate) async fn ready(&self, until: Instant) -> bool {
-        let mut confirmed = self.shared.confirmed.subscribe();
+        let timer = tokio::time::sleep_until(until);
+        tokio::pin!(timer);
+        self.ready_by(timer).await
+    }
+
+    /// [`Subscription::ready`] with the caller's timer, set to when to give up: a waiter keeps
+    /// one timer for this and for its retries, rather than a second one in its future.
+    pub(crate) async fn ready_by(&self, mut timer: Pin<&mut Sleep>) -> bool {
         loop {
+            // Listening before the look, so a confirmation between the two still wakes us.
+            let confirmed = self.shared.confirmed.notified();
+            tokio::pin!(confirmed);
+            confirmed.as_mut().enable();
             if self.is_ready() {
                 return true;
             }
             tokio::select! {
-                changed = confirmed.changed() => if changed.is_err() { return false },
-                _ = tokio::time::sleep_until(until) => return self.is_ready(),
+                _ = confirmed => {}
+                _ = timer.as_mut() => return self.is_ready(),
             }
         }
     }
@@ -353,7 +376,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
-        let last = match state.channels.get_mut(&self.name) {
+        let last = match state.channels.get_mut(&*self.name) {
             Some(reg) => {
                 reg.refs -= 1;
                 if let Some((owner, _)) = &self.directed {
@@ -364,8 +387,8 @@ impl Drop for Subscription {
             None => false,
         };
         if last {
-            state.channels.remove(&self.name);
-            state.dirty.insert(std::mem::take(&mut self.name));
+            state.channels.remove(&*self.name);
+            state.dirty.insert(self.name.to_string());
             drop(state);
             self.shared.work.notify_one();
         }
@@ -426,7 +449,7 @@ async fn subscribe_loop(shared: Arc<Shared>, mut conn: Box<dyn Channels>) {
                 let mut unsubscribe = Vec::new();
                 let dirty: Vec<String> = state.dirty.drain().collect();
                 for name in dirty {
-                    let wanted = state.channels.contains_key(&name);
+                    let wanted = state.channels.contains_key(name.as_str());
                     let actual = state.subscribed.contains(&name);
                     match (wanted, actual) {
                         (true, false) => subscribe.push(name),
@@ -475,7 +498,7 @@ async fn sync(
                 // A waiter came back for this channel while we unsubscribed it: it is not
                 // confirmed any more (it is already queued to be subscribed again).
                 // Wake its waiters so they re-check after the resubscription.
-                if let Some(reg) = state.channels.get(name) {
+                if let Some(reg) = state.channels.get(name.as_str()) {
                     reg.channel.ready.store(false, Ordering::Release);
                     reg.wake_all();
                 }
@@ -492,7 +515,7 @@ async fn sync(
                 if state.subscribed.insert(name.clone()) {
                     metrics::subscribed_channels(1.0);
                 }
-                if let Some(reg) = state.channels.get(name) {
+                if let Some(reg) = state.channels.get(name.as_str()) {
                     reg.channel.ready.store(true, Ordering::Release);
                 } else {
                     // The last waiter left while we subscribed: undo it on the next round.
@@ -500,7 +523,7 @@ async fn sync(
                 }
             }
             drop(state);
-            shared.confirmed.send_modify(|n| *n += 1);
+            shared.confirmed.notify_waiters();
         };
         conn.subscribe(chunk, &mut done).await;
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::acquire::Acquire;
 use crate::backend::Reply;
 use crate::family::{Family, Mode};
-use crate::metrics::{Group, Outcome};
+use crate::hold::Held;
 use crate::names::LockNames;
 use crate::stats::Counters;
 use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
@@ -36,7 +36,10 @@ use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
 #[derive(Clone)]
 pub struct Lock {
     client: LockClient,
-    names: Result<Arc<LockNames>, (String, &'static str)>,
+    /// Shared with the other handles on the name (see `Inner::names`). An invalid name is
+    /// boxed: it is rare, and every handle (and every future holding one) pays for this
+    /// field's size.
+    names: Result<Arc<LockNames>, Box<(String, &'static str)>>,
     mode: Mode,
     /// The `group` label of its metrics, when set with [`Lock::group`].
     group: Option<Arc<str>>,
@@ -49,13 +52,12 @@ impl Lock {
 
     /// A handle on `name` used as `family`, taken in `mode`.
     pub(crate) fn of(client: LockClient, name: &str, family: Family, mode: Mode) -> Lock {
-        let config = &client.inner.config;
-        let names = (config.layout.names(&config.prefix, name, family))
-            .map(Arc::new)
-            .map_err(|e| match e {
+        let names = client.inner.names(name, family).map_err(|e| {
+            Box::new(match e {
                 LockError::InvalidName { name, reason } => (name, reason),
                 _ => (name.chars().take(64).collect(), "invalid lock name"),
-            });
+            })
+        });
         Lock {
             client,
             names,
@@ -83,7 +85,7 @@ impl Lock {
     pub(crate) fn order_key(&self) -> (&str, &str) {
         let key = match &self.names {
             Ok(n) => n.key.as_str(),
-            Err((name, _)) => name.as_str(),
+            Err(invalid) => invalid.0.as_str(),
         };
         (key, &self.client.inner.config.deployment_id)
     }
@@ -96,9 +98,9 @@ impl Lock {
     pub(crate) fn names(&self) -> Result<&Arc<LockNames>, LockError> {
         self.names
             .as_ref()
-            .map_err(|(name, reason)| LockError::InvalidName {
-                name: name.clone(),
-                reason,
+            .map_err(|invalid| LockError::InvalidName {
+                name: invalid.0.clone(),
+                reason: invalid.1,
             })
     }
 
@@ -129,19 +131,23 @@ impl Lock {
     pub fn name(&self) -> &str {
         match &self.names {
             Ok(n) => &n.name,
-            Err((name, _)) => name,
+            Err(invalid) => &invalid.0,
         }
     }
 
     /// Waits as long as it takes, then holds with the watchdog.
-    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        self.acquire_with(LockOptions::new()).await
+    pub fn acquire(&self) -> impl Future<Output = Result<LockGuard, LockError>> {
+        // Not an `async fn` around `acquire_with`: that would wrap its future in one more.
+        self.acquire_with(LockOptions::new())
     }
 
     /// Waits at most `wait` ([`LockError::WaitTimeout`] after that); `Duration::ZERO` makes
     /// exactly one attempt.
-    pub async fn try_acquire(&self, wait: Duration) -> Result<LockGuard, LockError> {
-        self.acquire_with(LockOptions::new().wait(wait)).await
+    pub fn try_acquire(
+        &self,
+        wait: Duration,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> {
+        self.acquire_with(LockOptions::new().wait(wait))
     }
 
     /// Acquires with explicit options.
@@ -154,46 +160,49 @@ impl Lock {
     ///
     /// Cancellation-safe: dropping the future at any point leaves no hold in Redis (a possibly
     /// taken hold is released in the background), no subscription and no watchdog entry.
-    pub async fn acquire_with(&self, opts: LockOptions) -> Result<LockGuard, LockError> {
-        opts.validate()?;
-        let names = self.names()?;
-        let inner = &self.client.inner;
-        if let Some(held) = scope::find(&inner.id, &names.key) {
-            if !held.names.family.same_kind(names.family) {
-                return Err(LockError::WouldDeadlock {
-                    name: names.name.clone(),
-                    reason: "this scope holds the name as another kind of lock",
-                });
+    // Written out: an `async fn` keeps a second copy of its arguments (see below).
+    #[allow(clippy::manual_async_fn)]
+    pub fn acquire_with(
+        &self,
+        opts: LockOptions,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> {
+        // Every waiting task stores this future, so it keeps nothing but the acquisition
+        // across the await. (An `async fn` would also keep a second copy of `opts`.)
+        async move {
+            opts.validate()?;
+            let names = self.names()?;
+            if let Some(held) = scope::find(&self.client.inner.id, &names.key) {
+                return self.reenter(names, held);
             }
-            if !Mode::of_hold(&held.names, &held.owner).covers(self.mode) {
-                return Err(LockError::WouldDeadlock {
-                    name: names.name.clone(),
-                    reason: "the write side cannot be taken inside the scope of a read guard of the same lock (it would wait for itself); release the read side first",
-                });
-            }
-            if let Some(reason) = held.signal.get() {
-                return Err(LockError::Lost {
-                    name: names.name.clone(),
-                    reason,
-                });
-            }
-            tracing::trace!(lock = %names.name, "re-entered");
-            Counters::add(&inner.counters.reentries, 1);
-            return Ok(LockGuard::reentrant(held));
+            Acquire::new(&self.client, names, &opts, self.mode, self.group.as_ref())
+                .run()
+                .await
         }
-        let span = tracing::debug_span!(
-            "lock.acquire",
-            lock = %names.name,
-            kind = names.family.describe(),
-            mode = ?self.mode,
-            wait = ?opts.wait
-        );
-        let group = Group::resolve(self.group.as_ref(), &names.name);
-        let acquire = Acquire::new(&self.client, names, opts, self.mode, group.clone());
-        let start = acquire.start();
-        let result = tracing::Instrument::instrument(acquire.run(), span).await;
-        crate::metrics::acquisition(&group, Outcome::of(&result), start.elapsed());
-        result
+    }
+
+    /// Re-enters `held`, the hold of an enclosing scope on the same key.
+    fn reenter(&self, names: &LockNames, held: Arc<Held>) -> Result<LockGuard, LockError> {
+        if !held.names.family.same_kind(names.family) {
+            return Err(LockError::WouldDeadlock {
+                name: names.name.clone(),
+                reason: "this scope holds the name as another kind of lock",
+            });
+        }
+        if !Mode::of_hold(&held.names, &held.owner).covers(self.mode) {
+            return Err(LockError::WouldDeadlock {
+                name: names.name.clone(),
+                reason: "the write side cannot be taken inside the scope of a read guard of the same lock (it would wait for itself); release the read side first",
+            });
+        }
+        if let Some(reason) = held.signal.get() {
+            return Err(LockError::Lost {
+                name: names.name.clone(),
+                reason,
+            });
+        }
+        tracing::trace!(lock = %names.name, "re-entered");
+        Counters::add(&self.client.inner.counters.reentries, 1);
+        Ok(LockGuard::reentrant(held))
     }
 
     /// Whether anyone holds the lock (for a read/write lock or a semaphore: any reader, writer

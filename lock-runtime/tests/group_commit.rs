@@ -15,6 +15,23 @@ async fn grouped(redis: &RedisServer) -> lock_runtime::LockClient {
     lock_tests::client_with(redis, |b| b.group_commit(true)).await
 }
 
+/// The locks (not fencing counters) of this file's names left on `redis`.
+fn holds(redis: &RedisServer) -> Vec<String> {
+    let mut keys = redis.keys("lock:{gc:*");
+    keys.retain(|k| !k.ends_with(":fence"));
+    keys
+}
+
+/// Each task's fencing tokens strictly increase.
+fn assert_increasing(tokens: &[Vec<u64>]) {
+    for (i, tokens) in tokens.iter().enumerate() {
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "lock gc:{i}: fencing tokens must strictly increase: {tokens:?}"
+        );
+    }
+}
+
 /// `n` tasks each take and give back their own lock `rounds` times; returns every task's
 /// fencing tokens, in order.
 async fn distinct_keys(
@@ -57,19 +74,13 @@ async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() 
         calls < operations,
         "64 tasks at once: queued operations must share script calls ({calls} calls for {operations} operations)"
     );
-    for (i, tokens) in tokens.iter().enumerate() {
-        assert!(
-            tokens.windows(2).all(|w| w[0] < w[1]),
-            "lock gc:{i}: fencing tokens must strictly increase: {tokens:?}"
-        );
-    }
+    assert_increasing(&tokens);
     // Every release ran: no lock is left, only the fencing counters.
-    let left: Vec<String> = redis
-        .keys("lock:{gc:*")
-        .into_iter()
-        .filter(|k| !k.ends_with(":fence"))
-        .collect();
-    assert!(left.is_empty(), "locks left behind: {left:?}");
+    assert!(
+        holds(&redis).is_empty(),
+        "locks left behind: {:?}",
+        holds(&redis)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,13 +157,12 @@ async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
             task.await.unwrap();
         }
     }
-    let holds = || -> Vec<String> {
-        let mut keys = redis.keys("lock:{gc:*");
-        keys.retain(|k| !k.ends_with(":fence"));
-        keys
-    };
-    let clean = common::eventually(Duration::from_secs(2), || holds().is_empty()).await;
-    assert!(clean, "holds of cancelled acquires left: {:?}", holds());
+    let clean = common::eventually(Duration::from_secs(2), || holds(&redis).is_empty()).await;
+    assert!(
+        clean,
+        "holds of cancelled acquires left: {:?}",
+        holds(&redis)
+    );
     // And the client still works.
     let guard = client.lock("gc:0").acquire().await.unwrap();
     guard.release().await.unwrap();
@@ -166,10 +176,7 @@ async fn a_group_after_script_flush_reloads_and_runs_once() {
     redis.cmd(&["SCRIPT", "FLUSH"]);
     // Every operation runs exactly once: a release run twice would fail (`NotHeld`), an
     // acquire run twice is harmless but its token would jump; both are checked.
-    let tokens = distinct_keys(&client, 64, 5).await;
-    for tokens in &tokens {
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-    }
+    assert_increasing(&distinct_keys(&client, 64, 5).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,14 +233,10 @@ async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
     .await;
     assert!(ready, "the one-node cluster did not come up");
     let client = grouped(&redis).await;
-    let tokens = distinct_keys(&client, 64, 10).await;
-    for tokens in &tokens {
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-    }
-    let left: Vec<String> = redis
-        .keys("lock:{gc:*")
-        .into_iter()
-        .filter(|k| !k.ends_with(":fence"))
-        .collect();
-    assert!(left.is_empty(), "locks left behind: {left:?}");
+    assert_increasing(&distinct_keys(&client, 64, 10).await);
+    assert!(
+        holds(&redis).is_empty(),
+        "locks left behind: {:?}",
+        holds(&redis)
+    );
 }

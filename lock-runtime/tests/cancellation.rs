@@ -73,9 +73,14 @@ async fn a_cancellation_storm_leaves_no_hold_subscription_or_watchdog_entry() {
         acquired > 0 && acquired < 1200,
         "{acquired} of 1200 acquired"
     );
+    // The clients' own counts follow Redis' confirmations (an unsubscription counts once its
+    // reply is read), so they are awaited too.
     let clean = common::eventually(Duration::from_secs(5), || {
         redis.keys("lock:*").iter().all(|k| k.ends_with(":fence"))
             && redis.pubsub_channels("lock:*").is_empty()
+            && clients
+                .iter()
+                .all(|c| c.held_locks() == 0 && c.subscribed_channels() == 0)
     })
     .await;
     assert!(

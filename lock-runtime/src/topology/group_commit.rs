@@ -111,7 +111,8 @@ impl GroupCommit {
                 })
                 .collect()
         };
-        // Nothing in flight: this caller's queue goes out now, by a task of its own.
+        // If nothing is in flight, the queue goes out now, by a task of its own; else when the
+        // request in flight returns.
         Inner::pass_on(&self.inner, false);
         let mut replies = Vec::with_capacity(receivers.len());
         for rx in receivers {
@@ -133,7 +134,7 @@ impl Drop for Turn<'_> {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a flag and a queue, consistent at every unlock.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// If writes are queued and nothing is in flight (or `ending_turn`: only the caller's own

@@ -283,13 +283,14 @@ mod chaos {
     use rand::Rng;
     use redis::aio::MultiplexedConnection;
 
-    async fn client(url: &str, watchdog_ms: &str) -> LockClient {
+    async fn client(url: &str, watchdog_ms: &str, group_commit: bool) -> LockClient {
         LockClient::builder(url)
             .watchdog_timeout(Duration::from_millis(
                 watchdog_ms.parse().expect("watchdog ms"),
             ))
             .response_timeout(Duration::from_millis(500))
             .connect_timeout(Duration::from_secs(5))
+            .group_commit(group_commit)
             .build()
             .await
             .expect("connect")
@@ -353,6 +354,11 @@ mod chaos {
     }
 
     pub(super) async fn workload(args: &[&str]) {
+        // Half the chaos workers send their writes with group commit (see tests/chaos.rs).
+        let (args, group_commit) = match args {
+            [rest @ .., "group-commit"] => (rest, true),
+            all => (all, false),
+        };
         let [
             lock_url,
             store_url,
@@ -363,13 +369,15 @@ mod chaos {
             out,
         ] = args
         else {
-            panic!("chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>");
+            panic!(
+                "chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out> [group-commit]"
+            );
         };
         let keys: usize = keys.parse().expect("keys");
         let tasks: usize = tasks.parse().expect("tasks");
         let until =
             tokio::time::Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms"));
-        let locks = client(lock_url, watchdog_ms).await;
+        let locks = client(lock_url, watchdog_ms, group_commit).await;
         let store = redis::Client::open(*store_url).expect("store url");
         let out = std::sync::Arc::new(std::sync::Mutex::new(
             std::fs::OpenOptions::new()
@@ -479,7 +487,7 @@ mod chaos {
         let [lock_url, store_url, key, block_ms, watchdog_ms, out] = args else {
             panic!("block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>");
         };
-        let locks = client(lock_url, watchdog_ms).await;
+        let locks = client(lock_url, watchdog_ms, false).await;
         let store = redis::Client::open(*store_url).expect("store url");
         let mut store = store
             .get_multiplexed_async_connection()

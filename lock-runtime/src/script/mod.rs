@@ -177,6 +177,17 @@ pub(crate) struct Call {
     keys: usize,
 }
 
+/// The scripts `calls` use, each once: what to load after the server lost them.
+pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
+    let mut scripts: Vec<&'static Script> = Vec::new();
+    for call in calls {
+        if !scripts.iter().any(|s| std::ptr::eq(*s, call.script)) {
+            scripts.push(call.script);
+        }
+    }
+    scripts
+}
+
 /// A script argument.
 enum Arg<'a> {
     Str(&'a str),

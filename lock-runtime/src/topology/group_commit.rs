@@ -203,14 +203,8 @@ impl Inner {
                 many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
             })
             .collect();
-        let mut scripts: Vec<&'static redis::Script> = Vec::new();
-        for call in &calls {
-            if !scripts.iter().any(|s| std::ptr::eq(*s, call.script())) {
-                scripts.push(call.script());
-            }
-        }
         let cmds = calls.iter().map(|call| call.cmd().clone()).collect();
-        let results = run(&mut self.conn.clone(), cmds, &scripts).await;
+        let results = run(&mut self.conn.clone(), cmds, &script::scripts_of(&calls)).await;
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {
@@ -218,10 +212,22 @@ impl Inner {
                 }
                 continue;
             }
-            match result.and_then(|v| {
-                <Vec<Value> as redis::FromRedisValue>::from_redis_value(v).map_err(Into::into)
-            }) {
-                Ok(replies) if replies.len() == run.len() => {
+            let replies = result
+                .and_then(|v| {
+                    <Vec<Value> as redis::FromRedisValue>::from_redis_value(v).map_err(Into::into)
+                })
+                .and_then(|replies| {
+                    if replies.len() == run.len() {
+                        Ok(replies)
+                    } else {
+                        Err(RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "batch script returned the wrong number of replies",
+                        )))
+                    }
+                });
+            match replies {
+                Ok(replies) => {
                     for (queued, reply) in run.into_iter().zip(replies) {
                         let _ = queued.reply.send(reply.extract_error());
                     }
@@ -234,15 +240,6 @@ impl Inner {
                     );
                     self.merge.store(false, Ordering::Relaxed);
                     Box::pin(self.send_queue(run)).await;
-                }
-                Ok(_) => {
-                    let e = RedisError::from((
-                        redis::ErrorKind::Parse,
-                        "batch script returned the wrong number of replies",
-                    ));
-                    for queued in run {
-                        let _ = queued.reply.send(Err(e.clone()));
-                    }
                 }
                 Err(e) => {
                     for queued in run {

@@ -135,40 +135,26 @@ impl RedisBackend {
         if let Conn::Cluster(cluster) = &self.conn {
             // A pipeline may not span slots: one call per lock, all at once.
             let failed = super::cluster::release_each(cluster, &calls, limit).await;
-            return if !failed.is_empty() && failed.len() == jobs.len() {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "every background release failed",
-                )))
-            } else {
-                Ok(failed)
-            };
+            return unless_all_failed(failed, jobs.len(), None);
         }
         let _ = limit; // One pipeline on one connection, bounded by its response timeout.
         if let Some(group) = &self.group {
             // In order with this client's other writes: a cancelled acquire's clean-up never
             // overtakes the acquire.
             let results = group.send_all(calls).await;
-            let failed: Vec<usize> = (0..results.len())
+            let failed = (0..results.len())
                 .filter(|&i| results[i].is_err())
                 .collect();
-            if !failed.is_empty() && failed.len() == jobs.len() {
-                let first = results.into_iter().find_map(Result::err);
-                return Err(first.unwrap_or_else(|| timed_out("every background release failed")));
-            }
-            return Ok(failed);
+            let first = results.into_iter().find_map(Result::err);
+            return unless_all_failed(failed, jobs.len(), first);
         }
         let mut pipe = redis::pipe();
-        // Every release script the pipeline uses (it may mix the families and layouts), to
-        // reload after the server lost them.
-        let mut scripts: Vec<&redis::Script> = Vec::new();
         for call in &calls {
             pipe.add_command(call.cmd().clone());
-            if !scripts.iter().any(|s| std::ptr::eq(*s, call.script())) {
-                scripts.push(call.script());
-            }
         }
-        query_reloading(&mut self.conn.clone(), &pipe, &scripts).await?;
+        // The pipeline may mix the families and layouts: every script it uses is reloaded
+        // after the server lost them.
+        query_reloading(&mut self.conn.clone(), &pipe, &script::scripts_of(&calls)).await?;
         Ok(Vec::new())
     }
 }
@@ -318,6 +304,20 @@ impl Backend for RedisBackend {
     fn fails_over(&self) -> bool {
         self.fails_over
     }
+}
+
+/// The outcome of background releases of which `failed` (indexes) failed, out of `total`: an
+/// error when every one failed (`first`, the first error, if known), else the failed ones, to
+/// retry.
+fn unless_all_failed(
+    failed: Vec<usize>,
+    total: usize,
+    first: Option<redis::RedisError>,
+) -> RedisResult<Vec<usize>> {
+    if !failed.is_empty() && failed.len() == total {
+        return Err(first.unwrap_or_else(|| timed_out("every background release failed")));
+    }
+    Ok(failed)
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {

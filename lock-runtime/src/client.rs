@@ -569,10 +569,11 @@ impl LockClientBuilder {
     /// token, that task's own lease): one round trip per hand-over instead of three steps
     /// (release, unlock message, the waiter's acquire), and the lock never falls free in
     /// between. After `limit` such hand-overs in a row, a release that finds another process
-    /// waiting lets the lock fall free, wakes a waiter in every process and keeps the lock from
-    /// this client for a few milliseconds, so a task of another process gets its turn; with
-    /// nobody else waiting the hand-offs go on. A higher limit gives more throughput on a lock
-    /// that several processes want, a lower one shorter waits for the other processes. Replica
+    /// waiting ends this client's turn: the lock falls free and wakes a waiter in every
+    /// process, and the waiting clients take turns in a fixed cycle, the one whose last turn is
+    /// longest ago first, so a process waits for at most one turn of every other; with nobody
+    /// else waiting the hand-offs go on. A higher limit gives more throughput on a lock that
+    /// several processes want, a lower one shorter waits for the other processes. Replica
     /// acknowledgement ([`replica_ack`](LockClientBuilder::replica_ack)) turns it off.
     ///
     /// ```no_run

@@ -13,12 +13,20 @@
 //! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)).
 //! From then on, every release that would hand the lock on locally asks Redis whether another
 //! process waits for it (more than this client subscribed to its unlock channel). If so, the
-//! lock falls free instead, the unlock message wakes one waiter in every process that waits,
-//! and for [`YIELD`] the lock refuses itself to this client's tasks (a mark on the fencing
-//! counter, cleared by the next grant), so a waiter of another process gets it, whatever the
-//! order in which Redis delivered the message. If nobody else waits, the local hand-offs go on.
-//! So a process waiting elsewhere waits for at most `limit` local hand-overs per process ahead
-//! of it.
+//! client's turn ends: the lock falls free instead, and the unlock message wakes one waiter in
+//! every process that waits.
+//!
+//! **Turns across processes.** The waiting clients then take turns in a fixed cycle: the one
+//! whose last turn is longest ago goes next, whatever order Redis delivered the message in. A
+//! mark on the fencing counter lists the clients whose turns ended last, most recent first, as
+//! many as there are waiting clients less one, and grants refuse the lock to them (a refused
+//! waiter is told to retry when the mark lapses). A new turn that begins while the mark is live
+//! counts the turn before it as ended too, so a client that takes the lock again and again
+//! without ever handing it on (nobody of its own waits) still takes turns with the others. The
+//! mark lapses [`YIELD`] after the last turn's end or grant. So a client waiting elsewhere
+//! waits for at most one turn (`limit` + 1 acquisitions) of every other waiting client; if
+//! nobody else waits, the local hand-offs go on. (The order is kept in Redis by `prelude.lua`,
+//! "Turns".)
 //!
 //! **Waiters** queue here for as long as they wait ([`HandOffs::join`]); a release picks the
 //! first ([`HandOffs::choose`]), and the outcome is delivered to it ([`HandOffs::deliver`]).
@@ -49,9 +57,9 @@ use crate::sync;
 /// How many times in a row a lock is passed between the tasks of one client before a release
 /// lets it fall free for every process.
 pub(crate) const DEFAULT_LIMIT: u32 = 8;
-/// How long a lock released at the hand-off limit refuses itself to the releasing client, so
-/// that a waiter of another process takes it. Long enough for a waiter on a busy machine to
-/// hear the unlock message and ask; if none does, the lock idles that long.
+/// How long the turn mark on a lock outlives the end of the last turn, or the last grant: long
+/// enough for a waiter on a busy machine to hear the unlock message and ask. If nobody whose
+/// turn it is asks, the lock idles that long. (`prelude.lua`'s `TURN_LAPSE_US` is the same.)
 pub(crate) const YIELD: Duration = Duration::from_millis(5);
 
 /// The waiting tasks of one client, per lock key.
@@ -382,6 +390,13 @@ mod tests {
         let _a = h.join("k", &owner("a"), Duration::from_secs(1));
         assert!(h.choose("k", 0).is_none());
         assert_eq!(h.queued(), 0);
+    }
+
+    #[test]
+    fn the_scripts_turn_mark_lapses_after_yield() {
+        let prelude = include_str!("script/prelude.lua");
+        let line = format!("local TURN_LAPSE_US = {}", YIELD.as_micros());
+        assert!(prelude.contains(&line), "prelude.lua lacks `{line}`");
     }
 
     #[test]

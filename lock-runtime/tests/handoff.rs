@@ -207,6 +207,114 @@ async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
     );
 }
 
+/// Clients hammering one lock as several processes would (each client has its own connections
+/// and subscription): each with its number of tasks, in a loop with an empty critical section,
+/// until `total` acquisitions or `run` passed. Returns which client held the lock, in holding
+/// order.
+async fn hammer(clients: &[(&LockClient, usize)], total: usize, run: Duration) -> Vec<usize> {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let until = Instant::now() + run;
+    let mut handles = Vec::new();
+    for (c, &(client, tasks)) in clients.iter().enumerate() {
+        for _ in 0..tasks {
+            let (client, order) = (client.clone(), order.clone());
+            handles.push(tokio::spawn(async move {
+                while Instant::now() < until && order.lock().unwrap().len() < total {
+                    let guard = client
+                        .lock("turns")
+                        .acquire_with(wait(Duration::from_secs(10)))
+                        .await
+                        .unwrap();
+                    // Inside the critical section: the pushes are in holding order.
+                    order.lock().unwrap().push(c);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    Arc::try_unwrap(order).unwrap().into_inner().unwrap()
+}
+
+/// The turns in a holding order: (client, acquisitions in a row).
+fn turns(order: &[usize]) -> Vec<(usize, usize)> {
+    let mut turns: Vec<(usize, usize)> = Vec::new();
+    for &c in order {
+        match turns.last_mut() {
+            Some((last, n)) if *last == c => *n += 1,
+            _ => turns.push((c, 1)),
+        }
+    }
+    turns
+}
+
+/// Clients of several processes that all wait for a busy lock take turns in a fixed cycle: after
+/// a client's turn (its hand-off limit), the client whose last turn is longest ago goes next,
+/// whatever order Redis delivers the unlock message in, so no process is served twice while
+/// another waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_clients_of_several_processes_take_turns_in_order() {
+    let redis = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(lock_tests::client_with(&redis, |b| b.handoff_limit(2)).await);
+    }
+    let each: Vec<_> = clients.iter().map(|c| (c, 3)).collect();
+    let order = hammer(&each, 3_000, Duration::from_secs(3)).await;
+    let turns = turns(&order);
+    // The middle of the run, when every client has tasks waiting (its start and end are ragged).
+    let middle = &turns[turns.len() / 10..turns.len() * 9 / 10];
+    // Out of order: a client holding again while one of the others waited since before its
+    // last turn, i.e. one of the two turns before it was its own.
+    let out_of_order = middle
+        .windows(3)
+        .filter(|w| w[2].0 == w[0].0 || w[2].0 == w[1].0)
+        .count();
+    let mut per_client = [0usize; 3];
+    for &c in &order {
+        per_client[c] += 1;
+    }
+    eprintln!(
+        "{} acquisitions, {} turns, {out_of_order} out of order, per client {per_client:?}",
+        order.len(),
+        turns.len()
+    );
+    assert!(middle.len() >= 30, "{turns:?}");
+    assert!(
+        out_of_order * 10 <= middle.len(),
+        "turns out of order: {out_of_order} of {}",
+        middle.len()
+    );
+    let (min, max) = (
+        per_client.iter().min().unwrap(),
+        per_client.iter().max().unwrap(),
+    );
+    assert!(min * 10 >= max * 8, "per client {per_client:?}");
+}
+
+/// A client that takes the lock again and again on its own (no local waiters, so it never
+/// hands on, and never yields) does not keep a client that ended its turn waiting: a new turn
+/// ends the one before it, so the two alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retaking_the_lock_alone_takes_turns_with_a_client_that_yielded() {
+    let redis = RedisServer::start();
+    let busy = lock_tests::client_with(&redis, |b| b.handoff_limit(2)).await;
+    let alone = common::client(&redis).await;
+    let order = hammer(&[(&busy, 4), (&alone, 1)], 2_000, Duration::from_secs(2)).await;
+    let turns = turns(&order);
+    let busy_turns = turns.iter().filter(|t| t.0 == 0).count();
+    let alone_turns = turns.len() - busy_turns;
+    eprintln!(
+        "{} acquisitions: {busy_turns} turns of the busy client, {alone_turns} of the other",
+        order.len()
+    );
+    assert!(alone_turns >= 10, "{turns:?}");
+    // Alternating: the busy client gets (about) one turn per turn of the other.
+    assert!(busy_turns * 10 >= alone_turns * 8, "{turns:?}");
+}
+
 /// With nobody else waiting, the limit costs nothing: the hand-offs go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nobody_else_waiting_hand_offs_go_on_past_the_limit() {

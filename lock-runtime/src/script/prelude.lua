@@ -64,11 +64,83 @@ local function first_end(set, now)
   return nil
 end
 
--- Bumps the fencing counter for a grant to `owner`.
+-- Turns: when clients of several processes wait for one mutex, each client's tasks hand it on
+-- among themselves at most `handoff_limit` times in a row (`handoff.rs`); then the client ends
+-- its turn (`yield` below) and the client whose last turn is longest ago takes the next one.
+-- The order lives on the fencing counter, after its digits, as a mark:
+-- `<digits>:[+<current>,]<client>[,<client>…]:<until µs>`: the client whose turn it is (if its
+-- turn began while the mark was live), then the clients whose turns ended last, most recent
+-- first, who are refused the lock; `until` is when the mark lapses.
+
+-- How long a mark outlives the last grant or turn's end, in microseconds (the client's
+-- `handoff::YIELD`): a lock whose other waiters went away idles at most that long.
+local TURN_LAPSE_US = 5000
+-- The most clients a mark lists.
+local TURNS_MAX = 64
+
+-- The client id of an owner id (`<client>:<acquisition>`), or nil.
+local function client_of(owner)
+  return string.match(owner, '^(.*):')
+end
+
+-- A fencing counter's digits, the turns on its mark and when the mark lapses; nil when the
+-- counter carries no mark.
+local function turn_mark(counter)
+  return string.match(counter, '^(%-?%d+):([%w,+]+):(%d+)$')
+end
+
+-- The client whose turn it is (or nil) and the clients whose turns ended last, from a mark.
+local function turns_of(body)
+  local current, ended = nil, {}
+  for id in string.gmatch(body, '[^,]+') do
+    if string.sub(id, 1, 1) == '+' then
+      current = string.sub(id, 2)
+    else
+      ended[#ended + 1] = id
+    end
+  end
+  return current, ended
+end
+
+-- Puts `client` first among the turns that `ended`, keeping at most `keep` of them.
+local function ended_turn(ended, client, keep)
+  local order = {client}
+  for _, id in ipairs(ended) do
+    if #order >= keep then
+      break
+    end
+    if id ~= client then
+      order[#order + 1] = id
+    end
+  end
+  return order
+end
+
+-- Whether `client` is among the turns that `ended`.
+local function has_ended(ended, client)
+  for _, id in ipairs(ended) do
+    if id == client then
+      return true
+    end
+  end
+  return false
+end
+
+-- A mark's turns, written out.
+local function turns_body(current, ended)
+  local body = table.concat(ended, ',')
+  if current then
+    return '+' .. current .. (body == '' and '' or ',' .. body)
+  end
+  return body
+end
+
+-- Bumps the fencing counter for a grant to `owner`; `handoff` when the grant hands the lock
+-- over within the turn of the client that held it (a local hand-off: see `yield` below).
 --
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
--- data at the fencing counter, a server error, or {0, ms} while the owner's client yields the
--- lock to other processes).
+-- data at the fencing counter, a server error, or {0, ms} while the owner's client had one of
+-- the last turns and others wait for theirs: see `yield`).
 --
 -- Tokens are never below the server clock in microseconds: they keep increasing when the
 -- counter is lost (first use, retention passed, a restart without persistence) and across a
@@ -76,7 +148,7 @@ end
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
 -- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
-local function next_token(fence, owner, retention_ms)
+local function next_token(fence, owner, retention_ms, handoff)
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then
     if not string.find(last.err, 'WRONGTYPE', 1, true) then
@@ -87,10 +159,12 @@ local function next_token(fence, owner, retention_ms)
   end
   local clock = clock_us()
   local token = clock
+  -- The turn mark, when one is live.
+  local mark = ''
   if last then
     -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
-    -- followed by a yield marker (see `yield` below).
-    local digits, client, untils = string.match(last, '^(%-?%d+):(%w+):(%d+)$')
+    -- followed by a turn mark (see "Turns" above).
+    local digits, body, untils = turn_mark(last)
     if not digits then
       digits = string.match(last, '^%-?%d+$')
     end
@@ -101,30 +175,44 @@ local function next_token(fence, owner, retention_ms)
     if n >= 9007199254740991 or n <= -9007199254740991 then
       return nil, {-1, 'string'}
     end
-    if client and client == string.match(owner, '^(.*):') then
-      local left = tonumber(untils) - clock
-      if left > 0 then
-        -- This owner's client let the lock go so that other processes get their turn.
-        return nil, {0, math.ceil(left / 1000)}
+    if body and tonumber(untils) > clock then
+      local current, ended = turns_of(body)
+      if not handoff then
+        -- A new turn. The turn before it ended with a plain release: it counts as ended.
+        if current then
+          ended = ended_turn(ended, current, math.max(#ended, 1))
+          current = nil
+        end
+        local client = client_of(owner)
+        if has_ended(ended, client) then
+          -- This client had one of the last turns: a client waiting longer goes first.
+          redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. untils, 'KEEPTTL')
+          return nil, {0, math.ceil((tonumber(untils) - clock) / 1000)}
+        end
+        current = client
       end
+      -- Kept from lapsing while the lock changes hands among the waiting clients.
+      local lapse = math.max(tonumber(untils), clock + TURN_LAPSE_US)
+      mark = ':' .. turns_body(current, ended) .. ':' .. string.format('%d', lapse)
     end
     if n >= token then
       token = n + 1
     end
   end
   if tonumber(retention_ms) > 0 then
-    redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+    redis.call('SET', fence, string.format('%d', token) .. mark, 'PX', retention_ms)
   else
     -- Kept for ever: Redisson's token key, which Java services `INCR` (a TTL would let
     -- their tokens restart at 1).
-    redis.call('SET', fence, string.format('%d', token))
+    redis.call('SET', fence, string.format('%d', token) .. mark)
   end
   return token
 end
 
--- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease.
-local function grant(lock, fence, owner, lease_ms, retention_ms)
-  local token, reply = next_token(fence, owner, retention_ms)
+-- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease
+-- (`handoff`: see `next_token`).
+local function grant(lock, fence, owner, lease_ms, retention_ms, handoff)
+  local token, reply = next_token(fence, owner, retention_ms, handoff)
   if not token then
     return nil, reply
   end
@@ -192,18 +280,33 @@ local function queue_head(queue, places, now)
   return nil
 end
 
--- Marks the fencing counter so that `grant` refuses the lock to owners of `owner`'s client for
--- the next `yield_ms` milliseconds (the next grant, to anyone else, clears the mark). Used by a
--- client that has handed a lock on locally as often as it may in a row, while other
--- processes wait for it.
-local function yield(fence, owner, yield_ms)
+-- Ends `owner`'s client's turn at a lock that clients of other processes wait for (see
+-- "Turns" above): the client has handed the lock on locally as often as it may in a row, lets
+-- it fall free and goes first among the ended turns, of which the mark keeps as many as
+-- `waiting` (the subscribers of the lock's channel, this client included) less one. So the
+-- waiting client whose last turn is longest ago takes the lock, whatever order Redis delivered
+-- the unlock message in. The mark lapses `yield_ms` from now, or `TURN_LAPSE_US` after the
+-- next grant.
+local function yield(fence, owner, yield_ms, waiting)
   local last = redis.pcall('GET', fence)
-  local digits = type(last) == 'string' and string.match(last, '^(%-?%d+)')
-  local client = string.match(owner, '^(.*):')
-  if not digits or not client then
+  local client = client_of(owner)
+  if type(last) ~= 'string' or not client then
     return
   end
-  local untils = clock_us() + yield_ms * 1000
-  redis.call('SET', fence, digits .. ':' .. client .. ':' .. string.format('%d', untils), 'KEEPTTL')
+  local digits, body, untils = turn_mark(last)
+  if not digits then
+    digits = string.match(last, '^%-?%d+$')
+    if not digits then
+      return
+    end
+  end
+  local clock = clock_us()
+  local ended = {}
+  if body and tonumber(untils) > clock then
+    local _
+    _, ended = turns_of(body)
+  end
+  ended = ended_turn(ended, client, math.min(waiting - 1, TURNS_MAX))
+  local lapse = string.format('%d', clock + yield_ms * 1000)
+  redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. lapse, 'KEEPTTL')
 end
-

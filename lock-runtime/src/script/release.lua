@@ -10,7 +10,9 @@
 -- ARGV[4]  fencing counter retention in milliseconds
 -- ARGV[5]  (optional) the releasing client has handed this lock on as often as it may in a row:
 --          if another process waits for it (subscribes to its channel), let it fall free
---          instead, and keep it from this client's tasks for this many milliseconds
+--          instead, and keep it from this client's tasks until the clients waiting longer had
+--          their turn (lapsing this many milliseconds after the last grant: `yield` in
+--          prelude.lua)
 --
 -- Returns {1, 0} when released (the key is deleted and the unlock message published once no
 -- owner is left), {2, token} when released and handed to ARGV[2] with this fencing token (no
@@ -29,13 +31,16 @@ local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms
     return {0, 0}
   end
   if redis.call('EXISTS', lock) == 0 then
-    if heir and yield_ms and redis.call('PUBSUB', 'NUMSUB', channel)[2] > 1 then
-      -- Others wait besides this client's own subscription: their turn.
-      yield(fence, owner, tonumber(yield_ms))
-      heir = nil
+    if heir and yield_ms then
+      local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
+      if waiting > 1 then
+        -- Others wait besides this client's own subscription: their turn.
+        yield(fence, owner, tonumber(yield_ms), waiting)
+        heir = nil
+      end
     end
     if heir then
-      local token = grant(lock, fence, heir, lease_ms, retention_ms)
+      local token = grant(lock, fence, heir, lease_ms, retention_ms, true)
       if token then
         return {2, token}
       end

@@ -173,7 +173,7 @@ impl<'a> Acquire<'a> {
             // Uncontended: one round trip, no subscription. A busy attempt may have taken a
             // place in Redis (a fair lock's queue): removed if we stop here.
             let mut place = Place::without_ticket(self);
-            let busy = match Box::pin(self.attempt()).await? {
+            let busy = match Box::pin(self.attempt(false)).await? {
                 Attempt::Taken { token, sent } => {
                     place.holds = true;
                     return Ok(self.hold(token, sent, 0));
@@ -266,7 +266,7 @@ impl<'a> Acquire<'a> {
                 } else {
                     // Boxed: the round trip's future is large and only alive during the attempt;
                     // inline it would make every waiting task carry its size while it sleeps.
-                    let attempt = Box::pin(self.attempt()).await;
+                    let attempt = Box::pin(self.attempt(true)).await;
                     let woken = baton.0.is_some();
                     if attempt.is_ok() {
                         // Decided: either ours, or taken by someone whose release will publish
@@ -344,7 +344,7 @@ impl<'a> Acquire<'a> {
                             // Handed over, but told so too late to trust the lease: take it again
                             // with the same owner id (idempotent while it is still ours).
                             tracing::debug!("hand-off answered too late; taking the lock again");
-                            match Box::pin(self.attempt()).await {
+                            match Box::pin(self.attempt(true)).await {
                                 Ok(Attempt::Taken { token, sent }) => {
                                     return Ok(self.hold(token, sent, 0));
                                 }
@@ -396,7 +396,8 @@ impl<'a> Acquire<'a> {
     /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
     /// id (retaking our own hold is idempotent), and if we give up or are cancelled while a
     /// request may have taken the lock, the possible hold is released in the background.
-    async fn attempt(&self) -> Result<Attempt, LockError> {
+    /// `waiting`: made while subscribed to the lock's unlock channel (see `Backend::acquire`).
+    async fn attempt(&self, waiting: bool) -> Result<Attempt, LockError> {
         let config = &self.client.inner.config;
         // Armed whenever a request that may have taken the lock is in flight or ended with an
         // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
@@ -415,7 +416,7 @@ impl<'a> Acquire<'a> {
             let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
             cleanup.job = Some(job);
             let sent = Instant::now();
-            let Acked { reply, shortfall } = match self.send_acquire().await {
+            let Acked { reply, shortfall } = match self.send_acquire(waiting).await {
                 Ok(acked) => acked,
                 Err(e) => match reconcile.retry_after(&e) {
                     Some(pause) => {
@@ -515,14 +516,14 @@ impl<'a> Acquire<'a> {
     }
 
     /// Sends the acquire once (acknowledged by replicas when the client asks for it).
-    async fn send_acquire(&self) -> redis::RedisResult<Acked<Reply>> {
+    async fn send_acquire(&self, waiting: bool) -> redis::RedisResult<Acked<Reply>> {
         let inner = &self.client.inner;
         // Rounded up: Redis never gets a shorter lease than the client believes it holds.
         let lease_ms = crate::options::ceil_millis(self.lease);
         let retention_ms = inner.config.fence_retention.as_millis() as u64;
         inner
             .backend
-            .acquire(self.names, &self.owner, lease_ms, retention_ms)
+            .acquire(self.names, &self.owner, lease_ms, retention_ms, waiting)
             .await
     }
 

@@ -152,13 +152,16 @@ pub(crate) struct Release<'a> {
 pub(crate) trait Backend: Send + Sync + 'static {
     /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease
     /// of `lease_ms`; a new fencing token comes back in `Reply::Done`. The fencing counter is
-    /// kept `retention_ms` after its last use.
+    /// kept `retention_ms` after its last use. `waiting`: the owner's client waits for the lock
+    /// (is subscribed to its unlock channel), for the turns a busy mutex's waiting clients
+    /// take (`handoff.rs`).
     fn acquire<'a>(
         &'a self,
         names: &'a LockNames,
         owner: &'a str,
         lease_ms: u64,
         retention_ms: u64,
+        waiting: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
     /// Releases `owner`'s hold and wakes a waiter: `Done` when released, `NotDone` when the

@@ -48,6 +48,9 @@ impl Call {
                 }
             }
             for publishing in [script::Publishing::CLASSIC, script::Publishing::SHARDED] {
+                if sha == publishing.acquire.get_hash() {
+                    return "acquire".into();
+                }
                 if sha == publishing.release.get_hash() {
                     return "release".into();
                 }

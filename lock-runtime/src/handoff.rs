@@ -19,8 +19,9 @@
 //! **Turns across processes.** The waiting clients then take turns in a fixed cycle: the one
 //! whose last turn is longest ago goes next, whatever order Redis delivered the message in. A
 //! mark on the fencing counter lists the clients whose turns ended last, most recent first, as
-//! many as there are waiting clients less one, and grants refuse the lock to them (a refused
-//! waiter is told to retry when the mark lapses). A new turn that begins while the mark is live
+//! many as there are waiting clients less one, and while another client waits (is subscribed
+//! to the lock's channel) grants refuse the lock to them (a refused waiter is told to retry
+//! when the mark lapses). A new turn that begins while the mark is live
 //! counts the turn before it as ended too, so a client that takes the lock again and again
 //! without ever handing it on (nobody of its own waits) still takes turns with the others. The
 //! mark lapses [`YIELD`] after the last turn's end or grant. So a client waiting elsewhere

@@ -315,6 +315,37 @@ async fn a_client_retaking_the_lock_alone_takes_turns_with_a_client_that_yielded
     assert!(busy_turns * 10 >= alone_turns * 8, "{turns:?}");
 }
 
+/// Turns are for clients that wait: once the others stopped waiting, a client whose turn
+/// just ended takes the free lock at once (no waiting for the turn mark to lapse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_nobody_else_waits_a_client_whose_turn_ended_takes_the_lock_at_once() {
+    let redis = RedisServer::start();
+    let a = lock_tests::client_with(&redis, |b| b.handoff_limit(1)).await;
+    let b = lock_tests::client_with(&redis, |b| b.handoff_limit(1)).await;
+    for round in 0..20 {
+        let order = hammer(&[(&a, 3), (&b, 3)], 60, Duration::from_secs(5)).await;
+        assert!(turns(&order).len() > 2, "{order:?}");
+        // Nobody waits once both clients unsubscribed (a client counts its unsubscription when
+        // Redis confirmed it), which takes well under the mark's 5 ms: ask right then.
+        let unsubscribed = Instant::now() + Duration::from_secs(2);
+        while a.subscribed_channels() + b.subscribed_channels() > 0 {
+            assert!(
+                Instant::now() < unsubscribed,
+                "round {round}: still subscribed"
+            );
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        for client in [&a, &b] {
+            let guard = client
+                .lock("turns")
+                .try_acquire(Duration::ZERO)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+            guard.release().await.unwrap();
+        }
+    }
+}
+
 /// With nobody else waiting, the limit costs nothing: the hand-offs go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nobody_else_waiting_hand_offs_go_on_past_the_limit() {

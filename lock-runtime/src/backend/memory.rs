@@ -787,6 +787,8 @@ impl Backend for MemoryBackend {
         owner: &'a str,
         lease_ms: u64,
         _retention_ms: u64,
+        // One process: no turns across clients to take.
+        _waiting: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         let mut state = self.lock();
         state

@@ -4,7 +4,7 @@
 -- script would have run.
 --
 -- ARGV  for each operation: 'a' (acquire) or 'r' (release), its argument count, its arguments
--- KEYS  each operation's keys, in the same order: 2 for an acquire, 3 for a release
+-- KEYS  each operation's keys, in the same order: 3 each
 --
 -- Returns one reply per operation, as its own script would have replied; an operation that
 -- raised an error (a server error its script does not turn into a reply) gets that error in its
@@ -16,8 +16,8 @@ while arg <= #ARGV do
   local args = {unpack(ARGV, arg + 2, arg + 1 + count)}
   local ok, reply
   if kind == 'a' then
-    ok, reply = pcall(acquire, KEYS[key], KEYS[key + 1], unpack(args))
-    key = key + 2
+    ok, reply = pcall(acquire, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
+    key = key + 3
   else
     ok, reply = pcall(release, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
     key = key + 3

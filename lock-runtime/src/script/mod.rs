@@ -82,6 +82,8 @@ macro_rules! sharded_script {
 }
 
 #[cfg(feature = "cluster")]
+static ACQUIRE_SHARDED: LazyLock<Script> = sharded_script!("acquire.lua");
+#[cfg(feature = "cluster")]
 static RELEASE_SHARDED: LazyLock<Script> = sharded_script!("release.lua");
 #[cfg(feature = "cluster")]
 static FORCE_UNLOCK_SHARDED: LazyLock<Script> = sharded_script!("force_unlock.lua");
@@ -98,6 +100,9 @@ static INSPECT_SHARDED: LazyLock<Script> = sharded_script!("inspect.lua");
 /// classic or sharded pub/sub.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Publishing {
+    /// The mutex acquire (which counts the unlock channel's subscribers when clients take
+    /// turns).
+    pub(crate) acquire: &'static LazyLock<Script>,
     pub(crate) release: &'static LazyLock<Script>,
     pub(crate) force_unlock: &'static LazyLock<Script>,
     pub(crate) fair_release: &'static LazyLock<Script>,
@@ -117,6 +122,7 @@ pub(crate) struct Publishing {
 impl Publishing {
     /// `PUBLISH`/`SUBSCRIBE`: one server, or the master behind Sentinel.
     pub(crate) const CLASSIC: Publishing = Publishing {
+        acquire: &ACQUIRE,
         release: &RELEASE,
         force_unlock: &FORCE_UNLOCK,
         fair_release: &FAIR_RELEASE,
@@ -133,6 +139,7 @@ impl Publishing {
     /// broadcast to every node.
     #[cfg(feature = "cluster")]
     pub(crate) const SHARDED: Publishing = Publishing {
+        acquire: &ACQUIRE_SHARDED,
         release: &RELEASE_SHARDED,
         force_unlock: &FORCE_UNLOCK_SHARDED,
         fair_release: &FAIR_RELEASE_SHARDED,
@@ -258,7 +265,8 @@ impl Call {
     }
 
     /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept
-    /// `retention_ms` after its last use).
+    /// `retention_ms` after its last use). `waiting`: the owner's client waits for the lock
+    /// (is subscribed to its unlock channel), which the mutex's turns across clients count.
     ///
     /// The script is the name's family's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
@@ -268,6 +276,7 @@ impl Call {
         owner: &str,
         lease_ms: u64,
         retention_ms: u64,
+        waiting: bool,
     ) -> Call {
         if let Some(call) = redisson::acquire(publishing, names, owner, lease_ms, retention_ms) {
             return call;
@@ -275,7 +284,12 @@ impl Call {
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.family {
-            Family::Mutex => Call::new(&ACQUIRE, &[&names.key, &names.fence], args),
+            Family::Mutex => Call::new(
+                publishing.acquire,
+                &[&names.key, &names.fence, &names.channel],
+                args.into_iter()
+                    .chain([Arg::Str(if waiting { "1" } else { "0" })]),
+            ),
             Family::Fair => Call::new(
                 &FAIR_ACQUIRE,
                 &[
@@ -603,18 +617,20 @@ mod tests {
                 })
                 .collect()
         };
-        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000);
+        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000, true);
         assert_eq!(
             args(&acquire)[..],
             [
                 "EVALSHA".to_owned(),
                 ACQUIRE.get_hash().to_owned(),
-                "2".into(),
+                "3".into(),
                 names.key.clone(),
                 names.fence.clone(),
+                names.channel.clone(),
                 "me:1".into(),
                 "30000".into(),
-                "60000".into()
+                "60000".into(),
+                "1".into()
             ]
         );
         let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);

@@ -126,6 +126,17 @@ local function has_ended(ended, client)
   return false
 end
 
+-- Whether a client other than the asking one waits for the lock: subscribed to its unlock
+-- channel (`asking`: {channel, whether the asking client is subscribed}). Without `asking`
+-- (a grant that does not tell), assumed so.
+local function others_wait(asking)
+  if not asking then
+    return true
+  end
+  local subscribers = redis.call('PUBSUB', 'NUMSUB', asking[1])[2]
+  return subscribers > (asking[2] and 1 or 0)
+end
+
 -- A mark's turns, written out.
 local function turns_body(current, ended)
   local body = table.concat(ended, ',')
@@ -137,10 +148,12 @@ end
 
 -- Bumps the fencing counter for a grant to `owner`; `handoff` when the grant hands the lock
 -- over within the turn of the client that held it (a local hand-off: see `yield` below).
+-- `asking`, for an acquire: {the lock's unlock channel, whether the owner's client is
+-- subscribed to it}, to tell whether another client waits.
 --
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
 -- data at the fencing counter, a server error, or {0, ms} while the owner's client had one of
--- the last turns and others wait for theirs: see `yield`).
+-- the last turns and another client waits: see `yield`).
 --
 -- Tokens are never below the server clock in microseconds: they keep increasing when the
 -- counter is lost (first use, retention passed, a restart without persistence) and across a
@@ -148,7 +161,7 @@ end
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
 -- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
-local function next_token(fence, owner, retention_ms, handoff)
+local function next_token(fence, owner, retention_ms, handoff, asking)
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then
     if not string.find(last.err, 'WRONGTYPE', 1, true) then
@@ -185,15 +198,22 @@ local function next_token(fence, owner, retention_ms, handoff)
         end
         local client = client_of(owner)
         if has_ended(ended, client) then
-          -- This client had one of the last turns: a client waiting longer goes first.
-          redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. untils, 'KEEPTTL')
-          return nil, {0, math.ceil((tonumber(untils) - clock) / 1000)}
+          if others_wait(asking) then
+            -- This client had one of the last turns: a client waiting longer goes first.
+            local body = turns_body(nil, ended)
+            redis.call('SET', fence, digits .. ':' .. body .. ':' .. untils, 'KEEPTTL')
+            return nil, {0, math.ceil((tonumber(untils) - clock) / 1000)}
+          end
+          -- Nobody else waits: no turns to take.
+          ended = nil
         end
         current = client
       end
-      -- Kept from lapsing while the lock changes hands among the waiting clients.
-      local lapse = math.max(tonumber(untils), clock + TURN_LAPSE_US)
-      mark = ':' .. turns_body(current, ended) .. ':' .. string.format('%d', lapse)
+      if ended then
+        -- Kept from lapsing while the lock changes hands among the waiting clients.
+        local lapse = math.max(tonumber(untils), clock + TURN_LAPSE_US)
+        mark = ':' .. turns_body(current, ended) .. ':' .. string.format('%d', lapse)
+      end
     end
     if n >= token then
       token = n + 1
@@ -210,9 +230,9 @@ local function next_token(fence, owner, retention_ms, handoff)
 end
 
 -- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease
--- (`handoff`: see `next_token`).
-local function grant(lock, fence, owner, lease_ms, retention_ms, handoff)
-  local token, reply = next_token(fence, owner, retention_ms, handoff)
+-- (`handoff`, `asking`: see `next_token`).
+local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking)
+  local token, reply = next_token(fence, owner, retention_ms, handoff, asking)
   if not token then
     return nil, reply
   end

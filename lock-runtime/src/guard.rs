@@ -271,8 +271,8 @@ impl LockGuard {
     }
 }
 
-/// Runs the release script, handing the lock to a task of this client that waits for it when
-/// there is one (`handoff.rs`); `Ok(false)` when the lock was not ours.
+/// Releases the hold, handing the lock to a task of this client that waits for it when there
+/// is one (`handoff.rs`); `Ok(false)` when the lock was not ours.
 async fn release_now(held: &Held) -> Result<bool, LockError> {
     let inner = &held.client.inner;
     let backend = &inner.backend;

@@ -389,15 +389,14 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     );
     let _ = writeln!(
         s,
-        "- **Uncontended.** A lock-runtime pair is a script call and two plain commands: the \
-         acquire script (free check, fencing counter read, server clock, counter write with its \
-         retention, hash field, TTL), then a release that hands nothing over, `HDEL` of the \
-         holder's field and `PUBLISH`, pipelined. Our acquire and release scripts sent raw with \
-         no client logic make {:.0} pairs/s here; lock-runtime makes {:.0}. rslock's acquire is a \
+        "- **Uncontended.** A lock-runtime pair is two script calls: acquire (free check, fencing \
+         counter read, server clock, counter write with its retention, hash field, TTL) and \
+         release (owner check, emptiness check, publish). The same two scripts sent raw with no \
+         client logic make {:.0} pairs/s here; lock-runtime makes {:.0}. rslock's acquire is a \
          plain `SET NX PX` and its release a two-command script, so Redis spends {:.1} µs of CPU \
-         per rslock pair against {:.1} µs for ours at 64 workers: six commands per grant in a \
-         script call, and two per release, against rslock's three commands per pair without \
-         fencing. With group commit on (opt-in), \
+         per rslock pair against {:.1} µs for ours at 64 workers: six commands per grant (free \
+         check, counter read, clock, counter write, hash field, TTL) and three per release, \
+         against rslock's three commands per pair without fencing. With group commit on (opt-in), \
          the acquires and releases that queue while one is in flight go out as one script call, \
          which costs Redis less than a call each but costs the client more: at 64 workers {}.",
         floor(0),

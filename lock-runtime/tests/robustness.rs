@@ -129,46 +129,6 @@ async fn releasing_a_lock_overwritten_with_foreign_data_is_a_typed_error() {
     }
 }
 
-/// On one server, a release that hands nothing over is two plain commands (`HDEL`, then
-/// `PUBLISH`), not a script call: what Redis counts per lock/unlock pair.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_release_is_hdel_and_publish() {
-    let redis = RedisServer::start();
-    let locks = common::client(&redis).await;
-    // Warm: the acquire script is loaded.
-    locks
-        .lock("plain")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    redis.cmd(&["CONFIG", "RESETSTAT"]);
-    for _ in 0..10 {
-        let guard = locks.lock("plain").acquire().await.unwrap();
-        guard.release().await.unwrap();
-    }
-    let stats = redis.cmd(&["INFO", "commandstats"]);
-    let calls = |command: &str| {
-        stats
-            .text()
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(&format!("cmdstat_{command}:calls="))?
-                    .split(',')
-                    .next()
-            })
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    assert_eq!(calls("evalsha"), 10, "{stats:?}");
-    assert_eq!(calls("hdel"), 10, "{stats:?}");
-    assert_eq!(calls("publish"), 10, "{stats:?}");
-    assert!(!locks.lock("plain").is_locked().await.unwrap());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_hash_without_ttl_does_not_make_waiting_unbounded() {
     let redis = RedisServer::start();

@@ -2,9 +2,7 @@
 //!
 //! Every operation is a [`Call`] from `script/`, sent by [`send`] (followed by `WAIT` in the same
 //! pipeline when replicas must acknowledge) or, for batches, by [`query_reloading`]; both load
-//! a script the server lost and retry once. One exception: on one server, a mutex release that
-//! hands nothing over is `HDEL` and `PUBLISH` in one pipeline (`release_plainly`), which costs
-//! Redis less than the script. Batches are shaped per topology here:
+//! a script the server lost and retry once. Batches are shaped per topology here:
 //!
 //! - **renewals**: one pipeline of renew calls (up to [`RENEW_CHUNK`] keys each) on one server
 //!   or the Sentinel master; one call per slot once the endpoint turned out to be a proxy in
@@ -22,8 +20,6 @@ use super::Conn;
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
-use crate::family::Family;
-use crate::layout::Layout;
 use crate::names::LockNames;
 use crate::script::{self, Call, CapacityOp, Publishing};
 
@@ -87,58 +83,6 @@ impl RedisBackend {
         let (reply, acked) = send::<Reply>(&mut self.conn.clone(), &call, self.ack).await?;
         let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
         Ok(Acked { reply, shortfall })
-    }
-
-    /// Whether releasing `names` without a hand-off can be two plain commands: a mutex in our
-    /// layout, on one server (classic pub/sub, one connection: the two commands arrive in
-    /// order), without replica acknowledgement or group commit (which send script calls).
-    /// Behind Sentinel the script stays: its failover detection reads a request's error, which
-    /// a pipeline that keeps each command's error in its place would hide.
-    fn plain_release(&self, names: &LockNames) -> bool {
-        matches!(self.conn, Conn::Single(_))
-            && self.ack.is_none()
-            && self.group.is_none()
-            && names.family == Family::Mutex
-            && names.layout == Layout::Native
-    }
-
-    /// Releases a mutex hold with `HDEL` and `PUBLISH` in one pipeline, instead of the release
-    /// script: what `release.lua` does without a hand-off, at about three quarters of Redis'
-    /// CPU for a lock/unlock pair (a script call costs Redis as much as the commands in it).
-    ///
-    /// A mutex's hash has one field, its holder's, so deleting ours frees the lock (Redis drops
-    /// an empty hash). The message is published whatever `HDEL` found: when the hold was lost
-    /// already, or the key holds data of another type, it is a spurious wake-up, which waiters
-    /// answer with one attempt each.
-    async fn release_plainly(&self, names: &LockNames, owner: &str) -> RedisResult<Acked<Reply>> {
-        let mut pipe = redis::pipe();
-        // Each command's error in its own place (HDEL's WRONGTYPE is an answer, not a failure).
-        pipe.ignore_errors()
-            .hdel(&names.key, owner)
-            .publish(&names.channel, "0");
-        let mut conn = self.conn.clone();
-        let (removed, published): (RedisResult<i64>, RedisResult<i64>) =
-            pipe.query_async(&mut conn).await?;
-        // A refused PUBLISH (an ACL) fails the release, as it fails the script after its HDEL.
-        published?;
-        let reply = match removed {
-            Ok(1) => Reply::Done(0),
-            Ok(_) => Reply::NotDone(0),
-            Err(e) if e.code() == Some("WRONGTYPE") => {
-                // Foreign data, left as it is: name its type, as the script would.
-                Reply::Foreign(
-                    redis::cmd("TYPE")
-                        .arg(&names.key)
-                        .query_async(&mut conn)
-                        .await?,
-                )
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(Acked {
-            reply,
-            shortfall: None,
-        })
     }
 
     /// A single-lock read (or an unacknowledged write).
@@ -240,9 +184,6 @@ impl Backend for RedisBackend {
         owner: &'a str,
         next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        if next.is_none() && self.plain_release(names) {
-            return Box::pin(self.release_plainly(names, owner));
-        }
         Box::pin(self.write(Call::release(self.publishing, names, owner, next.as_ref())))
     }
 

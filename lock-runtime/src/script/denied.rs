@@ -15,21 +15,8 @@ use super::with_prelude;
 
 /// Every script's source (classic and sharded) by its SHA1.
 static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
-    let files = [
-        include_str!("acquire.lua"),
-        include_str!("release.lua"),
-        include_str!("fair_acquire.lua"),
-        include_str!("fair_release.lua"),
-        include_str!("rw_acquire.lua"),
-        include_str!("semaphore_acquire.lua"),
-        include_str!("holders_release.lua"),
-        include_str!("semaphore_capacity.lua"),
-        include_str!("renew.lua"),
-        include_str!("force_unlock.lua"),
-        include_str!("inspect.lua"),
-    ];
     let mut sources = HashMap::new();
-    for file in files {
+    for file in super::FILES {
         let code = with_prelude(file);
         #[cfg(feature = "cluster")]
         if code.contains("redis.call('PUBLISH'") || code.contains("'PUBSUB', 'NUMSUB'") {

@@ -188,6 +188,21 @@ struct Definition {
     text: &'static str,
 }
 
+/// Every native script's own file (without the prelude).
+pub(crate) const FILES: [&str; 11] = [
+    include_str!("acquire.lua"),
+    include_str!("release.lua"),
+    include_str!("fair_acquire.lua"),
+    include_str!("fair_release.lua"),
+    include_str!("rw_acquire.lua"),
+    include_str!("semaphore_acquire.lua"),
+    include_str!("holders_release.lua"),
+    include_str!("semaphore_capacity.lua"),
+    include_str!("renew.lua"),
+    include_str!("force_unlock.lua"),
+    include_str!("inspect.lua"),
+];
+
 /// `prelude.lua` cut at its blank lines; pieces that define nothing (its header) are left out.
 static PRELUDE: LazyLock<Vec<Definition>> = LazyLock::new(|| {
     include_str!("prelude.lua")
@@ -634,21 +649,7 @@ mod tests {
             assert!(!mentions(&code, unused), "acquire.lua carries `{unused}`");
         }
         // Every definition is used by some script.
-        let all: String = [
-            include_str!("acquire.lua"),
-            include_str!("release.lua"),
-            include_str!("fair_acquire.lua"),
-            include_str!("fair_release.lua"),
-            include_str!("rw_acquire.lua"),
-            include_str!("semaphore_acquire.lua"),
-            include_str!("holders_release.lua"),
-            include_str!("semaphore_capacity.lua"),
-            include_str!("renew.lua"),
-            include_str!("force_unlock.lua"),
-            include_str!("inspect.lua"),
-        ]
-        .map(with_prelude)
-        .concat();
+        let all: String = FILES.map(with_prelude).concat();
         for definition in PRELUDE.iter() {
             assert!(
                 all.contains(definition.text),

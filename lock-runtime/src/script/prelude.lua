@@ -83,14 +83,17 @@ local function client_of(owner)
   return string.match(owner, '^(.*):')
 end
 
--- A fencing counter's digits, the turns on its mark and when the mark lapses; nil when the
--- counter carries no mark.
-local function turn_mark(counter)
-  return string.match(counter, '^(%-?%d+):([%w,+]+):(%d+)$')
-end
-
--- The client whose turn it is (or nil) and the clients whose turns ended last, from a mark.
-local function turns_of(body)
+-- A fencing counter's value read apart: its digits (nil when the value is not ours) and, when
+-- it carries a mark that has not lapsed at `clock`, the clients whose turns ended last, the
+-- client whose turn it is (or nil) and when the mark lapses.
+local function read_counter(value, clock)
+  local digits, body, untils = string.match(value, '^(%-?%d+):([%w,+]+):(%d+)$')
+  if not digits then
+    return string.match(value, '^%-?%d+$')
+  end
+  if tonumber(untils) <= clock then
+    return digits
+  end
   local current, ended = nil, {}
   for id in string.gmatch(body, '[^,]+') do
     if string.sub(id, 1, 1) == '+' then
@@ -99,7 +102,7 @@ local function turns_of(body)
       ended[#ended + 1] = id
     end
   end
-  return current, ended
+  return digits, ended, current, untils
 end
 
 -- Puts `client` first among the turns that `ended`, keeping at most `keep` of them.
@@ -177,10 +180,7 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
   if last then
     -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
     -- followed by a turn mark (see "Turns" above).
-    local digits, body, untils = turn_mark(last)
-    if not digits then
-      digits = string.match(last, '^%-?%d+$')
-    end
+    local digits, ended, current, untils = read_counter(last, clock)
     if not digits or string.len(digits) > 17 then
       return nil, {-1, 'string'}
     end
@@ -188,8 +188,7 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
     if n >= 9007199254740991 or n <= -9007199254740991 then
       return nil, {-1, 'string'}
     end
-    if body and tonumber(untils) > clock then
-      local current, ended = turns_of(body)
+    if ended then
       if not handoff then
         -- A new turn. The turn before it ended with a plain release: it counts as ended.
         if current then
@@ -200,8 +199,8 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
         if has_ended(ended, client) then
           if others_wait(asking) then
             -- This client had one of the last turns: a client waiting longer goes first.
-            local body = turns_body(nil, ended)
-            redis.call('SET', fence, digits .. ':' .. body .. ':' .. untils, 'KEEPTTL')
+            local kept = turns_body(nil, ended) .. ':' .. untils
+            redis.call('SET', fence, digits .. ':' .. kept, 'KEEPTTL')
             return nil, {0, math.ceil((tonumber(untils) - clock) / 1000)}
           end
           -- Nobody else waits: no turns to take.
@@ -313,20 +312,12 @@ local function yield(fence, owner, yield_ms, waiting)
   if type(last) ~= 'string' or not client then
     return
   end
-  local digits, body, untils = turn_mark(last)
-  if not digits then
-    digits = string.match(last, '^%-?%d+$')
-    if not digits then
-      return
-    end
-  end
   local clock = clock_us()
-  local ended = {}
-  if body and tonumber(untils) > clock then
-    local _
-    _, ended = turns_of(body)
+  local digits, ended = read_counter(last, clock)
+  if not digits then
+    return
   end
-  ended = ended_turn(ended, client, math.min(waiting - 1, TURNS_MAX))
+  ended = ended_turn(ended or {}, client, math.min(waiting - 1, TURNS_MAX))
   local lapse = string.format('%d', clock + yield_ms * 1000)
   redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. lapse, 'KEEPTTL')
 end

@@ -111,18 +111,29 @@ impl RedisServer {
         RedisServer::start_with(&[])
     }
 
+    /// An argument of [`start_with`](RedisServer::start_with) that stands for another free port
+    /// (a cluster node's bus port), chosen afresh with the server's own port on every try.
+    pub const FREE_PORT: &'static str = "{free port}";
+
     /// Like [`start`](RedisServer::start), with extra `redis-server` arguments
-    /// (e.g. `["--maxmemory", "10mb"]`).
+    /// (e.g. `["--maxmemory", "10mb"]`; [`FREE_PORT`](RedisServer::FREE_PORT) for another free
+    /// port).
     pub fn start_with(args: &[&str]) -> RedisServer {
         let dir = ChildProcess::temp_dir("redis-server");
         let mut last_err = String::new();
         // A free port can be taken by someone else between our probe and the server's bind:
-        // retry with a new one.
+        // retry with new ones.
         for _ in 0..5 {
             let port = free_port();
             let mut server = RedisServer {
                 process: ChildProcess::new(port, dir.clone()),
-                args: args.iter().map(|s| s.to_string()).collect(),
+                args: args
+                    .iter()
+                    .map(|&arg| match arg {
+                        RedisServer::FREE_PORT => free_port().to_string(),
+                        arg => arg.to_string(),
+                    })
+                    .collect(),
                 password: args
                     .windows(2)
                     .find(|w| w[0] == "--requirepass")

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 
 use super::*;
-use crate::{RedisServer, Resp, free_port};
+use crate::{RedisServer, Resp};
 
 /// `cluster-node-timeout` of every [`RedisCluster`] node, in milliseconds: a killed master is
 /// replaced by its replica a few of these after its death.
@@ -159,8 +159,8 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 // The default bus port (port + 10000) overflows for ephemeral ports above
-                // 55535: give every node an explicit free one.
-                let bus_port = free_port().to_string();
+                // 55535: give every node an explicit free one (a new one on every try, as for
+                // its own port: either can be taken between the probe and the bind).
                 RedisServer::start_with(&[
                     "--cluster-enabled",
                     "yes",
@@ -169,7 +169,7 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     &timeout,
                     "--cluster-port",
-                    &bus_port,
+                    RedisServer::FREE_PORT,
                     "--cluster-replica-validity-factor",
                     "0",
                     "--cluster-allow-replica-migration",

@@ -351,14 +351,14 @@ async fn watchdog(redis: &RedisServer, locks: usize, hold: Duration) -> Watchdog
         }
     }
     let before = (
-        redis.command_calls("evalsha"),
+        redis.script_calls(),
         client.stats(),
         cpu_time(),
         Instant::now(),
     );
     tokio::time::sleep(hold).await;
     let after = (
-        redis.command_calls("evalsha"),
+        redis.script_calls(),
         client.stats(),
         cpu_time(),
         Instant::now(),

@@ -228,6 +228,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Whether the deployment fails over by itself, so a brief unavailability is worth riding
     /// out instead of reporting it at once.
     fn fails_over(&self) -> bool;
+
+    /// The Redis command that runs the lock scripts here (`FCALL` or `EVALSHA`), for the
+    /// spans' `db.operation.name`.
+    fn script_command(&self) -> &'static str {
+        "EVALSHA"
+    }
 }
 
 /// The subscription side, driven by the demultiplexer. Messages and connection losses reach

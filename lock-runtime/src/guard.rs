@@ -234,7 +234,7 @@ impl LockGuard {
             lock = %held.names.name,
             otel.kind = "client",
             db.system.name = "redis",
-            db.operation.name = "EVALSHA"
+            db.operation.name = inner.backend.script_command()
         );
         // `released` stays false until the outcome is known: if this future is dropped at the
         // await below, `Drop` hands the release to the background releaser, like dropping the

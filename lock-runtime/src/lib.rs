@@ -106,9 +106,12 @@
 //! # How it works
 //!
 //! A lock named `N` is a Redis hash at `<prefix>:{N}` (field: owner id, value: hold count),
-//! always with a TTL. Lua scripts (sent with `EVALSHA`, reloaded after `SCRIPT FLUSH`)
-//! acquire, release, renew and force-unlock it; releasing publishes on `<prefix>:{N}:unlock`;
-//! the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
+//! always with a TTL. Lua scripts acquire, release, renew and force-unlock it. On one server
+//! or behind Sentinel (Redis 7) they are the functions of a library the client loads on first
+//! use (`FUNCTION LOAD`, then `FCALL`: Redis runs only the function called, not a whole
+//! script, on each call); on a cluster, or where the server refuses functions, they are sent
+//! with `EVALSHA`. Either is loaded again after the server lost it. Releasing publishes on
+//! `<prefix>:{N}:unlock`; the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
 //! cluster slot. A name with its own hash tag keeps it, so the lock can sit in the slot of the
 //! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
 //! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the
@@ -235,10 +238,10 @@
 //! the scripts call count too); the `managed` tests run every operation as exactly this user:
 //!
 //! ```text
-//! ACL SETUSER locker reset on >secret ~lock:* &lock:* -@all +evalsha +script|load
-//!     +subscribe +unsubscribe +scan +del +exists +get +set +type +pexpire +pttl +time
-//!     +publish +pubsub|numsub +hdel +hexists +hgetall +hlen +hscan +hset +zadd +zcard
-//!     +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
+//! ACL SETUSER locker reset on >secret ~lock:* &lock:* -@all +fcall +function|load
+//!     +evalsha +script|load +subscribe +unsubscribe +scan +del +exists +get +set +type
+//!     +pexpire +pttl +time +publish +pubsub|numsub +hdel +hexists +hgetall +hlen +hscan
+//!     +hset +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
 //! ```
 //!
 //! (one line in `redis-cli`). With another [`prefix`](LockClientBuilder::prefix) use
@@ -247,6 +250,9 @@
 //! `+ssubscribe +sunsubscribe +spublish +pubsub|shardnumsub` and `+cluster|slots`. Connect as
 //! the user with `redis://locker:secret@host:6379`, or give
 //! [`LockClient::builder_from_client`] the application's `redis::Client`.
+//!
+//! Without `+fcall +function|load` the client runs its scripts with `EVALSHA` (and says so
+//! once, in a warning): it works, at more cost to the server per call.
 //!
 //! A missing permission is a [`LockError::NoPermission`] that names what was refused: a
 //! command the client sends (`the `evalsha` command`), a command one of the scripts calls

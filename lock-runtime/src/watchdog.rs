@@ -283,7 +283,7 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
         locks = batch.len(),
         otel.kind = "client",
         db.system.name = "redis",
-        db.operation.name = "EVALSHA",
+        db.operation.name = inner.backend.script_command(),
         db.operation.batch.size = batch.len()
     );
     let query = inner.backend.renew(&pairs, lease_ms, limit);

@@ -27,7 +27,7 @@ impl behaviour::Fixture for Redis {
     }
 
     fn lock_round_trips(&self) -> Option<u64> {
-        Some(self.0.command_calls("evalsha"))
+        Some(self.0.script_calls())
     }
 }
 

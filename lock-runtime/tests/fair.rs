@@ -15,7 +15,7 @@ async fn a_release_wakes_only_the_next_waiter_and_at_once() {
     let a = common::client(&redis).await;
     let b = common::client(&redis).await;
     let held = a.fair_lock("turn").acquire().await.unwrap();
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     let mut waiters = Vec::new();
     for _ in 0..5 {
         let lock = b.fair_lock("turn");
@@ -26,7 +26,7 @@ async fn a_release_wakes_only_the_next_waiter_and_at_once() {
         }));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    let queued = redis.command_calls("evalsha");
+    let queued = redis.script_calls();
     let released = Instant::now();
     held.release().await.unwrap();
     let (next, at) = tokio::time::timeout(Duration::from_secs(2), waiters.remove(0))
@@ -40,7 +40,7 @@ async fn a_release_wakes_only_the_next_waiter_and_at_once() {
     );
     // The release and the one waiter whose turn it was: nobody else woke to try.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let after = redis.command_calls("evalsha");
+    let after = redis.script_calls();
     assert!(queued - before >= 5);
     assert!(
         after - queued <= 3,

@@ -64,10 +64,10 @@ async fn distinct_keys(
 async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() {
     let redis = RedisServer::start();
     let client = grouped(&redis).await;
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     let (n, rounds) = (64, 20);
     let tokens = distinct_keys(&client, n, rounds).await;
-    let calls = redis.command_calls("evalsha") - before;
+    let calls = redis.script_calls() - before;
     let operations = (n * rounds * 2) as u64;
     println!("{operations} acquires and releases in {calls} script calls");
     assert!(
@@ -88,7 +88,7 @@ async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
     let redis = RedisServer::start();
     let client = grouped(&redis).await;
     redis.cmd(&["SET", "lock:{gc:7}", "not a lock"]);
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let client = client.clone();
@@ -112,7 +112,7 @@ async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
         let (i, outcomes) = task.await.unwrap();
         seen.insert(i, outcomes);
     }
-    let calls = redis.command_calls("evalsha") - before;
+    let calls = redis.script_calls() - before;
     assert!(
         calls < 32 * 10 * 2,
         "operations were grouped ({calls} calls)"

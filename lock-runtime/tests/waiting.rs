@@ -14,14 +14,14 @@ async fn try_acquire_zero_makes_exactly_one_attempt() {
     let a = common::client(&redis).await;
     let b = common::client(&redis).await;
     let _held = a.lock("once").acquire().await.unwrap();
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     let err = b
         .lock("once")
         .try_acquire(Duration::ZERO)
         .await
         .unwrap_err();
     assert!(err.is_busy());
-    assert_eq!(redis.command_calls("evalsha") - before, 1);
+    assert_eq!(redis.script_calls() - before, 1);
     assert_eq!(
         redis.command_calls("subscribe"),
         0,
@@ -137,10 +137,10 @@ async fn an_unlock_wakes_one_local_waiter_not_the_whole_herd() {
     }
     // Let every waiter make its subscribed attempt and go to sleep.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     holder.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let calls = redis.command_calls("evalsha") - before;
+    let calls = redis.script_calls() - before;
     assert_eq!(got.load(std::sync::atomic::Ordering::SeqCst), 1);
     // The release, plus one woken waiter's acquire (a herd would be 21).
     assert!(calls <= 3, "{calls} scripts ran after one release");

@@ -26,9 +26,9 @@ async fn renewal_stops_once_the_guard_is_dropped() {
             .is_empty())
         .await
     );
-    let renewals = redis.command_calls("evalsha");
+    let renewals = redis.script_calls();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(redis.command_calls("evalsha"), renewals, "still renewing");
+    assert_eq!(redis.script_calls(), renewals, "still renewing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,10 +39,10 @@ async fn renewals_of_many_locks_are_one_round_trip() {
     for i in 0..1200 {
         guards.push(locks.lock(format!("many:{i}")).acquire().await.unwrap());
     }
-    let before = redis.command_calls("evalsha");
+    let before = redis.script_calls();
     let stats_before = locks.stats();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let calls = redis.command_calls("evalsha") - before;
+    let calls = redis.script_calls() - before;
     let stats = locks.stats();
     let trips = stats.renewal_round_trips - stats_before.renewal_round_trips;
     let renewed = stats.renewals - stats_before.renewals;

@@ -314,6 +314,12 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// How many lock script calls ran on the server so far: `EVALSHA` and `FCALL` (the scripts
+    /// run as functions of a library where the server allows it).
+    pub fn script_calls(&self) -> u64 {
+        self.command_calls("evalsha") + self.command_calls("fcall")
+    }
+
     /// Kills every client connection of a type (`normal`, `pubsub`, …); returns how many.
     pub fn kill_clients(&self, kind: &str) -> i64 {
         self.cmd(&["CLIENT", "KILL", "TYPE", kind])

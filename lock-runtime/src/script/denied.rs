@@ -3,8 +3,10 @@
 //!
 //! Redis 7.0 names the command only when the client sent it; from inside a script it says "The
 //! user executing the script can't run this command or subcommand", followed by the script's
-//! SHA1 and the line (`script: <sha>, on @user_script:<line>.`). Every script's source is known
-//! here, so the line names the command, at no cost to the scripts themselves.
+//! SHA1 and the line (`script: <sha>, on @user_script:<line>.`), or from inside a function its
+//! name and the line in its library (`script: <name>, on @user_function:<line>.`). Every
+//! script's source is known here, so the line names the command, at no cost to the scripts
+//! themselves.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -13,9 +15,14 @@ use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
 use super::with_prelude;
 
-/// Every script's source (classic and sharded) by its SHA1.
+/// Every script's source (classic and sharded) by its SHA1, and the library's by each of its
+/// functions' names.
 static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
     let mut sources = HashMap::new();
+    let library = &super::functions::LIBRARY;
+    for name in library.function_names() {
+        sources.insert(name.to_owned(), library.code.clone());
+    }
     for file in super::FILES {
         let code = with_prelude(file);
         #[cfg(feature = "cluster")]
@@ -47,7 +54,9 @@ pub(crate) fn denied(err: &RedisError) -> Option<String> {
             None => "a command the lock scripts call".to_owned(),
         });
     }
-    if detail.contains("can't access") && detail.contains("user_script") {
+    if detail.contains("can't access")
+        && (detail.contains("@user_script") || detail.contains("@user_function"))
+    {
         return Some(target(detail).to_owned());
     }
     None
@@ -68,16 +77,20 @@ fn quoted(detail: &str) -> Option<&str> {
     (!inner.is_empty()).then_some(inner)
 }
 
-/// `script: <sha>, on @user_script:<line>.` → the SHA1 and the line.
+/// `script: <sha>, on @user_script:<line>.` (or `script: <function>, on
+/// @user_function:<line>.`) → the SHA1 (or the function's name) and the line.
 fn script_line(detail: &str) -> Option<(&str, usize)> {
     let (_, rest) = detail.split_once("script: ")?;
     let (sha, rest) = rest.split_once(',')?;
-    let (_, line) = rest.split_once("@user_script:")?;
+    let (_, line) = rest
+        .split_once("@user_script:")
+        .or_else(|| rest.split_once("@user_function:"))?;
     let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
     Some((sha.trim(), digits.parse().ok()?))
 }
 
-/// The command called on line `line` (1-based) of the script with SHA1 `sha`, lower-case.
+/// The command called on line `line` (1-based) of the script with SHA1 `sha` (or the library
+/// of the function so named), lower-case.
 fn command_at(sha: &str, line: usize) -> Option<String> {
     let text = SOURCES.get(sha)?.lines().nth(line.checked_sub(1)?)?;
     let (_, rest) = text.split_once("call('")?;
@@ -122,6 +135,20 @@ mod tests {
         assert_eq!(script_line(&detail), Some((sha, line)));
         assert_eq!(command_at(sha, line).as_deref(), Some("pexpire"));
         assert_eq!(command_at("0000", line), None);
+
+        let function = super::super::functions::LIBRARY
+            .function_of(&super::super::RELEASE)
+            .unwrap();
+        let code = &super::super::functions::LIBRARY.code;
+        let line = 1 + code
+            .lines()
+            .position(|l| l.contains("redis.call('PUBLISH', channel"))
+            .unwrap();
+        let detail = format!(
+            "The user executing the script can't run this command or subcommand script: {function}, on @user_function:{line}."
+        );
+        assert_eq!(script_line(&detail), Some((function, line)));
+        assert_eq!(command_at(function, line).as_deref(), Some("publish"));
         assert_eq!(
             quoted("User u has no permissions to run the 'evalsha' command"),
             Some("evalsha")

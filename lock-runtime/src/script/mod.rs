@@ -16,8 +16,10 @@ use crate::layout::Layout;
 use crate::names::LockNames;
 
 mod denied;
+mod functions;
 pub(crate) mod redisson;
 pub(crate) use denied::denied;
+pub(crate) use functions::{Dialect, is_missing};
 
 /// A script: `prelude.lua` (the shared functions) followed by its own file, hashed once.
 macro_rules! script {
@@ -260,11 +262,13 @@ fn sharded(code: &str) -> String {
     out
 }
 
-/// One script invocation: the script (to reload it) and its `EVALSHA` command.
+/// One script invocation: the script (to reload it), its `EVALSHA` command, and the library
+/// function that runs the same script (`functions.rs`), if there is one.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     script: &'static Script,
     cmd: Cmd,
+    function: Option<&'static str>,
     /// How many of the arguments after the hash are keys.
     keys: usize,
 }
@@ -303,6 +307,7 @@ impl Call {
         Call {
             script,
             cmd,
+            function: functions::LIBRARY.function_of(script),
             keys: keys.len(),
         }
     }
@@ -345,6 +350,7 @@ impl Call {
         Call {
             script: &BATCH,
             cmd,
+            function: None,
             keys: keys.len(),
         }
     }
@@ -534,6 +540,24 @@ impl Call {
     /// The `EVALSHA` command.
     pub(crate) fn cmd(&self) -> &Cmd {
         &self.cmd
+    }
+
+    /// The library function that runs this call's script, if there is one.
+    pub(crate) fn function(&self) -> Option<&'static str> {
+        self.function
+    }
+
+    /// The `FCALL` of `function` with this call's keys and arguments.
+    fn fcall(&self, function: &str) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function);
+        // EVALSHA and the hash; then the key count, the keys and the arguments, as they are.
+        for arg in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
     }
 }
 

@@ -31,7 +31,7 @@ use super::{Conn, Settings};
 use crate::LockError;
 use crate::backend::GroupDone;
 use crate::demux::Demux;
-use crate::script::{self, Call, Reply};
+use crate::script::{self, Call, Dialect, Reply};
 
 /// Connects the command connection (RESP2) and the pub/sub connection (RESP3, pushes to the
 /// demux) to a cluster through its seed nodes.
@@ -366,10 +366,12 @@ pub(crate) async fn release_each(
     calls: &[Call],
     limit: std::time::Duration,
 ) -> Vec<usize> {
+    let scripts = Dialect::scripts();
     let calls = calls.iter().enumerate().map(|(i, call)| {
         let mut conn = conn.clone();
+        let scripts = &scripts;
         async move {
-            let send = super::operations::send::<Reply>(&mut conn, call, None);
+            let send = super::operations::send::<Reply>(&mut conn, scripts, call, None);
             let result = tokio::time::timeout(limit, send).await.unwrap_or_else(|_| {
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Io,

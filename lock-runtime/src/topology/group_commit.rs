@@ -25,7 +25,7 @@ use redis::{RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use super::Conn;
-use crate::script::{self, Call};
+use crate::script::{self, Call, Dialect};
 
 /// Operations per `batch.lua` call; a longer queue goes out as several calls in one pipeline.
 const MAX_BATCH: usize = 128;
@@ -37,6 +37,7 @@ pub(crate) struct GroupCommit {
 
 struct Inner {
     conn: Conn,
+    dialect: Dialect,
     state: Mutex<State>,
     /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
     /// spanning slots (a proxy in front of a cluster).
@@ -57,10 +58,11 @@ struct Queued {
 }
 
 impl GroupCommit {
-    pub(crate) fn new(conn: Conn) -> GroupCommit {
+    pub(crate) fn new(conn: Conn, dialect: Dialect) -> GroupCommit {
         GroupCommit {
             inner: Arc::new(Inner {
                 conn,
+                dialect,
                 state: Mutex::new(State::default()),
                 merge: AtomicBool::new(true),
             }),
@@ -87,7 +89,8 @@ impl GroupCommit {
                 // Passes the queue on when this request is done, or dropped mid-flight.
                 let _turn = Turn(&self.inner);
                 let mut conn = self.inner.conn.clone();
-                let mut results = run(&mut conn, vec![call.cmd().clone()], &[call.script()]).await;
+                let dialect = &self.inner.dialect;
+                let mut results = run(&mut conn, dialect, std::slice::from_ref(&call)).await;
                 results.pop().unwrap_or_else(|| Err(lost_reply()))
             }
             Err(rx) => {
@@ -203,8 +206,7 @@ impl Inner {
                 many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
             })
             .collect();
-        let cmds = calls.iter().map(|call| call.cmd().clone()).collect();
-        let results = run(&mut self.conn.clone(), cmds, &script::scripts_of(&calls)).await;
+        let results = run(&mut self.conn.clone(), &self.dialect, &calls).await;
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {
@@ -274,30 +276,38 @@ impl Drop for Drain {
     }
 }
 
-/// Runs `cmds` in one pipeline; each gets its own reply or error. Commands the server had no
-/// script for are sent again, once, after loading `scripts` (the others are not repeated).
-async fn run(
-    conn: &mut Conn,
-    cmds: Vec<redis::Cmd>,
-    scripts: &[&'static redis::Script],
-) -> Vec<RedisResult<Value>> {
+/// Runs `calls` in one pipeline; each gets its own reply or error. Calls the server had no
+/// script (or function) for are sent again, once, after loading what they use (the others are
+/// not repeated).
+async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisResult<Value>> {
+    let cmds: Vec<redis::Cmd> = calls.iter().map(|c| dialect.cmd(c).into_owned()).collect();
     let mut results = send_pipeline(conn, &cmds).await;
     let missing: Vec<usize> = (0..results.len())
-        .filter(|&i| matches!(&results[i], Err(e) if script::is_no_script(e)))
+        .filter(|&i| matches!(&results[i], Err(e) if script::is_missing(e)))
         .collect();
     if missing.is_empty() {
         return results;
     }
-    tracing::debug!("lock script missing on the server; reloading");
-    for script in scripts {
-        if let Err(e) = script.prepare_invoke().load_async(conn).await {
+    let errors: Vec<RedisError> = missing
+        .iter()
+        .filter_map(|&i| results[i].as_ref().err().cloned())
+        .collect();
+    let errors: Vec<&RedisError> = errors.iter().collect();
+    let scripts = script::scripts_of(calls);
+    match dialect.recover(conn, &errors, &scripts).await {
+        Ok(true) => {}
+        Ok(false) => return results,
+        Err(e) => {
             for &i in &missing {
                 results[i] = Err(e.clone());
             }
             return results;
         }
     }
-    let again: Vec<redis::Cmd> = missing.iter().map(|&i| cmds[i].clone()).collect();
+    let again: Vec<redis::Cmd> = missing
+        .iter()
+        .map(|&i| dialect.cmd(&calls[i]).into_owned())
+        .collect();
     for (i, result) in missing.into_iter().zip(send_pipeline(conn, &again).await) {
         results[i] = result;
     }

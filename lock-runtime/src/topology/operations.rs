@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, Pipeline, RedisResult, Value};
+use redis::{FromRedisValue, RedisResult, Value};
 
 use super::Conn;
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
 use crate::names::LockNames;
-use crate::script::{self, Call, CapacityOp, Publishing};
+use crate::script::{self, Call, CapacityOp, Dialect, Publishing};
 
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
@@ -29,6 +29,8 @@ pub(crate) const RENEW_CHUNK: usize = 500;
 /// The lock operations on a Redis deployment.
 pub(crate) struct RedisBackend {
     conn: Conn,
+    /// Our scripts as functions or as scripts, on this endpoint.
+    dialect: Dialect,
     publishing: Publishing,
     ack: Option<ReplicaAck>,
     fails_over: bool,
@@ -50,11 +52,20 @@ impl RedisBackend {
         fails_over: bool,
         group_commit: bool,
     ) -> RedisBackend {
+        let dialect = match &conn {
+            Conn::Single(_) => Dialect::functions(),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => Dialect::functions(),
+            // A cluster (the library would have to be on every master) and the unit tests'
+            // fake, which answers scripts by their hash.
+            #[allow(unreachable_patterns)]
+            _ => Dialect::scripts(),
+        };
         let group = match &conn {
             _ if !group_commit || ack.is_some() => None,
-            Conn::Single(_) => Some(GroupCommit::new(conn.clone())),
+            Conn::Single(_) => Some(GroupCommit::new(conn.clone(), dialect.clone())),
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(_) => Some(GroupCommit::new(conn.clone())),
+            Conn::Sentinel(_) => Some(GroupCommit::new(conn.clone(), dialect.clone())),
             // A cluster (each call goes to its slot's node) and the unit tests' fake.
             #[allow(unreachable_patterns)]
             _ => None,
@@ -62,6 +73,7 @@ impl RedisBackend {
         RedisBackend {
             group,
             conn,
+            dialect,
             publishing,
             ack,
             fails_over,
@@ -80,14 +92,15 @@ impl RedisBackend {
                 shortfall: None,
             });
         }
-        let (reply, acked) = send::<Reply>(&mut self.conn.clone(), &call, self.ack).await?;
+        let (reply, acked) =
+            send::<Reply>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;
         let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
         Ok(Acked { reply, shortfall })
     }
 
     /// A single-lock read (or an unacknowledged write).
     async fn read(&self, call: Call) -> RedisResult<Reply> {
-        send::<Reply>(&mut self.conn.clone(), &call, None)
+        send::<Reply>(&mut self.conn.clone(), &self.dialect, &call, None)
             .await
             .map(|(reply, _)| reply)
     }
@@ -120,7 +133,14 @@ impl RedisBackend {
             };
         }
         let mut conn = self.conn.clone();
-        let renew = renew_pipelined(&mut conn, locks, lease_ms, self.ack, &self.per_slot);
+        let renew = renew_pipelined(
+            &mut conn,
+            &self.dialect,
+            locks,
+            lease_ms,
+            self.ack,
+            &self.per_slot,
+        );
         tokio::time::timeout(limit, renew)
             .await
             .unwrap_or_else(|_| Err(timed_out("lock renewal timed out")))
@@ -148,13 +168,9 @@ impl RedisBackend {
             let first = results.into_iter().find_map(Result::err);
             return unless_all_failed(failed, jobs.len(), first);
         }
-        let mut pipe = redis::pipe();
-        for call in &calls {
-            pipe.add_command(call.cmd().clone());
-        }
         // The pipeline may mix the families and layouts: every script it uses is reloaded
         // after the server lost them.
-        query_reloading(&mut self.conn.clone(), &pipe, &script::scripts_of(&calls)).await?;
+        query_reloading(&mut self.conn.clone(), &self.dialect, &calls, None).await?;
         Ok(Vec::new())
     }
 }
@@ -215,7 +231,7 @@ impl Backend for RedisBackend {
     ) -> BoxFuture<'a, RedisResult<LockState>> {
         let call = Call::inspect(self.publishing, names, max_holders);
         Box::pin(async move {
-            send::<LockState>(&mut self.conn.clone(), &call, None)
+            send::<LockState>(&mut self.conn.clone(), &self.dialect, &call, None)
                 .await
                 .map(|(state, _)| state)
         })
@@ -306,6 +322,14 @@ impl Backend for RedisBackend {
     fn fails_over(&self) -> bool {
         self.fails_over
     }
+
+    fn script_command(&self) -> &'static str {
+        if self.dialect.uses_functions() {
+            "FCALL"
+        } else {
+            "EVALSHA"
+        }
+    }
 }
 
 /// The outcome of background releases of which `failed` (indexes) failed, out of `total`: an
@@ -327,50 +351,62 @@ fn timed_out(what: &'static str) -> redis::RedisError {
 }
 
 /// Runs one script call, followed by `WAIT` in the same pipeline on the same connection when
-/// `ack` is given (so `WAIT` counts exactly this write); loads the script and retries once if
-/// the server lost it. Returns the reply and, with `ack`, how many replicas acknowledged.
+/// `ack` is given (so `WAIT` counts exactly this write); loads the script (or the library of
+/// functions) and retries once if the server lost it. Returns the reply and, with `ack`, how
+/// many replicas acknowledged.
 pub(crate) async fn send<T: FromRedisValue>(
     conn: &mut (impl ConnectionLike + Send),
+    dialect: &Dialect,
     call: &Call,
     ack: Option<ReplicaAck>,
 ) -> RedisResult<(T, Option<u32>)> {
     let Some(ack) = ack else {
         // `query_async`, not the raw request: it turns an error reply into an `Err`.
-        let reply: Value = match call.cmd().query_async(&mut *conn).await {
-            Err(e) if script::is_no_script(&e) => {
-                call.script()
-                    .prepare_invoke()
-                    .load_async(&mut *conn)
-                    .await?;
-                call.cmd().query_async(conn).await?
+        let reply: Value = match dialect.cmd(call).query_async(&mut *conn).await {
+            Err(e) => {
+                if !dialect.recover(&mut *conn, &[&e], &[call.script()]).await? {
+                    return Err(e);
+                }
+                dialect.cmd(call).query_async(conn).await?
             }
-            other => other?,
+            Ok(reply) => reply,
         };
         return Ok((T::from_redis_value(reply)?, None));
     };
-    let mut pipe = redis::pipe();
-    pipe.add_command(call.cmd().clone());
-    ack.append_wait(&mut pipe);
     let (reply, acked): (T, Value) = FromRedisValue::from_redis_value(Value::Array(
-        query_reloading(conn, &pipe, &[call.script()]).await?,
+        query_reloading(conn, dialect, std::slice::from_ref(call), Some(ack)).await?,
     ))?;
     Ok((reply, Some(ReplicaAck::acknowledged(&acked))))
 }
 
-/// Runs a pipeline of script calls; if the server lost a script, loads `scripts` and runs the
+/// Runs a pipeline of script calls, followed by `WAIT` when `ack` is given; if the server
+/// lost a script (or the library of functions), loads what the calls use and runs the
 /// pipeline once more.
 pub(crate) async fn query_reloading(
     conn: &mut (impl ConnectionLike + Send),
-    pipe: &Pipeline,
-    scripts: &[&redis::Script],
+    dialect: &Dialect,
+    calls: &[Call],
+    ack: Option<ReplicaAck>,
 ) -> RedisResult<Vec<Value>> {
-    match pipe.query_async::<Vec<Value>>(&mut *conn).await {
-        Err(e) if script::is_no_script(&e) => {
-            tracing::debug!("lock script missing on the server; reloading");
-            for script in scripts {
-                script.prepare_invoke().load_async(&mut *conn).await?;
+    let pipeline = || {
+        let mut pipe = redis::pipe();
+        for call in calls {
+            pipe.add_command(dialect.cmd(call).into_owned());
+        }
+        if let Some(ack) = ack {
+            ack.append_wait(&mut pipe);
+        }
+        pipe
+    };
+    match pipeline().query_async::<Vec<Value>>(&mut *conn).await {
+        Err(e) => {
+            if !dialect
+                .recover(&mut *conn, &[&e], &script::scripts_of(calls))
+                .await?
+            {
+                return Err(e);
             }
-            pipe.query_async(conn).await
+            pipeline().query_async(conn).await
         }
         other => other,
     }
@@ -384,6 +420,7 @@ pub(crate) async fn query_reloading(
 /// per slot (`per_slot`), still in one pipeline.
 async fn renew_pipelined(
     conn: &mut Conn,
+    dialect: &Dialect,
     pairs: &[(&str, &str)],
     lease_ms: u64,
     ack: Option<ReplicaAck>,
@@ -391,7 +428,7 @@ async fn renew_pipelined(
 ) -> RedisResult<Vec<Option<bool>>> {
     loop {
         let grouped = per_slot.load(Ordering::Relaxed);
-        match renew_grouped(conn, pairs, lease_ms, ack, grouped).await {
+        match renew_grouped(conn, dialect, pairs, lease_ms, ack, grouped).await {
             Err(e) if !grouped && script::is_cross_slot(&e) => {
                 tracing::warn!(
                     error = %e,
@@ -431,21 +468,18 @@ pub(crate) fn renew_groups<'a>(
 /// slot if `per_slot`. Results come back in the order of `pairs`.
 async fn renew_grouped(
     conn: &mut Conn,
+    dialect: &Dialect,
     pairs: &[(&str, &str)],
     lease_ms: u64,
     ack: Option<ReplicaAck>,
     per_slot: bool,
 ) -> RedisResult<Vec<Option<bool>>> {
     let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, RENEW_CHUNK);
-    let mut pipe = redis::pipe();
-    for group in &groups {
-        let call = Call::renew(group.iter().map(|&i| pairs[i]), lease_ms);
-        pipe.add_command(call.cmd().clone());
-    }
-    if let Some(ack) = ack {
-        ack.append_wait(&mut pipe);
-    }
-    let mut values = query_reloading(conn, &pipe, &[&script::RENEW]).await?;
+    let calls: Vec<Call> = groups
+        .iter()
+        .map(|group| Call::renew(group.iter().map(|&i| pairs[i]), lease_ms))
+        .collect();
+    let mut values = query_reloading(conn, dialect, &calls, ack).await?;
     let acknowledged = match ack {
         Some(ack) => {
             let acked = values.pop().map_or(0, |v| ReplicaAck::acknowledged(&v));

@@ -41,7 +41,7 @@ pub trait Fixture {
     fn leftovers(&self, name: &str) -> Vec<String>;
 
     /// Lock operations sent to the backend so far, where the backend counts them (Redis:
-    /// `EVALSHA` calls).
+    /// `EVALSHA` and `FCALL` calls).
     fn lock_round_trips(&self) -> Option<u64>;
 }
 

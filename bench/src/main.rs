@@ -405,6 +405,27 @@ async fn memory(url: &str, n: usize) -> Memory {
     }
 }
 
+/// `lock-bench uncontended <impl> <url> <workers> <seconds>`: one uncontended run against a
+/// server of your own, printed as one line (to compare builds or settings side by side).
+async fn uncontended_only(args: &[String]) {
+    let [kind, url, workers, secs] = args else {
+        panic!("usage: lock-bench uncontended <impl> <url> <workers> <seconds>");
+    };
+    let kind = Kind::parse(kind).expect("lock-runtime, rslock or naive");
+    let workers: usize = workers.parse().expect("workers");
+    let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
+    let u = uncontended(kind, url, workers, run).await;
+    println!(
+        "{} workers={workers} pairs/s={:.0} p50={:.0}us p99={:.0}us redis_cpu_per_pair={:.2}us command_us_per_pair={:.2}us",
+        kind.name(),
+        u.pairs_per_s,
+        u.p50_us,
+        u.p99_us,
+        u.server_cpu_us,
+        u.command_us
+    );
+}
+
 async fn mem_child(args: &[String]) {
     let [what, url, n] = args else {
         panic!("mem-child <waiters|held> <url> <n>");
@@ -478,26 +499,19 @@ async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
         let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
         rtts.push(t.elapsed());
     }
-    // The acquire script, loaded like ours, on random keys so every call takes a free lock.
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(concat!(
-            include_str!("../../lock-runtime/src/script/prelude.lua"),
-            include_str!("../../lock-runtime/src/script/acquire.lua")
-        ))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    // The acquire function, loaded as the client loads it, on random keys so every call takes
+    // a free lock.
+    let acquire = library_function(&redis.url(), "acquire").await;
     let mut rb = Vec::new();
     for (label, args) in [
         ("PING -c 1", vec!["-c", "1", "PING"]),
         ("PING -c 64", vec!["-c", "64", "PING"]),
         ("PING -c 64 -P 16", vec!["-c", "64", "-P", "16", "PING"]),
-        ("EVALSHA acquire -c 1", vec!["-c", "1", "EVALSHA"]),
-        ("EVALSHA acquire -c 64", vec!["-c", "64", "EVALSHA"]),
+        ("FCALL acquire -c 1", vec!["-c", "1", "FCALL"]),
+        ("FCALL acquire -c 64", vec!["-c", "64", "FCALL"]),
         (
-            "EVALSHA acquire -c 64 -P 16",
-            vec!["-c", "64", "-P", "16", "EVALSHA"],
+            "FCALL acquire -c 64 -P 16",
+            vec!["-c", "64", "-P", "16", "FCALL"],
         ),
     ] {
         progress(&format!("limit: redis-benchmark {label}"));
@@ -517,14 +531,16 @@ async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
             cmd.args(["PING"]);
         } else {
             cmd.args([
-                "EVALSHA",
-                sha.as_str(),
-                "2",
+                "FCALL",
+                acquire.as_str(),
+                "3",
                 "rb:{__rand_int__}",
                 "rb:{__rand_int__}:fence",
+                "rb:{__rand_int__}:unlock",
                 "owner",
                 "10000",
                 "604800000",
+                "0",
             ]);
         }
         let out = cmd
@@ -588,6 +604,9 @@ async fn main() {
     }
     if args.first().map(String::as_str) == Some("mem-child") {
         return mem_child(&args[1..]).await;
+    }
+    if args.first().map(String::as_str) == Some("uncontended") {
+        return uncontended_only(&args[1..]).await;
     }
     let full = args.iter().any(|a| a == "--full");
     let plan = Plan {
@@ -781,30 +800,51 @@ async fn contenders(r: &mut Results, plan: Plan, url: &str, lock: Contender<'_>)
     r.wake.insert(n, w);
 }
 
-/// The floor for one lock/unlock pair: our two scripts sent raw (no client logic) on the two
-/// connection types, and plain `SET NX` + `DEL` for comparison. (label, pairs/s, p50 µs)
+/// The name of our library's function `stem` (`acquire`, `release`) on the server at `url`,
+/// loaded there as the client loads it: by taking and releasing a lock.
+async fn library_function(url: &str, stem: &str) -> String {
+    let client = LockClient::connect(url).await.unwrap();
+    let guard = client.lock("bench:load").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("lockrt_*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let names = format!("{libraries:?}");
+    let suffix = format!("_{stem}");
+    names
+        .split(['"', '\''])
+        .find(|s| s.starts_with("lockrt_") && s.ends_with(&suffix))
+        .unwrap_or_else(|| panic!("no function {suffix} in {names}"))
+        .to_owned()
+}
+
+/// The floor for one lock/unlock pair: our two functions called raw (no client logic) on the
+/// two connection types, and plain `SET NX` + `DEL` for comparison. (label, pairs/s, p50 µs)
 pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
     let client = redis::Client::open(url).unwrap();
     let mut cm = redis::aio::ConnectionManager::new(client.clone())
         .await
         .unwrap();
     let mut mc = client.get_multiplexed_async_connection().await.unwrap();
-    let acquire = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/script/prelude.lua"),
-        include_str!("../../lock-runtime/src/script/acquire.lua")
-    ));
-    let release = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/script/prelude.lua"),
-        include_str!("../../lock-runtime/src/script/release.lua")
-    ));
+    let acquire = library_function(url, "acquire").await;
+    let release = library_function(url, "release").await;
     let mut out = Vec::new();
     for (label, which) in [
         (
-            "our acquire + release scripts, raw, on a ConnectionManager",
+            "our acquire + release functions, raw, on a ConnectionManager",
             0,
         ),
         (
-            "our acquire + release scripts, raw, on a MultiplexedConnection",
+            "our acquire + release functions, raw, on a MultiplexedConnection",
             1,
         ),
         ("SET NX PX + DEL (no script), on a ConnectionManager", 2),
@@ -815,19 +855,25 @@ pub(crate) async fn floor(url: &str, run: Duration) -> Vec<(String, f64, f64)> {
             let t = Instant::now();
             match which {
                 0 | 1 => {
-                    let mut a = acquire.key("f:{k}");
-                    a.key("f:{k}:fence")
+                    let mut a = redis::cmd("FCALL");
+                    a.arg(&acquire)
+                        .arg(3)
+                        .arg(&["f:{k}", "f:{k}:fence", "f:{k}:unlock"])
                         .arg("o")
                         .arg(10_000)
-                        .arg(604_800_000u64);
-                    let mut r = release.key("f:{k}");
-                    r.key("f:{k}:unlock").key("f:{k}:fence").arg("o");
+                        .arg(604_800_000u64)
+                        .arg(0);
+                    let mut r = redis::cmd("FCALL");
+                    r.arg(&release)
+                        .arg(3)
+                        .arg(&["f:{k}", "f:{k}:unlock", "f:{k}:fence"])
+                        .arg("o");
                     if which == 0 {
-                        let _: redis::Value = a.invoke_async(&mut cm).await.unwrap();
-                        let _: redis::Value = r.invoke_async(&mut cm).await.unwrap();
+                        let _: redis::Value = a.query_async(&mut cm).await.unwrap();
+                        let _: redis::Value = r.query_async(&mut cm).await.unwrap();
                     } else {
-                        let _: redis::Value = a.invoke_async(&mut mc).await.unwrap();
-                        let _: redis::Value = r.invoke_async(&mut mc).await.unwrap();
+                        let _: redis::Value = a.query_async(&mut mc).await.unwrap();
+                        let _: redis::Value = r.query_async(&mut mc).await.unwrap();
                     }
                 }
                 _ => {

@@ -194,7 +194,9 @@ async fn exclusion_and_fencing_hold_under_faults() {
         let from = mono_ns();
         match fault {
             Fault::ScriptFlush => {
+                // The lock scripts, as scripts and as the functions of their library.
                 locks.cmd(&["SCRIPT", "FLUSH"]);
+                locks.cmd(&["FUNCTION", "FLUSH"]);
             }
             Fault::KillCommandConnections => {
                 locks.kill_clients("normal");

@@ -23,7 +23,6 @@
 //!   must be releasable and renewable when the server is full. Acquires are refused then.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -38,8 +37,8 @@ use super::Call;
 pub(crate) struct Library {
     /// The `FUNCTION LOAD` source.
     pub(crate) code: String,
-    /// Each function's name, by its script's SHA1.
-    names: HashMap<&'static str, String>,
+    /// Each script (by address) and its function's name.
+    names: Vec<(&'static Script, String)>,
 }
 
 /// A script in the library: its file stem (the function's name after the library's), its
@@ -135,7 +134,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let hash = Script::new(&body).get_hash()[..12].to_owned();
     let library = format!("lockrt_{hash}");
     let mut code = format!("#!lua name={library}\n{body}");
-    let mut names = HashMap::new();
+    let mut names = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let name = format!("{library}_{}", entry.stem);
         let flags = if entry.allow_oom { "'allow-oom'" } else { "" };
@@ -143,7 +142,7 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
             code,
             "redis.register_function{{function_name='{name}', callback=script_{i}, flags={{{flags}}}}}"
         );
-        names.insert(LazyLock::force(entry.script).get_hash(), name);
+        names.push((LazyLock::force(entry.script), name));
     }
     Library { code, names }
 });
@@ -151,12 +150,15 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
 impl Library {
     /// The function that runs `script`, if the library has one.
     pub(crate) fn function_of(&'static self, script: &Script) -> Option<&'static str> {
-        self.names.get(script.get_hash()).map(String::as_str)
+        self.names
+            .iter()
+            .find(|(ours, _)| std::ptr::eq(*ours, script))
+            .map(|(_, name)| name.as_str())
     }
 
     /// Every function's name.
     pub(crate) fn function_names(&self) -> impl Iterator<Item = &str> {
-        self.names.values().map(String::as_str)
+        self.names.iter().map(|(_, name)| name.as_str())
     }
 }
 
@@ -190,9 +192,9 @@ impl Dialect {
 
     /// `call`'s command in this dialect: `FCALL` of its function, else its `EVALSHA`.
     pub(crate) fn cmd<'a>(&self, call: &'a Call) -> Cow<'a, Cmd> {
-        match call.function() {
-            Some(function) if self.uses_functions() => Cow::Owned(call.fcall(function)),
-            _ => Cow::Borrowed(call.cmd()),
+        match call.fcall() {
+            Some(fcall) if self.uses_functions() => Cow::Borrowed(fcall),
+            _ => call.evalsha(),
         }
     }
 
@@ -304,8 +306,11 @@ fn refuses((kind, detail): &(Option<ServerErrorKind>, String)) -> bool {
     let about_functions = ["'fcall'", "`fcall`", "'function", "`function"]
         .iter()
         .any(|name| detail.contains(name));
-    about_functions
-        && (*kind == Some(ServerErrorKind::NoPerm) || detail.starts_with("unknown command"))
+    // "unknown command" (Redis 6), "unsupported command" (Envoy) and the like.
+    let unknown = ["unknown", "unsupported", "not supported"]
+        .iter()
+        .any(|word| detail.contains(word));
+    about_functions && (*kind == Some(ServerErrorKind::NoPerm) || unknown)
 }
 
 #[cfg(test)]
@@ -370,9 +375,19 @@ mod tests {
             ResponseError,
             "unknown command 'FUNCTION', with args beginning with: 'LOAD' "
         )));
+        assert!(refuses_functions(&server(
+            ResponseError,
+            "unsupported command 'FCALL'"
+        )));
         assert!(!refuses_functions(&server(
             NoPerm,
             "this user has no permissions to run the 'evalsha' command"
+        )));
+        // An error from inside a function is the function's, not a refusal of functions.
+        assert!(!refuses_functions(&server(
+            ResponseError,
+            "The user executing the script can't run this command or subcommand script: \
+             lockrt_0123456789ab_acquire, on @user_function:12."
         )));
         assert!(!refuses_functions(&server(
             ResponseError,

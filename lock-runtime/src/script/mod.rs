@@ -6,6 +6,7 @@
 //! acknowledge, and reloads a script the server lost (`SCRIPT FLUSH`, a restart, a failover to
 //! a replica that never saw it).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use redis::{Cmd, Script, Value};
@@ -262,12 +263,14 @@ fn sharded(code: &str) -> String {
     out
 }
 
-/// One script invocation: the script (to reload it), its `EVALSHA` command, and the library
-/// function that runs the same script (`functions.rs`), if there is one.
+/// One script invocation: the script (to reload it), and its command: the `FCALL` of the
+/// library function that runs the same script (`functions.rs`) if there is one, else its
+/// `EVALSHA`. Built once, in the form most endpoints take.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     script: &'static Script,
     cmd: Cmd,
+    /// The library function `cmd` calls, if it is an `FCALL`.
     function: Option<&'static str>,
     /// How many of the arguments after the hash are keys.
     keys: usize,
@@ -296,8 +299,20 @@ impl Call {
         keys: &[&str],
         args: impl IntoIterator<Item = Arg<'a>>,
     ) -> Call {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        let function = functions::LIBRARY.function_of(script);
+        let mut cmd = match function {
+            Some(function) => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(function);
+                cmd
+            }
+            None => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash());
+                cmd
+            }
+        };
+        cmd.arg(keys.len()).arg(keys);
         for arg in args {
             match arg {
                 Arg::Str(s) => cmd.arg(s),
@@ -307,7 +322,7 @@ impl Call {
         Call {
             script,
             cmd,
-            function: functions::LIBRARY.function_of(script),
+            function,
             keys: keys.len(),
         }
     }
@@ -331,7 +346,8 @@ impl Call {
         let mut args: Vec<Vec<u8>> = Vec::new();
         for call in calls {
             let kind = call.batch_kind().unwrap_or("r");
-            // EVALSHA, the hash, the key count, the keys, the arguments.
+            // FCALL and the function (or EVALSHA and the hash), the key count, the keys, the
+            // arguments.
             let mut parts = call.cmd.args_iter().skip(3).filter_map(|arg| match arg {
                 redis::Arg::Simple(bytes) => Some(bytes),
                 _ => None,
@@ -537,27 +553,37 @@ impl Call {
         self.script
     }
 
-    /// The `EVALSHA` command.
-    pub(crate) fn cmd(&self) -> &Cmd {
-        &self.cmd
+    /// The `FCALL` command, when the script is one of the library's functions.
+    pub(crate) fn fcall(&self) -> Option<&Cmd> {
+        self.function.map(|_| &self.cmd)
     }
 
-    /// The library function that runs this call's script, if there is one.
-    pub(crate) fn function(&self) -> Option<&'static str> {
-        self.function
-    }
-
-    /// The `FCALL` of `function` with this call's keys and arguments.
-    fn fcall(&self, function: &str) -> Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(function);
-        // EVALSHA and the hash; then the key count, the keys and the arguments, as they are.
+    /// The `EVALSHA` command (made from the `FCALL` for an endpoint that takes scripts only).
+    pub(crate) fn evalsha(&self) -> Cow<'_, Cmd> {
+        if self.function.is_none() {
+            return Cow::Borrowed(&self.cmd);
+        }
+        let hash = self.script.get_hash();
+        let mut cmd = Cmd::with_capacity(self.cmd.args_iter().count(), self.cmd_len() + 40);
+        cmd.arg("EVALSHA").arg(hash);
+        // FCALL and the function; then the key count, the keys and the arguments, as they are.
         for arg in self.cmd.args_iter().skip(2) {
             if let redis::Arg::Simple(bytes) = arg {
                 cmd.arg(bytes);
             }
         }
-        cmd
+        Cow::Owned(cmd)
+    }
+
+    /// The bytes of the command's arguments.
+    fn cmd_len(&self) -> usize {
+        self.cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.len(),
+                _ => 0,
+            })
+            .sum()
     }
 }
 
@@ -754,7 +780,7 @@ mod tests {
     fn calls_carry_their_keys_then_their_arguments() {
         let names = LockNames::new("lock", "a").unwrap();
         let args = |call: &Call| -> Vec<String> {
-            call.cmd()
+            call.evalsha()
                 .args_iter()
                 .map(|a| match a {
                     redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),

@@ -296,7 +296,7 @@ async fn send(
     let mut pipe = redis::pipe();
     for call in calls {
         let call = Call::renew(call.iter().map(|&i| batch[i]), lease_ms);
-        pipe.add_command(call.cmd().clone());
+        pipe.add_command(call.evalsha().into_owned());
     }
     if let Some(ack) = ack {
         ack.append_wait(&mut pipe);

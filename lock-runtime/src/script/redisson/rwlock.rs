@@ -180,7 +180,7 @@ mod tests {
     use crate::layout::Layout;
 
     fn args(call: &Call) -> Vec<String> {
-        call.cmd()
+        call.evalsha()
             .args_iter()
             .skip(2)
             .map(|a| match a {

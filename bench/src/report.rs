@@ -374,9 +374,8 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "- **Hot key.** A release that finds another task of its client waiting hands the lock \
          over inside the release script (local hand-off: one round trip per hand-over, a fresh \
          fencing token each time), first come first served; while other processes wait, at most \
-         8 times in a row before a release lets the lock fall free for them, and the waiting \
-         processes take turns in a fixed cycle. rslock's {:.0} \
-         acquisitions/s are \
+         64 times in a row and for 2 ms before a release lets the lock fall free for them, and \
+         the waiting processes take turns in a fixed cycle. rslock's {:.0} acquisitions/s are \
          mostly one worker re-taking its own lock ({:.0} owner changes/s, Jain {:.2}, waits up to \
          {:.0} ms); lock-runtime changes owner on every acquisition ({:.0} owner changes/s, Jain \
          {:.3}).",

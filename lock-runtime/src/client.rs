@@ -562,14 +562,15 @@ impl LockClientBuilder {
     }
 
     /// How many times in a row a lock may be handed straight from one task of this client to
-    /// another while another process waits for it (default 8; 0 turns local hand-off off).
+    /// another while another process waits for it (default 64; 0 turns local hand-off off).
     ///
     /// When a task releases a lock that other tasks of the same client are waiting for, the
     /// release grants it to the longest-waiting of them in the same round trip (a fresh fencing
     /// token, that task's own lease): one round trip per hand-over instead of three steps
     /// (release, unlock message, the waiter's acquire), and the lock never falls free in
-    /// between. After `limit` such hand-overs in a row, a release that finds another process
-    /// waiting ends this client's turn: the lock falls free and wakes a waiter in every
+    /// between. After `limit` such hand-overs in a row, or 2 ms after the first of them
+    /// (whichever comes first: with long critical sections the time ends a turn, with short
+    /// ones the limit), a release that finds another process waiting ends this client's turn: the lock falls free and wakes a waiter in every
     /// process, and the waiting clients take turns in a fixed cycle, the one whose last turn is
     /// longest ago first, so a process waits for at most one turn of every other; with nobody
     /// else waiting the hand-offs go on. A higher limit gives more throughput on a lock that

@@ -10,7 +10,10 @@
 //!
 //! **Fairness** ("lock cohorting", Dice, Marathe and Shavit, PPoPP 2012): the tasks of one
 //! client are served first come, first served, and a lock is passed on locally at most
-//! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit)).
+//! `limit` times in a row ([`LockClientBuilder::handoff_limit`](crate::LockClientBuilder::handoff_limit))
+//! and for at most [`TURN`] after the turn's first hand-over: with short critical sections
+//! the limit ends a turn (many cheap hand-offs per turn), with long ones the time does (so the
+//! other processes wait milliseconds, not `limit` critical sections).
 //! From then on, every release that would hand the lock on locally asks Redis whether another
 //! process waits for it (more than this client subscribed to its unlock channel). If so, the
 //! client's turn ends: the lock falls free instead, and the unlock message wakes one waiter in
@@ -25,7 +28,8 @@
 //! counts the turn before it as ended too, so a client that takes the lock again and again
 //! without ever handing it on (nobody of its own waits) still takes turns with the others. The
 //! mark lapses [`YIELD`] after the last turn's end or grant. So a client waiting elsewhere
-//! waits for at most one turn (`limit` + 1 acquisitions) of every other waiting client; if
+//! waits for at most one turn (`limit` + 1 acquisitions, or [`TURN`] and a hold or two) of
+//! every other waiting client; if
 //! nobody else waits, the local hand-offs go on. (The order is kept in Redis by `prelude.lua`,
 //! "Turns".)
 //!
@@ -55,9 +59,15 @@ use crate::backend::{Acked, Backend, HandOff, Reply};
 use crate::names::LockNames;
 use crate::sync;
 
-/// How many times in a row a lock is passed between the tasks of one client before a release
-/// lets it fall free for every process.
-pub(crate) const DEFAULT_LIMIT: u32 = 8;
+/// How many times in a row a lock is passed between the tasks of one client, at most, before a
+/// release lets it fall free for every process.
+pub(crate) const DEFAULT_LIMIT: u32 = 64;
+/// How long a client passes a lock on locally, at most, while other processes wait: a release
+/// that long after the turn's first hand-over lets it fall free even below the limit. With
+/// short critical sections a turn is many hand-offs (each saves the longer hand-over between
+/// processes); with long ones, few, so the other processes' wait is bounded in time, not only
+/// in acquisitions.
+pub(crate) const TURN: Duration = Duration::from_millis(2);
 /// How long the turn mark on a lock outlives the end of the last turn, or the last grant: long
 /// enough for a waiter on a busy machine to hear the unlock message and ask. If nobody whose
 /// turn it is asks, the lock idles that long. (`prelude.lua`'s `TURN_LAPSE_US` is the same.)
@@ -108,14 +118,24 @@ enum Slot {
     Left { holds: bool },
 }
 
+/// A client's turn at a lock: the local hand-overs in a row that led to a hold, and when the
+/// first of them was chosen. The default: a hold taken by an attempt of its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Streak {
+    /// Hand-overs in a row (0: the hold was taken by an attempt), at most the limit.
+    pub(crate) count: u32,
+    /// When the first hand-over of the turn was chosen (`None` before it).
+    pub(crate) since: Option<Instant>,
+}
+
 /// A lock granted by a hand-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) token: u64,
     /// When the release that granted it was sent: the lease counts from there.
     pub(crate) sent: Instant,
-    /// Hand-overs in a row that led to this hold, this one included.
-    pub(crate) streak: u32,
+    /// The turn that led to this hold, this hand-over included.
+    pub(crate) streak: Streak,
 }
 
 /// What a waiter is told.
@@ -133,15 +153,16 @@ pub(crate) enum Delivery {
 pub(crate) struct Orphan {
     pub(crate) owner: Arc<str>,
     pub(crate) lease: Duration,
-    /// Hand-overs in a row that led to the grant.
-    pub(crate) streak: u32,
+    /// The turn that led to the grant.
+    pub(crate) streak: Streak,
 }
 
 /// The waiter a release hands the lock to.
 pub(crate) struct Next {
     ticket: Arc<Ticket>,
-    streak: u32,
-    /// The lock has been handed on `limit` times in a row: yield it if others wait.
+    streak: Streak,
+    /// The lock has been handed on `limit` times in a row, or for [`TURN`]: yield it if others
+    /// wait.
     at_limit: bool,
 }
 
@@ -198,10 +219,10 @@ impl HandOffs {
         }
     }
 
-    /// Picks the first waiter for the lock at `key`, released by a hold that came from
-    /// `streak` hand-overs in a row; `None` when nobody waits here or hand-off is off. At the
-    /// limit, the release hands over only if no other process waits.
-    pub(crate) fn choose(&self, key: &str, streak: u32) -> Option<Next> {
+    /// Picks the first waiter for the lock at `key`, released by a hold of turn `streak`;
+    /// `None` when nobody waits here or hand-off is off. At the limit, or once the turn lasted
+    /// [`TURN`], the release hands over only if no other process waits.
+    pub(crate) fn choose(&self, key: &str, streak: Streak) -> Option<Next> {
         let mut queues = sync::lock(&self.queues);
         let queue = queues.get_mut(key)?;
         let mut next = None;
@@ -210,11 +231,16 @@ impl HandOffs {
             if matches!(place.slot, Slot::Waiting | Slot::Retry) {
                 place.slot = Slot::Chosen;
                 drop(place);
+                let now = Instant::now();
+                let since = streak.since.unwrap_or(now);
                 next = Some(Next {
                     ticket,
                     // Stays at the limit: from there on every release asks whether others wait.
-                    streak: (streak + 1).min(self.limit),
-                    at_limit: streak >= self.limit,
+                    streak: Streak {
+                        count: (streak.count + 1).min(self.limit),
+                        since: Some(since),
+                    },
+                    at_limit: streak.count >= self.limit || now - since >= TURN,
                 });
                 break;
             }
@@ -369,19 +395,27 @@ mod tests {
         s.into()
     }
 
+    /// A turn of `count` hand-overs whose first was chosen now.
+    fn streak(count: u32) -> Streak {
+        Streak {
+            count,
+            since: (count > 0).then(Instant::now),
+        }
+    }
+
     #[test]
     fn waiters_are_chosen_in_order() {
         let h = HandOffs::new(2);
         let a = h.join("k", &owner("a"), Duration::from_secs(1));
         let _b = h.join("k", &owner("b"), Duration::from_secs(1));
-        let next = h.choose("k", 0).unwrap();
+        let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(&*next.ticket.owner, "a");
-        assert_eq!(next.streak, 1);
+        assert_eq!(next.streak.count, 1);
         assert_eq!(h.queued(), 1);
         assert!(h.deliver("k", next, Some((7, Instant::now()))).is_none());
         assert!(matches!(a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
-        assert_eq!(&*h.choose("k", 1).unwrap().ticket.owner, "b");
-        assert!(h.choose("k", 0).is_none());
+        assert_eq!(&*h.choose("k", streak(1)).unwrap().ticket.owner, "b");
+        assert!(h.choose("k", streak(0)).is_none());
         assert_eq!(h.queued(), 0);
     }
 
@@ -389,7 +423,7 @@ mod tests {
     fn off_when_the_limit_is_zero() {
         let h = HandOffs::new(0);
         let _a = h.join("k", &owner("a"), Duration::from_secs(1));
-        assert!(h.choose("k", 0).is_none());
+        assert!(h.choose("k", streak(0)).is_none());
         assert_eq!(h.queued(), 0);
     }
 
@@ -405,31 +439,56 @@ mod tests {
         let h = HandOffs::new(2);
         let _a = h.join("k", &owner("a:1"), Duration::from_secs(1));
         let _b = h.join("k", &owner("a:2"), Duration::from_secs(1));
-        let next = h.choose("k", 1).unwrap();
+        let next = h.choose("k", streak(1)).unwrap();
         assert_eq!(next.hand_off(1).yield_ms, None);
-        assert_eq!(next.streak, 2);
-        let next = h.choose("k", 2).unwrap();
+        assert_eq!(next.streak.count, 2);
+        let next = h.choose("k", streak(2)).unwrap();
         assert_eq!(next.hand_off(1).yield_ms, Some(YIELD.as_millis() as u64));
-        assert_eq!(next.streak, 2, "stays at the limit");
+        assert_eq!(next.streak.count, 2, "stays at the limit");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_lasted_its_time_yields_below_the_limit() {
+        let h = HandOffs::new(DEFAULT_LIMIT);
+        for i in 0..3 {
+            h.join("k", &owner(&format!("a:{i}")), Duration::from_secs(1));
+        }
+        // However long the hold before it, a turn's first hand-over starts its time.
+        tokio::time::advance(TURN * 10).await;
+        let next = h.choose("k", Streak::default()).unwrap();
+        assert_eq!(next.hand_off(1).yield_ms, None);
+        assert_eq!(next.streak.since, Some(Instant::now()));
+        tokio::time::advance(TURN - Duration::from_micros(1)).await;
+        let next = h.choose("k", next.streak).unwrap();
+        assert_eq!(next.hand_off(1).yield_ms, None, "within its time");
+        tokio::time::advance(Duration::from_micros(1)).await;
+        let next = h.choose("k", next.streak).unwrap();
+        assert_eq!(next.streak.count, 3);
+        assert_eq!(
+            next.hand_off(1).yield_ms,
+            Some(YIELD.as_millis() as u64),
+            "a turn of {TURN:?} ends while others wait, below the limit"
+        );
     }
 
     #[test]
     fn a_grant_for_a_waiter_that_left_comes_back_for_release() {
         let h = HandOffs::new(4);
         let a = h.join("k", &owner("a"), Duration::from_secs(1));
-        let next = h.choose("k", 0).unwrap();
+        let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(h.leave("k", &a, false), None);
         let orphan = h.deliver("k", next, Some((1, Instant::now()))).unwrap();
         assert_eq!(&*orphan.owner, "a");
-        assert_eq!(orphan.streak, 1);
+        assert_eq!(orphan.streak.count, 1);
         // Left holding the lock by its own attempt: the late grant is its own hold.
         let b = h.join("k", &owner("b"), Duration::from_secs(1));
-        let next = h.choose("k", 0).unwrap();
+        let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(h.leave("k", &b, true), None);
         assert!(h.deliver("k", next, Some((2, Instant::now()))).is_none());
         // Granted, then gone before taking it: `leave` hands the grant back.
         let c = h.join("k", &owner("c"), Duration::from_secs(1));
-        let next = h.choose("k", 0).unwrap();
+        let next = h.choose("k", streak(0)).unwrap();
+        let began = next.streak.since;
         let at = Instant::now();
         assert!(h.deliver("k", next, Some((3, at))).is_none());
         assert_eq!(
@@ -437,7 +496,10 @@ mod tests {
             Some(Grant {
                 token: 3,
                 sent: at,
-                streak: 1
+                streak: Streak {
+                    count: 1,
+                    since: began
+                }
             })
         );
     }
@@ -447,10 +509,10 @@ mod tests {
         let h = HandOffs::new(4);
         let a = h.join("k", &owner("a"), Duration::from_secs(1));
         let _b = h.join("k", &owner("b"), Duration::from_secs(1));
-        let next = h.choose("k", 0).unwrap();
+        let next = h.choose("k", streak(0)).unwrap();
         assert!(h.deliver("k", next, None).is_none());
         assert_eq!(a.delivered().await, Delivery::Retry);
-        assert_eq!(&*h.choose("k", 0).unwrap().ticket.owner, "a");
+        assert_eq!(&*h.choose("k", streak(0)).unwrap().ticket.owner, "a");
         // Delivered after the waiter started listening.
         let c = h.join("j", &owner("c"), Duration::from_secs(1));
         let listen = tokio::spawn({
@@ -459,14 +521,18 @@ mod tests {
         });
         tokio::task::yield_now().await;
         let at = Instant::now();
-        let next = h.choose("j", 3).unwrap();
+        let turn = streak(3);
+        let next = h.choose("j", turn).unwrap();
         h.deliver("j", next, Some((9, at)));
         assert_eq!(
             listen.await.unwrap(),
             Delivery::Granted(Grant {
                 token: 9,
                 sent: at,
-                streak: 4
+                streak: Streak {
+                    count: 4,
+                    since: turn.since
+                }
             })
         );
     }

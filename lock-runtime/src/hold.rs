@@ -74,8 +74,8 @@ pub(crate) struct Held {
     pub(crate) acquisition: u64,
     pub(crate) token: u64,
     pub(crate) lease: Duration,
-    /// Local hand-overs in a row that led to this hold (0: taken by its own attempt).
-    pub(crate) streak: u32,
+    /// The turn of local hand-overs that led to this hold (count 0: taken by its own attempt).
+    pub(crate) streak: crate::handoff::Streak,
     pub(crate) signal: Arc<LossSignal>,
     /// The `group` label of its metrics.
     pub(crate) group: Group,

@@ -128,8 +128,8 @@
 //! for the lock, the release does not publish: the script grants the lock to the
 //! longest-waiting of them at once (a *local hand-off*: one round trip per hand-over instead
 //! of release, message and acquire), at most
-//! [`handoff_limit`](LockClientBuilder::handoff_limit) times in a row while another process
-//! waits, before a release lets the lock fall free for the other processes, which take turns
+//! [`handoff_limit`](LockClientBuilder::handoff_limit) times in a row, and for about 2 ms,
+//! while another process waits, before a release lets the lock fall free for the other processes, which take turns
 //! in a fixed cycle (the client whose last turn is longest ago goes first). SAFETY.md states
 //! the fairness bound and the tests behind it.
 

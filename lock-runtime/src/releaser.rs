@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Release};
-use crate::handoff::{self, HandOffs, Next, Orphan};
+use crate::handoff::{self, HandOffs, Next, Orphan, Streak};
 use crate::names::LockNames;
 use crate::stats::Counters;
 
@@ -35,7 +35,7 @@ pub(crate) struct ReleaseJob {
     give_up_at: Instant,
     /// `Some(streak)`: hand the lock to a waiting task of this client, if there is one, as the
     /// guard's own release would (see `handoff.rs`).
-    streak: Option<u32>,
+    streak: Option<Streak>,
 }
 
 impl ReleaseJob {
@@ -55,8 +55,8 @@ impl ReleaseJob {
     }
 
     /// The release of a held lock (not of a possible hold of an interrupted acquire): it may
-    /// hand the lock to a waiting task. `streak`: local hand-overs in a row that led to it.
-    pub(crate) fn handing_off(mut self, streak: u32) -> ReleaseJob {
+    /// hand the lock to a waiting task. `streak`: the turn of local hand-overs that led to it.
+    pub(crate) fn handing_off(mut self, streak: Streak) -> ReleaseJob {
         self.streak = Some(streak);
         self
     }

@@ -207,6 +207,61 @@ async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
     );
 }
 
+/// A turn is bounded in time too: with critical sections of 3 ms, a client whose tasks keep a
+/// lock busy lets another process in after a few milliseconds of its turn, long before its
+/// hand-off limit (64 by default: about 200 ms of 3 ms sections) would end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_ends_after_its_time_with_long_critical_sections() {
+    let redis = RedisServer::start();
+    let busy = common::client(&redis).await;
+    let other = common::client(&redis).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let mut hammer = Vec::new();
+    for _ in 0..4 {
+        let (busy, stop, rounds) = (busy.clone(), stop.clone(), rounds.clone());
+        hammer.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = busy
+                    .lock("long")
+                    .acquire_with(wait(Duration::from_secs(10)))
+                    .await
+                    .unwrap();
+                rounds.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
+            > 20)
+        .await
+    );
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let guard = other
+            .lock("long")
+            .acquire_with(wait(Duration::from_secs(5)))
+            .await
+            .expect("another process gets its turn");
+        waits.push(start.elapsed());
+        guard.release().await.unwrap();
+        // Back among the waiters only after the busy client had a turn again.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in hammer {
+        h.await.unwrap();
+    }
+    assert!(busy.stats().handoffs > 0);
+    waits.sort();
+    // A turn of 2 ms ends at the first release after it: a 3 ms section, plus the one in
+    // progress when the other process asked. The median leaves room for a slow machine.
+    assert!(waits[5] < Duration::from_millis(60), "{waits:?}");
+}
+
 /// Clients hammering one lock as several processes would (each client has its own connections
 /// and subscription): each with its number of tasks, in a loop with an empty critical section,
 /// until `total` acquisitions or `run` passed. Returns which client held the lock, in holding

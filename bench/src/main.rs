@@ -819,11 +819,15 @@ async fn library_function(url: &str, stem: &str) -> String {
         .await
         .unwrap();
     let names = format!("{libraries:?}");
-    let suffix = format!("_{stem}");
+    // `lockrt_<hash>_<stem>` exactly (`release` is not `fair_release`).
     names
         .split(['"', '\''])
-        .find(|s| s.starts_with("lockrt_") && s.ends_with(&suffix))
-        .unwrap_or_else(|| panic!("no function {suffix} in {names}"))
+        .find(|s| {
+            s.strip_prefix("lockrt_")
+                .and_then(|rest| rest.split_once('_'))
+                .is_some_and(|(_, function)| function == stem)
+        })
+        .unwrap_or_else(|| panic!("no function {stem} in {names}"))
         .to_owned()
 }
 

@@ -147,6 +147,38 @@ async fn local_waiters_are_served_first_come_first_served() {
     assert_eq!(locks.stats().handoffs, 5);
 }
 
+/// Four tasks of `client` taking lock `name` in a loop, holding it `hold` each time, until
+/// `stop`; `rounds` counts their acquisitions.
+fn keep_busy(
+    client: &LockClient,
+    name: &'static str,
+    hold: Duration,
+    stop: &Arc<AtomicBool>,
+    rounds: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|_| {
+            let (client, stop, rounds) = (client.clone(), stop.clone(), rounds.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = client
+                        .lock(name)
+                        .acquire_with(
+                            LockOptions::new()
+                                .lease(Duration::from_secs(10))
+                                .wait(Duration::from_secs(10)),
+                        )
+                        .await
+                        .unwrap();
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(hold).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
 /// The cohorting bound: a client whose tasks keep a lock busy passes it on locally at most
 /// `limit` times in a row while another process waits; then it falls free and is kept from the
 /// busy client for a moment, so the other process gets its turn (here within a second each
@@ -156,28 +188,8 @@ async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
     let redis = RedisServer::start();
     let busy = lock_tests::client_with(&redis, |b| b.handoff_limit(4)).await;
     let other = common::client(&redis).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let mut hammer = Vec::new();
-    for _ in 0..4 {
-        let (busy, stop, rounds) = (busy.clone(), stop.clone(), rounds.clone());
-        hammer.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let guard = busy
-                    .lock("hot")
-                    .acquire_with(
-                        LockOptions::new()
-                            .lease(Duration::from_secs(10))
-                            .wait(Duration::from_secs(10)),
-                    )
-                    .await
-                    .unwrap();
-                rounds.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                guard.release().await.unwrap();
-            }
-        }));
-    }
+    let (stop, rounds) = (Arc::default(), Arc::default());
+    let hammer = keep_busy(&busy, "hot", Duration::from_millis(1), &stop, &rounds);
     assert!(
         common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
             > 50)
@@ -215,24 +227,8 @@ async fn a_turn_ends_after_its_time_with_long_critical_sections() {
     let redis = RedisServer::start();
     let busy = common::client(&redis).await;
     let other = common::client(&redis).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let mut hammer = Vec::new();
-    for _ in 0..4 {
-        let (busy, stop, rounds) = (busy.clone(), stop.clone(), rounds.clone());
-        hammer.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let guard = busy
-                    .lock("long")
-                    .acquire_with(wait(Duration::from_secs(10)))
-                    .await
-                    .unwrap();
-                rounds.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(3)).await;
-                guard.release().await.unwrap();
-            }
-        }));
-    }
+    let (stop, rounds) = (Arc::default(), Arc::default());
+    let hammer = keep_busy(&busy, "long", Duration::from_millis(3), &stop, &rounds);
     assert!(
         common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
             > 20)

@@ -104,19 +104,7 @@ mod tests {
 
     #[test]
     fn every_script_of_the_crate_is_known() {
-        for script in [
-            &super::super::ACQUIRE,
-            &super::super::RELEASE,
-            &super::super::FAIR_ACQUIRE,
-            &super::super::FAIR_RELEASE,
-            &super::super::RW_ACQUIRE,
-            &super::super::SEMAPHORE_ACQUIRE,
-            &super::super::HOLDERS_RELEASE,
-            &super::super::SEMAPHORE_CAPACITY,
-            &super::super::RENEW,
-            &super::super::FORCE_UNLOCK,
-            &super::super::INSPECT,
-        ] {
+        for script in super::super::SCRIPTS {
             assert!(SOURCES.contains_key(script.get_hash()));
         }
     }

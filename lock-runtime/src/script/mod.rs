@@ -206,6 +206,22 @@ pub(crate) const FILES: [&str; 11] = [
     include_str!("inspect.lua"),
 ];
 
+/// Every native script (with classic pub/sub), for the tests that go over all of them.
+#[cfg(test)]
+pub(crate) static SCRIPTS: [&LazyLock<Script>; 11] = [
+    &ACQUIRE,
+    &RELEASE,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
+    &RW_ACQUIRE,
+    &SEMAPHORE_ACQUIRE,
+    &HOLDERS_RELEASE,
+    &SEMAPHORE_CAPACITY,
+    &RENEW,
+    &FORCE_UNLOCK,
+    &INSPECT,
+];
+
 /// `prelude.lua` cut at its blank lines; pieces that define nothing (its header) are left out.
 static PRELUDE: LazyLock<Vec<Definition>> = LazyLock::new(|| {
     include_str!("prelude.lua")

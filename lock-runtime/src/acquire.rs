@@ -176,7 +176,7 @@ impl<'a> Acquire<'a> {
             let busy = match Box::pin(self.attempt(false)).await? {
                 Attempt::Taken { token, sent } => {
                     place.holds = true;
-                    return Ok(self.hold(token, sent, None));
+                    return Ok(self.hold(token, sent, Streak::default()));
                 }
                 Attempt::Busy(busy) => busy,
             };
@@ -286,7 +286,7 @@ impl<'a> Acquire<'a> {
                             if let (true, Some(at)) = (woken, woken_at) {
                                 metrics::handed_over(&self.group, at.elapsed());
                             }
-                            return Ok(self.hold(token, sent, None));
+                            return Ok(self.hold(token, sent, Streak::default()));
                         }
                         Attempt::Busy(busy) => busy,
                     });
@@ -339,14 +339,14 @@ impl<'a> Acquire<'a> {
                             place.holds = true;
                             if self.fresh(grant.sent) {
                                 metrics::handed_over(&self.group, grant.sent.elapsed());
-                                return Ok(self.hold(grant.token, grant.sent, Some(grant.streak)));
+                                return Ok(self.hold(grant.token, grant.sent, grant.streak));
                             }
                             // Handed over, but told so too late to trust the lease: take it again
                             // with the same owner id (idempotent while it is still ours).
                             tracing::debug!("hand-off answered too late; taking the lock again");
                             match Box::pin(self.attempt(true)).await {
                                 Ok(Attempt::Taken { token, sent }) => {
-                                    return Ok(self.hold(token, sent, None));
+                                    return Ok(self.hold(token, sent, Streak::default()));
                                 }
                                 // Held by another owner: our grant has ended. Queue again.
                                 Ok(Attempt::Busy(now_busy)) => {
@@ -545,14 +545,13 @@ impl<'a> Acquire<'a> {
     }
 
     /// The guard of a taken lock, registered with the watchdog; `streak`: the turn of local
-    /// hand-overs that led to it (`None` when taken by an attempt, which begins a turn).
-    fn hold(&self, token: u64, sent: Instant, streak: Option<Streak>) -> LockGuard {
+    /// hand-overs that led to it (the default, count 0, when taken by an attempt).
+    fn hold(&self, token: u64, sent: Instant, streak: Streak) -> LockGuard {
         let inner = &self.client.inner;
         Counters::add(&inner.counters.acquisitions, 1);
-        if streak.is_some() {
+        if streak.count > 0 {
             Counters::add(&inner.counters.handoffs, 1);
         }
-        let streak = streak.unwrap_or_default();
         let signal = Arc::new(LossSignal::new(self.group.clone()));
         inner.watchdog.register(
             self.acquisition,

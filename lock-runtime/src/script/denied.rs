@@ -15,16 +15,11 @@ use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
 use super::with_prelude;
 
-/// Every script's source (classic and sharded) by its SHA1, and the library's by each of its
-/// functions' names.
+/// Every script's source (classic and sharded) by its SHA1.
 static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
     let mut sources = HashMap::new();
-    let library = &super::functions::LIBRARY;
-    for name in library.function_names() {
-        sources.insert(name.to_owned(), library.code.clone());
-    }
-    for file in super::FILES {
-        let code = with_prelude(file);
+    for native in &super::NATIVE {
+        let code = with_prelude(native.file);
         #[cfg(feature = "cluster")]
         if code.contains("redis.call('PUBLISH'") || code.contains("'PUBSUB', 'NUMSUB'") {
             let sharded = super::sharded(&code);
@@ -92,7 +87,13 @@ fn script_line(detail: &str) -> Option<(&str, usize)> {
 /// The command called on line `line` (1-based) of the script with SHA1 `sha` (or the library
 /// of the function so named), lower-case.
 fn command_at(sha: &str, line: usize) -> Option<String> {
-    let text = SOURCES.get(sha)?.lines().nth(line.checked_sub(1)?)?;
+    let library = &super::functions::LIBRARY;
+    let source = if library.function_names().any(|name| name == sha) {
+        &library.code
+    } else {
+        SOURCES.get(sha)?
+    };
+    let text = source.lines().nth(line.checked_sub(1)?)?;
     let (_, rest) = text.split_once("call('")?;
     let (command, _) = rest.split_once('\'')?;
     Some(command.to_ascii_lowercase())
@@ -104,8 +105,8 @@ mod tests {
 
     #[test]
     fn every_script_of_the_crate_is_known() {
-        for script in super::super::SCRIPTS {
-            assert!(SOURCES.contains_key(script.get_hash()));
+        for native in &super::super::NATIVE {
+            assert!(SOURCES.contains_key(native.script.get_hash()));
         }
     }
 

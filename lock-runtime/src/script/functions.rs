@@ -30,7 +30,7 @@ use std::sync::{Arc, LazyLock};
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
 
-use super::Call;
+use super::{Call, InLibrary, NATIVE, Native};
 
 /// The library: our scripts (all but the batch and inspect scripts, which stay scripts) as
 /// functions.
@@ -41,85 +41,12 @@ pub(crate) struct Library {
     names: Vec<(&'static Script, String)>,
 }
 
-/// A script in the library: its file stem (the function's name after the library's), its
-/// script, its file, and whether it must run when Redis is out of memory.
-struct Entry {
-    stem: &'static str,
-    script: &'static LazyLock<Script>,
-    file: &'static str,
-    allow_oom: bool,
-}
-
-/// The scripts the library holds.
-fn entries() -> [Entry; 10] {
-    let entry = |stem, script, file, allow_oom| Entry {
-        stem,
-        script,
-        file,
-        allow_oom,
-    };
-    [
-        entry(
-            "acquire",
-            &super::ACQUIRE,
-            include_str!("acquire.lua"),
-            false,
-        ),
-        entry(
-            "release",
-            &super::RELEASE,
-            include_str!("release.lua"),
-            true,
-        ),
-        entry(
-            "fair_acquire",
-            &super::FAIR_ACQUIRE,
-            include_str!("fair_acquire.lua"),
-            false,
-        ),
-        entry(
-            "fair_release",
-            &super::FAIR_RELEASE,
-            include_str!("fair_release.lua"),
-            true,
-        ),
-        entry(
-            "rw_acquire",
-            &super::RW_ACQUIRE,
-            include_str!("rw_acquire.lua"),
-            false,
-        ),
-        entry(
-            "semaphore_acquire",
-            &super::SEMAPHORE_ACQUIRE,
-            include_str!("semaphore_acquire.lua"),
-            false,
-        ),
-        entry(
-            "holders_release",
-            &super::HOLDERS_RELEASE,
-            include_str!("holders_release.lua"),
-            true,
-        ),
-        entry(
-            "semaphore_capacity",
-            &super::SEMAPHORE_CAPACITY,
-            include_str!("semaphore_capacity.lua"),
-            false,
-        ),
-        entry("renew", &super::RENEW, include_str!("renew.lua"), true),
-        entry(
-            "force_unlock",
-            &super::FORCE_UNLOCK,
-            include_str!("force_unlock.lua"),
-            true,
-        ),
-    ]
-}
-
 /// The library, built once.
 pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-    let entries = entries();
+    let entries: Vec<&Native> = NATIVE
+        .iter()
+        .filter(|n| n.library != InLibrary::No)
+        .collect();
     let mut body = String::from(include_str!("prelude.lua"));
     for (i, entry) in entries.iter().enumerate() {
         // The script's own file as the function's body, under the names it uses for its keys
@@ -137,7 +64,11 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     let mut names = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let name = format!("{library}_{}", entry.stem);
-        let flags = if entry.allow_oom { "'allow-oom'" } else { "" };
+        let flags = if entry.library == InLibrary::AllowOom {
+            "'allow-oom'"
+        } else {
+            ""
+        };
         let _ = writeln!(
             code,
             "redis.register_function{{function_name='{name}', callback=script_{i}, flags={{{flags}}}}}"
@@ -319,11 +250,12 @@ mod tests {
 
     #[test]
     fn every_script_but_batch_and_inspect_is_a_function() {
-        for script in super::super::SCRIPTS {
-            if std::ptr::eq(script, &super::super::INSPECT) {
+        for native in &NATIVE {
+            if native.library == InLibrary::No {
+                assert_eq!(LIBRARY.function_of(native.script), None);
                 continue;
             }
-            let name = LIBRARY.function_of(script).expect("a function");
+            let name = LIBRARY.function_of(native.script).expect("a function");
             assert!(LIBRARY.code.contains(&format!("function_name='{name}'")));
         }
         assert_eq!(LIBRARY.function_of(&super::super::INSPECT), None);

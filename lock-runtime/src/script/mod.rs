@@ -191,35 +191,52 @@ struct Definition {
     text: &'static str,
 }
 
-/// Every native script's own file (without the prelude).
-pub(crate) const FILES: [&str; 11] = [
-    include_str!("acquire.lua"),
-    include_str!("release.lua"),
-    include_str!("fair_acquire.lua"),
-    include_str!("fair_release.lua"),
-    include_str!("rw_acquire.lua"),
-    include_str!("semaphore_acquire.lua"),
-    include_str!("holders_release.lua"),
-    include_str!("semaphore_capacity.lua"),
-    include_str!("renew.lua"),
-    include_str!("force_unlock.lua"),
-    include_str!("inspect.lua"),
-];
+/// How the function library (`functions.rs`) holds a native script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InLibrary {
+    /// Not at all: it is only ever sent as a script (`inspect.lua`, an operator's read).
+    No,
+    /// As a function, refused while Redis is out of memory.
+    Yes,
+    /// As a function that runs when Redis is out of memory (`allow-oom`): a lock must stay
+    /// releasable and renewable on a full server.
+    AllowOom,
+}
 
-/// Every native script (with classic pub/sub), for the tests that go over all of them.
-#[cfg(test)]
-pub(crate) static SCRIPTS: [&LazyLock<Script>; 11] = [
-    &ACQUIRE,
-    &RELEASE,
-    &FAIR_ACQUIRE,
-    &FAIR_RELEASE,
-    &RW_ACQUIRE,
-    &SEMAPHORE_ACQUIRE,
-    &HOLDERS_RELEASE,
-    &SEMAPHORE_CAPACITY,
-    &RENEW,
-    &FORCE_UNLOCK,
-    &INSPECT,
+/// A native script (with classic pub/sub): its file's stem, the script, its own file (without
+/// the prelude), and how the function library holds it.
+pub(crate) struct Native {
+    pub(crate) stem: &'static str,
+    pub(crate) script: &'static LazyLock<Script>,
+    pub(crate) file: &'static str,
+    pub(crate) library: InLibrary,
+}
+
+macro_rules! native {
+    ($stem:literal, $script:ident, $library:ident) => {
+        Native {
+            stem: $stem,
+            script: &$script,
+            file: include_str!(concat!($stem, ".lua")),
+            library: InLibrary::$library,
+        }
+    };
+}
+
+/// Every native script, once: what the function library, the ACL error reader (`denied.rs`)
+/// and the tests that go over all scripts read.
+pub(crate) static NATIVE: [Native; 11] = [
+    native!("acquire", ACQUIRE, Yes),
+    native!("release", RELEASE, AllowOom),
+    native!("fair_acquire", FAIR_ACQUIRE, Yes),
+    native!("fair_release", FAIR_RELEASE, AllowOom),
+    native!("rw_acquire", RW_ACQUIRE, Yes),
+    native!("semaphore_acquire", SEMAPHORE_ACQUIRE, Yes),
+    native!("holders_release", HOLDERS_RELEASE, AllowOom),
+    native!("semaphore_capacity", SEMAPHORE_CAPACITY, Yes),
+    native!("renew", RENEW, AllowOom),
+    native!("force_unlock", FORCE_UNLOCK, AllowOom),
+    native!("inspect", INSPECT, No),
 ];
 
 /// `prelude.lua` cut at its blank lines; pieces that define nothing (its header) are left out.
@@ -715,7 +732,7 @@ mod tests {
             assert!(!mentions(&code, unused), "acquire.lua carries `{unused}`");
         }
         // Every definition is used by some script.
-        let all: String = FILES.map(with_prelude).concat();
+        let all: String = NATIVE.iter().map(|n| with_prelude(n.file)).collect();
         for definition in PRELUDE.iter() {
             assert!(
                 all.contains(definition.text),

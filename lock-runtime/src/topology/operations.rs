@@ -52,24 +52,23 @@ impl RedisBackend {
         fails_over: bool,
         group_commit: bool,
     ) -> RedisBackend {
-        let dialect = match &conn {
-            Conn::Single(_) => Dialect::functions(),
+        // One endpoint: one server, or the master behind Sentinel. Not a cluster (each call
+        // goes to its slot's node, and a library would have to be on every master), nor the
+        // unit tests' fake (which answers scripts by their hash).
+        let one_endpoint = match &conn {
+            Conn::Single(_) => true,
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(_) => Dialect::functions(),
-            // A cluster (the library would have to be on every master) and the unit tests'
-            // fake, which answers scripts by their hash.
+            Conn::Sentinel(_) => true,
             #[allow(unreachable_patterns)]
-            _ => Dialect::scripts(),
+            _ => false,
         };
-        let group = match &conn {
-            _ if !group_commit || ack.is_some() => None,
-            Conn::Single(_) => Some(GroupCommit::new(conn.clone(), dialect.clone())),
-            #[cfg(feature = "sentinel")]
-            Conn::Sentinel(_) => Some(GroupCommit::new(conn.clone(), dialect.clone())),
-            // A cluster (each call goes to its slot's node) and the unit tests' fake.
-            #[allow(unreachable_patterns)]
-            _ => None,
+        let dialect = if one_endpoint {
+            Dialect::functions()
+        } else {
+            Dialect::scripts()
         };
+        let group = (one_endpoint && group_commit && ack.is_none())
+            .then(|| GroupCommit::new(conn.clone(), dialect.clone()));
         RedisBackend {
             group,
             conn,

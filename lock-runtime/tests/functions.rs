@@ -52,21 +52,8 @@ async fn locks_run_as_functions_of_one_library_loaded_on_first_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_flushed_mid_run_is_loaded_again() {
     let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, Duration::from_millis(600)).await;
-    let held = locks.lock("flush:held").acquire().await.unwrap();
-    for i in 0..20 {
-        if i % 5 == 0 {
-            redis.cmd(&["FUNCTION", "FLUSH"]);
-        }
-        let g = locks.lock("flush").acquire().await.unwrap();
-        assert!(locks.lock("flush").is_locked().await.unwrap());
-        g.release().await.unwrap();
-    }
-    redis.cmd(&["FUNCTION", "FLUSH"]);
     // The watchdog's renewals load it too.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(!held.is_lost());
-    held.release().await.unwrap();
+    common::lock_through_flushes(&redis, &["FUNCTION", "FLUSH"]).await;
     // Once per flush at least (two calls that both found it missing may both load it).
     assert!(redis.command_calls("function|load") >= 5);
 }

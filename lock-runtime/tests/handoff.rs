@@ -179,6 +179,26 @@ fn keep_busy(
         .collect()
 }
 
+/// How long `client` (another process than the busy one) waits for lock `name`, ten times,
+/// holding it only to release it, then pausing `pause` before the next.
+async fn waits_of(client: &LockClient, name: &str, pause: Duration) -> Vec<Duration> {
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let guard = client
+            .lock(name)
+            .acquire_with(wait(Duration::from_secs(5)))
+            .await
+            .expect("another process gets its turn");
+        waits.push(start.elapsed());
+        guard.release().await.unwrap();
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    waits
+}
+
 /// The cohorting bound: a client whose tasks keep a lock busy passes it on locally at most
 /// `limit` times in a row while another process waits; then it falls free and is kept from the
 /// busy client for a moment, so the other process gets its turn (here within a second each
@@ -195,17 +215,7 @@ async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
             > 50)
         .await
     );
-    let mut waits = Vec::new();
-    for _ in 0..10 {
-        let start = Instant::now();
-        let guard = other
-            .lock("hot")
-            .acquire_with(wait(Duration::from_secs(5)))
-            .await
-            .expect("another process gets its turn");
-        waits.push(start.elapsed());
-        guard.release().await.unwrap();
-    }
+    let waits = waits_of(&other, "hot", Duration::ZERO).await;
     stop.store(true, Ordering::Relaxed);
     eprintln!("another process waited {waits:?}");
     for h in hammer {
@@ -234,19 +244,8 @@ async fn a_turn_ends_after_its_time_with_long_critical_sections() {
             > 20)
         .await
     );
-    let mut waits = Vec::new();
-    for _ in 0..10 {
-        let start = Instant::now();
-        let guard = other
-            .lock("long")
-            .acquire_with(wait(Duration::from_secs(5)))
-            .await
-            .expect("another process gets its turn");
-        waits.push(start.elapsed());
-        guard.release().await.unwrap();
-        // Back among the waiters only after the busy client had a turn again.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Back among the waiters only after the busy client had a turn again.
+    let mut waits = waits_of(&other, "long", Duration::from_millis(20)).await;
     stop.store(true, Ordering::Relaxed);
     for h in hammer {
         h.await.unwrap();

@@ -10,21 +10,8 @@ use lock_tests::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_flushed_mid_run_are_reloaded() {
     let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, Duration::from_millis(600)).await;
-    let held = locks.lock("flush:held").acquire().await.unwrap();
-    for i in 0..20 {
-        if i % 5 == 0 {
-            redis.cmd(&["SCRIPT", "FLUSH"]);
-        }
-        let g = locks.lock("flush").acquire().await.unwrap();
-        assert!(locks.lock("flush").is_locked().await.unwrap());
-        g.release().await.unwrap();
-    }
-    redis.cmd(&["SCRIPT", "FLUSH"]);
     // The watchdog reloads its script too.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert!(!held.is_lost());
-    held.release().await.unwrap();
+    common::lock_through_flushes(&redis, &["SCRIPT", "FLUSH"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

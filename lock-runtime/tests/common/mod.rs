@@ -13,6 +13,26 @@ pub async fn client_with_watchdog(redis: &RedisServer, watchdog: Duration) -> Lo
     lock_tests::client_with(redis, |b| b.watchdog_timeout(watchdog)).await
 }
 
+/// Locks through `flush` (`SCRIPT FLUSH`, `FUNCTION FLUSH`) sent mid-run: 20 lock/unlock pairs
+/// with a flush every 5, then one more under a lock held all along, whose watchdog must load
+/// what it needs too (it renews every 200 ms; the lock is still held 800 ms later).
+pub async fn lock_through_flushes(redis: &RedisServer, flush: &[&str]) {
+    let locks = client_with_watchdog(redis, Duration::from_millis(600)).await;
+    let held = locks.lock("flush:held").acquire().await.unwrap();
+    for i in 0..20 {
+        if i % 5 == 0 {
+            redis.cmd(flush);
+        }
+        let g = locks.lock("flush").acquire().await.unwrap();
+        assert!(locks.lock("flush").is_locked().await.unwrap());
+        g.release().await.unwrap();
+    }
+    redis.cmd(flush);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!held.is_lost());
+    held.release().await.unwrap();
+}
+
 /// A plain redis connection for test bookkeeping (counters, inspection).
 pub async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis.url())

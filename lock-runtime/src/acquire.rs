@@ -9,21 +9,21 @@
 //! our own hold is idempotent), and if the acquire gives up or is cancelled while a request may
 //! have taken the lock, the possible hold is released in the background.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::backend::Reply;
 use crate::backend::{Acked, Shortfall};
+use crate::demux::{Subscription, WakeRule};
 use crate::error::{failover_symptom, outcome_unknown};
-use crate::family::{Family, Mode, PLACE_TTL};
-use crate::handoff::{Delivery, Streak, Ticket};
+use crate::handoff::{Delivery, Grant, Streak, Ticket};
 use crate::hold::{Held, LossSignal};
-use crate::layout::Layout;
+use crate::keys::{LockNames, Mode, PLACE_TTL, Waking};
 use crate::metrics::{self, Group};
-use crate::names::LockNames;
 use crate::releaser::ReleaseJob;
 use crate::stats::Counters;
 use crate::watchdog::Entry;
@@ -89,6 +89,31 @@ impl Busy {
     }
 }
 
+/// A settled attempt while waiting.
+enum Settled {
+    Taken(LockGuard),
+    Busy(Busy),
+}
+
+/// The wake-ups a waiter received: one it still owes the next waiter if it stops before its
+/// attempt decided anything (the baton), the last message it passed on, and when the last one
+/// arrived (a hand-over's start, for the metrics).
+#[derive(Default)]
+struct WakeChain<'s> {
+    baton: Baton<'s>,
+    /// The channel's message count when this waiter last passed a wake-up on.
+    passed_on: Option<u64>,
+    woken_at: Option<Instant>,
+}
+
+impl<'s> WakeChain<'s> {
+    /// An unlock message woke this waiter.
+    fn woken(&mut self, notify: &'s Notify) {
+        self.baton.0 = Some(notify);
+        self.woken_at = Some(Instant::now());
+    }
+}
+
 /// One acquisition in progress: what every attempt of it sends.
 ///
 /// Kept small and borrowed rather than copied: the future of every waiting task holds it.
@@ -142,7 +167,7 @@ impl<'a> Acquire<'a> {
             let span = tracing::debug_span!(
                 "lock.acquire",
                 lock = %self.names.name,
-                kind = self.names.family.describe(),
+                kind = self.names.family().describe(),
                 mode = ?self.mode,
                 wait = ?self.opts.wait
             );
@@ -165,7 +190,7 @@ impl<'a> Acquire<'a> {
     async fn take(&self) -> Result<LockGuard, LockError> {
         // (A fair lock's queue is in Redis; its first attempt takes its place there.)
         let queue_first = self.opts.wait != Some(Duration::ZERO)
-            && self.names.family.hands_off()
+            && self.names.family().hands_off()
             && self.client.inner.demux.has_waiters(&self.names.channel);
         let busy = if queue_first {
             None
@@ -199,6 +224,9 @@ impl<'a> Acquire<'a> {
 
     /// Waits for the lock to be free and takes it. `busy` is what the first attempt found;
     /// `None` when this waiter queued behind local waiters without trying.
+    ///
+    /// Subscribe, take a place; then, until the lock is ours: be subscribed, try, and sleep
+    /// until an unlock message, a local hand-off, the holder's lease end or the deadline.
     // Written out: an `async fn` keeps a second copy of its arguments (see below).
     #[allow(clippy::manual_async_fn)]
     fn wait_turn(
@@ -208,32 +236,15 @@ impl<'a> Acquire<'a> {
         // An `async move` block rather than an `async fn`: that would keep a second copy of
         // its arguments in every waiting task's future.
         async move {
-            let demux = &self.client.inner.demux;
-            let sub = if self.names.family == Family::Fair && self.names.layout == Layout::Redisson
-            {
-                // Redisson's fair lock tells each waiter its turn on a channel of its own.
-                demux.subscribe(&crate::script::redisson::fair::waiter_channel(
-                    self.names,
-                    &self.owner,
-                ))
-            } else if self.names.family == Family::Fair {
-                // Woken only when the message names us: our turn in the queue.
-                demux.subscribe_directed(&self.names.channel, &self.owner)
-            } else {
-                demux.subscribe_with(&self.names.channel, crate::layout::wake_rule(self.names))
-            };
+            let sub = self.subscribe();
             let mut place = Place::join(self);
             let _waiting = metrics::Waiting::start(&self.group);
-            // Unlock messages already acted on by passing a wake-up on (see below).
-            let mut passed_on = None;
-            let mut baton = Baton(None);
-            // When the last wake-up (an unlock message) arrived: the hand-over's start, for metrics.
-            let mut woken_at: Option<Instant> = None;
+            let mut chain = WakeChain::default();
             let mut skip_attempt = busy.is_none();
             tracing::debug!(?busy, "lock busy; waiting for an unlock message");
-            // Whether the last look found the channel confirmed: if not, the next one does not wait
-            // for it again, so an unconfirmable channel costs one short wait, then polling every
-            // UNSUBSCRIBED_POLL.
+            // Whether the last look found the channel confirmed: if not, the next one does not
+            // wait for it again, so an unconfirmable channel costs one short wait, then polling
+            // every UNSUBSCRIBED_POLL.
             let mut was_subscribed = true;
             // One timer for the whole wait, set again before each use (for the subscription's
             // confirmation, then for the retry): every waiting task keeps it in its future.
@@ -242,125 +253,41 @@ impl<'a> Acquire<'a> {
             loop {
                 // Listen before looking at the channel's state: a lost connection marks it
                 // unconfirmed and wakes the listeners registered at that moment, so a listener
-                // registered after the look could miss that wake-up and sleep the holder's whole
-                // lease with an unlock lost in the gap.
+                // registered after the look could miss that wake-up and sleep the holder's
+                // whole lease with an unlock lost in the gap.
                 let notified = sub.notify().notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
                 // Be subscribed before the attempt, so an unlock published after it cannot be
-                // missed. A subscription that cannot be confirmed within one short poll degrades
-                // to polling.
-                let subscribed = sub.is_ready()
-                    || (was_subscribed && {
-                        let until = Instant::now() + UNSUBSCRIBED_POLL;
-                        timer
-                            .as_mut()
-                            .reset(self.deadline.map_or(until, |d| d.min(until)));
-                        sub.ready_by(timer.as_mut()).await
-                    });
+                // missed.
+                let subscribed =
+                    sub.is_ready() || (was_subscribed && self.confirm(&sub, timer.as_mut()).await);
                 was_subscribed = subscribed;
-                let queued_wait = skip_attempt;
-                if skip_attempt {
-                    // Queued behind local waiters: wait for our turn (bounded) before trying.
-                    skip_attempt = false;
-                } else {
-                    // Boxed: the round trip's future is large and only alive during the attempt;
-                    // inline it would make every waiting task carry its size while it sleeps.
+                // Queued behind local waiters: wait for our turn (bounded) before trying.
+                let queued_wait = std::mem::take(&mut skip_attempt);
+                if !queued_wait {
+                    // Boxed: the round trip's future is large and only alive during the
+                    // attempt; inline it would make every waiting task carry its size while it
+                    // sleeps.
                     let attempt = Box::pin(self.attempt(true)).await;
-                    let woken = baton.0.is_some();
-                    if attempt.is_ok() {
-                        // Decided: either ours, or taken by someone whose release will publish
-                        // again.
-                        baton.0 = None;
-                    }
-                    busy = Some(match attempt? {
-                        Attempt::Taken { token, sent } => {
-                            place.holds = true;
-                            if woken && self.mode == Mode::Read && self.readers_share_wake_ups() {
-                                // Redisson wakes one waiter per process when a read unlock frees
-                                // the lock (`0`): every other waiting reader can come in too, so
-                                // wake them now rather than at their retry timers (a waiting
-                                // writer wakes, finds us in and sleeps again).
-                                sub.notify().notify_waiters();
-                            }
-                            if let (true, Some(at)) = (woken, woken_at) {
-                                metrics::handed_over(&self.group, at.elapsed());
-                            }
-                            return Ok(self.hold(token, sent, Streak::default()));
-                        }
-                        Attempt::Busy(busy) => busy,
-                    });
-                    // A release wakes as many waiters as permits came free. One that wants more
-                    // permits than are free would swallow a wake-up meant for a smaller request:
-                    // it passes it on, once per message, so the chain ends.
-                    //
-                    // Likewise a writer of Redisson's read/write lock that a read unlock woke, but
-                    // that a reader of another process beat to it: readers can still come in.
-                    if woken
-                        && (matches!(self.mode, Mode::Permits(n) if n > 1)
-                            || (self.mode == Mode::Write && self.readers_share_wake_ups()))
-                        && passed_on != Some(sub.messages())
-                    {
-                        passed_on = Some(sub.messages());
-                        sub.notify().notify_one();
+                    match self.settle(attempt, &sub, &mut chain, &mut place)? {
+                        Settled::Taken(guard) => return Ok(guard),
+                        Settled::Busy(now_busy) => busy = Some(now_busy),
                     }
                 }
-                // (In a block, so that its locals take no room in the future while it sleeps.)
-                let wake = {
-                    let now = Instant::now();
-                    // Give up only after an attempt: a queued waiter whose deadline passed while it
-                    // waited for its turn still tries once.
-                    if let Some(busy) = busy
-                        && !queued_wait
-                        && self.deadline.is_some_and(|d| now >= d)
-                    {
-                        return Err(self.timeout(busy));
-                    }
-                    let mut sleep = busy.map_or(NO_TTL_POLL, Busy::retry_in);
-                    if !subscribed {
-                        sleep = sleep.min(UNSUBSCRIBED_POLL);
-                    }
-                    if place.in_redis {
-                        // Refresh our place (a fair lock's queue entry, a writer's claim) in time.
-                        sleep = sleep.min(PLACE_TTL / 3);
-                    }
-                    // A foreign key's TTL can be beyond what an `Instant` can represent.
-                    let sleep = sleep.min(crate::options::MAX_LEASE);
-                    self.deadline.map_or(now + sleep, |d| d.min(now + sleep))
-                };
+                let wake = self.next_wake(busy, queued_wait, subscribed, place.in_redis)?;
                 timer.as_mut().reset(wake);
                 tokio::select! {
-                    _ = &mut notified => {
-                        baton.0 = Some(sub.notify());
-                        woken_at = Some(Instant::now());
-                    }
+                    _ = &mut notified => chain.woken(sub.notify()),
                     delivery = place.delivered() => match delivery {
                         Delivery::Granted(grant) => {
                             place.holds = true;
-                            if self.fresh(grant.sent) {
-                                metrics::handed_over(&self.group, grant.sent.elapsed());
-                                return Ok(self.hold(grant.token, grant.sent, grant.streak));
-                            }
-                            // Handed over, but told so too late to trust the lease: take it again
-                            // with the same owner id (idempotent while it is still ours).
-                            tracing::debug!("hand-off answered too late; taking the lock again");
-                            match Box::pin(self.attempt(true)).await {
-                                Ok(Attempt::Taken { token, sent }) => {
-                                    return Ok(self.hold(token, sent, Streak::default()));
-                                }
+                            match self.take_grant(grant).await? {
+                                Settled::Taken(guard) => return Ok(guard),
                                 // Held by another owner: our grant has ended. Queue again.
-                                Ok(Attempt::Busy(now_busy)) => {
+                                Settled::Busy(now_busy) => {
                                     busy = Some(now_busy);
                                     place = Place::join(self);
-                                }
-                                Err(e) => {
-                                    // Giving up: whatever is left of the grant goes.
-                                    self.client.inner.releaser.submit(ReleaseJob::new(
-                                        self.names,
-                                        &self.owner,
-                                        Instant::now() + self.lease,
-                                    ));
-                                    return Err(e);
                                 }
                             }
                         }
@@ -373,16 +300,152 @@ impl<'a> Acquire<'a> {
         }
     }
 
-    /// Whether this waiter keeps a place in Redis (a fair lock's queue entry, a native waiting
-    /// writer's claim). Redisson's read/write lock keeps none: its writers do not go first.
-    fn holds_a_place(&self) -> bool {
-        self.names.family.waiters_hold_places(self.mode) && !self.readers_share_wake_ups()
+    /// Subscribes to what wakes this waiter: the lock's unlock channel (as a fair lock's
+    /// waiter, only to the messages that name it), or a channel of its own.
+    fn subscribe(&self) -> Subscription {
+        let demux = &self.client.inner.demux;
+        match self.names.waking(&self.owner) {
+            Waking::Own(channel) => demux.subscribe(&channel),
+            Waking::Directed => demux.subscribe_directed(&self.names.channel, &self.owner),
+            Waking::Shared {
+                write_unlock_wakes_all,
+            } => {
+                let rule = if write_unlock_wakes_all {
+                    WakeRule::WriteUnlockWakesAll
+                } else {
+                    WakeRule::Counted
+                };
+                demux.subscribe_with(&self.names.channel, rule)
+            }
+        }
     }
 
-    /// Whether this is a side of Redisson's read/write lock, whose waiters hand on the one
-    /// wake-up that a read unlock (`0`) gives each process (see `wait_turn`).
-    fn readers_share_wake_ups(&self) -> bool {
-        crate::layout::is_redisson_rwlock(self.names)
+    /// Waits for the subscription's confirmation, one short poll at most (never past the
+    /// deadline): a subscription that cannot be confirmed degrades to polling.
+    async fn confirm(&self, sub: &Subscription, mut timer: Pin<&mut Sleep>) -> bool {
+        let until = Instant::now() + UNSUBSCRIBED_POLL;
+        timer
+            .as_mut()
+            .reset(self.deadline.map_or(until, |d| d.min(until)));
+        sub.ready_by(timer).await
+    }
+
+    /// Settles an attempt made while waiting: the lock (a guard), or who holds it; and keeps
+    /// the chain of wake-ups going (see [`WakeChain`]).
+    fn settle<'s>(
+        &self,
+        attempt: Result<Attempt, LockError>,
+        sub: &'s Subscription,
+        chain: &mut WakeChain<'s>,
+        place: &mut Place<'_>,
+    ) -> Result<Settled, LockError> {
+        let woken = chain.baton.0.is_some();
+        if attempt.is_ok() {
+            // Decided: either ours, or taken by someone whose release will publish again.
+            chain.baton.0 = None;
+        }
+        match attempt? {
+            Attempt::Taken { token, sent } => {
+                place.holds = true;
+                if woken && self.mode == Mode::Read && self.names.scheme.shares_read_wake_ups() {
+                    // Redisson wakes one waiter per process when a read unlock frees the lock
+                    // (`0`): every other waiting reader can come in too, so wake them now
+                    // rather than at their retry timers (a waiting writer wakes, finds us in
+                    // and sleeps again).
+                    sub.notify().notify_waiters();
+                }
+                if let (true, Some(at)) = (woken, chain.woken_at) {
+                    metrics::handed_over(&self.group, at.elapsed());
+                }
+                Ok(Settled::Taken(self.hold(token, sent, Streak::default())))
+            }
+            Attempt::Busy(busy) => {
+                if woken && self.passes_wake_ups_on() && chain.passed_on != Some(sub.messages()) {
+                    chain.passed_on = Some(sub.messages());
+                    sub.notify().notify_one();
+                }
+                Ok(Settled::Busy(busy))
+            }
+        }
+    }
+
+    /// Whether a waiter that an unlock message woke but that found the lock still busy passes
+    /// its wake-up on, once per message, so the chain ends with someone who can get in:
+    ///
+    /// - a release wakes as many waiters as permits came free, and one that wants more
+    ///   permits than are free would swallow a wake-up meant for a smaller request;
+    /// - a writer of Redisson's read/write lock that a read unlock woke, but that a reader of
+    ///   another process beat to it: readers can still come in.
+    fn passes_wake_ups_on(&self) -> bool {
+        matches!(self.mode, Mode::Permits(n) if n > 1)
+            || (self.mode == Mode::Write && self.names.scheme.shares_read_wake_ups())
+    }
+
+    /// When to try again without a message: the holder's lease end (or a poll), sooner while
+    /// unsubscribed or while our place in Redis needs refreshing; never past the deadline. A
+    /// waiter whose deadline passed gives up here, but only after an attempt: a queued waiter
+    /// whose deadline passed while it waited for its turn still tries once.
+    fn next_wake(
+        &self,
+        busy: Option<Busy>,
+        queued_wait: bool,
+        subscribed: bool,
+        place_in_redis: bool,
+    ) -> Result<Instant, LockError> {
+        let now = Instant::now();
+        if let Some(busy) = busy
+            && !queued_wait
+            && self.deadline.is_some_and(|d| now >= d)
+        {
+            return Err(self.timeout(busy));
+        }
+        let mut sleep = busy.map_or(NO_TTL_POLL, Busy::retry_in);
+        if !subscribed {
+            sleep = sleep.min(UNSUBSCRIBED_POLL);
+        }
+        if place_in_redis {
+            // Refresh our place (a fair lock's queue entry, a writer's claim) in time.
+            sleep = sleep.min(PLACE_TTL / 3);
+        }
+        // A foreign key's TTL can be beyond what an `Instant` can represent.
+        let sleep = sleep.min(crate::options::MAX_LEASE);
+        Ok(self.deadline.map_or(now + sleep, |d| d.min(now + sleep)))
+    }
+
+    /// Takes a local hand-off. One told too late to trust its lease is taken again with the
+    /// same owner id (idempotent while it is still ours); if another owner holds the lock by
+    /// then, the grant has ended and the waiter queues again ([`Settled::Busy`]).
+    async fn take_grant(&self, grant: Grant) -> Result<Settled, LockError> {
+        if self.fresh(grant.sent) {
+            metrics::handed_over(&self.group, grant.sent.elapsed());
+            return Ok(Settled::Taken(self.hold(
+                grant.token,
+                grant.sent,
+                grant.streak,
+            )));
+        }
+        tracing::debug!("hand-off answered too late; taking the lock again");
+        match Box::pin(self.attempt(true)).await {
+            Ok(Attempt::Taken { token, sent }) => {
+                Ok(Settled::Taken(self.hold(token, sent, Streak::default())))
+            }
+            Ok(Attempt::Busy(busy)) => Ok(Settled::Busy(busy)),
+            Err(e) => {
+                // Giving up: whatever is left of the grant goes.
+                self.client.inner.releaser.submit(ReleaseJob::new(
+                    self.names,
+                    &self.owner,
+                    Instant::now() + self.lease,
+                ));
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether this waiter keeps a place in Redis (a fair lock's queue entry, a native waiting
+    /// writer's claim).
+    fn holds_a_place(&self) -> bool {
+        self.names.scheme.holds_place(self.mode)
     }
 
     fn timeout(&self, busy: Busy) -> LockError {
@@ -599,7 +662,7 @@ struct Place<'a> {
 
 impl<'a> Place<'a> {
     fn join(acquire: &'a Acquire<'a>) -> Place<'a> {
-        let family = acquire.names.family;
+        let family = acquire.names.family();
         let ticket = family.hands_off().then(|| {
             acquire
                 .client
@@ -652,7 +715,7 @@ impl Drop for Place<'_> {
             let job = ReleaseJob::new(
                 acquire.names,
                 &acquire.owner,
-                Instant::now() + acquire.names.place_outlives(),
+                Instant::now() + acquire.names.scheme.place_outlives(),
             );
             inner.releaser.submit(job);
         }
@@ -744,6 +807,7 @@ impl Reconcile {
 
 /// Passes a consumed unlock notification on to the next local waiter if this waiter is
 /// cancelled or fails before its attempt decided anything, so a wake-up is never swallowed.
+#[derive(Default)]
 struct Baton<'a>(Option<&'a Notify>);
 
 impl Drop for Baton<'_> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::names::LockNames;
+use crate::keys::LockNames;
 
 #[cfg(any(test, feature = "memory"))]
 // Without the feature only the unit tests use it, and not all of it.

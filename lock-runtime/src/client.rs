@@ -12,10 +12,10 @@ use tokio::task::AbortHandle;
 
 use crate::backend::{Backend, Channels};
 use crate::demux::Demux;
-use crate::family::Family;
 use crate::handoff::HandOffs;
-use crate::layout::Layout;
-use crate::names::{LockNames, validate_prefix};
+use crate::keys::Family;
+use crate::keys::Layout;
+use crate::keys::{LockNames, validate_prefix};
 use crate::options::MAX_LEASE;
 use crate::releaser::Releaser;
 use crate::stats::{ClientStats, Counters};
@@ -126,7 +126,7 @@ impl NameCache {
         let mut map = sync::lock(&self.map);
         if let Some(names) = map.entries.get(&hash).and_then(Weak::upgrade)
             && names.name == name
-            && names.family == family
+            && names.family() == family
         {
             return Ok(names);
         }
@@ -402,8 +402,8 @@ impl LockClient {
         Lock::of(
             self.clone(),
             name.as_ref(),
-            crate::family::Family::Fair,
-            crate::family::Mode::Exclusive,
+            crate::keys::Family::Fair,
+            crate::keys::Mode::Exclusive,
         )
     }
 
@@ -887,17 +887,12 @@ impl LockClientBuilder {
             layout: self.layout,
             watchdog_timeout: self.watchdog_timeout,
             response_timeout: self.response_timeout,
-            fence_retention: match self.layout {
-                Layout::Native => self.fence_retention,
-                Layout::Redisson => Duration::ZERO,
-            },
-            // Redisson's layout: every release publishes, so that Java waiters get their turn
-            // (and the hand-off limit's yield mark, kept on the fencing counter, would break
-            // Java's `INCR` of it).
-            handoff_limit: if self.replica_ack.is_some() || self.layout == Layout::Redisson {
-                0
-            } else {
+            fence_retention: self.layout.fence_retention(self.fence_retention),
+            // With acknowledged grants every release goes through Redis (and its `WAIT`).
+            handoff_limit: if self.replica_ack.is_none() && self.layout.hands_off_locally() {
                 self.handoff_limit
+            } else {
+                0
             },
             group_commit: self.group_commit,
             topology: self.topology,
@@ -939,11 +934,7 @@ impl LockClient {
             counters.clone(),
         );
         let inner = Arc::new(Inner {
-            id: match config.layout {
-                Layout::Native => uuid::Uuid::new_v4().simple().to_string().into(),
-                // Redisson's client ids, so owner fields read alike in tooling.
-                Layout::Redisson => uuid::Uuid::new_v4().hyphenated().to_string().into(),
-            },
+            id: config.layout.new_client_id().into(),
             watchdog: Watchdog::new(&config, renew_now),
             config,
             backend,

@@ -95,8 +95,8 @@ impl LockGuard {
     /// The permits this guard holds: a semaphore's count, 1 for a lock or either side of a
     /// read/write lock.
     pub fn permits(&self) -> u32 {
-        match crate::family::Mode::of_owner(&self.held.owner) {
-            crate::family::Mode::Permits(n) => n,
+        match crate::keys::Mode::of_owner(&self.held.owner) {
+            crate::keys::Mode::Permits(n) => n,
             _ => 1,
         }
     }
@@ -277,7 +277,7 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     let inner = &held.client.inner;
     let backend = &inner.backend;
     let mut retried = false;
-    let mut next = if held.names.family.hands_off() {
+    let mut next = if held.names.family().hands_off() {
         inner.handoffs.choose(&held.names.key, held.streak)
     } else {
         None

@@ -56,7 +56,7 @@ use std::task::{Poll, Waker};
 use tokio::time::Instant;
 
 use crate::backend::{Acked, Backend, HandOff, Reply};
-use crate::names::LockNames;
+use crate::keys::LockNames;
 use crate::sync;
 
 /// How many times in a row a lock is passed between the tasks of one client, at most, before a

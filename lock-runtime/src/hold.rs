@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::keys::LockNames;
 use crate::metrics::{self, Group};
-use crate::names::LockNames;
 use crate::{LockClient, LossReason};
 
 /// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.

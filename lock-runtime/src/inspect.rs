@@ -11,9 +11,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{LockState, ScanNode};
-use crate::family::{Family, Mode};
-use crate::layout::{Layout, is_redisson_rwlock};
-use crate::names::LockNames;
+use crate::keys::{Family, Mode};
+use crate::keys::{LockNames, Scheme};
 use crate::{Lock, LockClient, LockError};
 
 /// At most this many holders are listed by [`Lock::info`]; [`LockInfo::holder_count`] counts
@@ -123,7 +122,7 @@ impl Holder {
         };
         // A writer of Redisson's read/write lock: `<client>:<n>:write`.
         let base = base
-            .strip_suffix(crate::family::REDISSON_WRITER)
+            .strip_suffix(crate::keys::redisson::WRITER)
             .unwrap_or(base);
         base.rsplit_once(':')
             .map(|(client, _)| client)
@@ -198,21 +197,22 @@ impl LockInfo {
         // Redisson's read/write lock read through another handle of the name (`lock(name)`, as
         // `lockctl --redisson` reads every lock): a hash whose `mode` field is no holder, and
         // whose values are hold counts, not leases.
-        let foreign_rw = names.layout == Layout::Redisson
-            && !is_redisson_rwlock(names)
+        let foreign_rw = names.scheme.layout() == crate::Layout::Redisson
+            && names.scheme != Scheme::RedissonReadWrite
             && state.kind == "hash"
             && state.holders.iter().any(|(field, _)| field == "mode");
         if foreign_rw {
             state.holders.retain(|(field, _)| field != "mode");
             state.holder_count = state.holder_count.saturating_sub(1);
         }
-        let kind = if foreign_rw || (is_redisson_rwlock(names) && state.kind == "hash") {
-            // (Read through its own handle, its script lists the holders with the milliseconds
-            // left of each, `mode` left out.)
-            LockKind::ReadWrite
-        } else {
-            kind_of(&state, names.family)
-        };
+        let kind =
+            if foreign_rw || (names.scheme == Scheme::RedissonReadWrite && state.kind == "hash") {
+                // (Read through its own handle, its script lists the holders with the milliseconds
+                // left of each, `mode` left out.)
+                LockKind::ReadWrite
+            } else {
+                kind_of(&state, names.family())
+            };
         let remaining = (state.pttl > 0).then(|| Duration::from_millis(state.pttl as u64));
         let holders = state
             .holders
@@ -221,15 +221,14 @@ impl LockInfo {
                 let (mode, remaining) = match kind {
                     LockKind::Mutex | LockKind::Fair => (HoldMode::Exclusive, remaining),
                     LockKind::ReadWrite if foreign_rw => {
-                        let mode = if owner.ends_with(crate::family::REDISSON_WRITER) {
-                            HoldMode::Write
-                        } else {
-                            HoldMode::Read
+                        let mode = match crate::keys::redisson::rw_mode_of(&owner) {
+                            Mode::Write => HoldMode::Write,
+                            _ => HoldMode::Read,
                         };
                         (mode, remaining)
                     }
                     LockKind::ReadWrite | LockKind::Semaphore => {
-                        let mode = match Mode::of_hold(names, &owner) {
+                        let mode = match names.mode_of(&owner) {
                             Mode::Read => HoldMode::Read,
                             Mode::Write => HoldMode::Write,
                             Mode::Permits(n) => HoldMode::Permits(n),
@@ -418,7 +417,7 @@ impl LockScan {
         if !self.pending.is_empty() {
             return Ok(Some(self.pending.drain(..).collect()));
         }
-        if self.client.inner.config.layout != crate::Layout::Native {
+        if !self.client.inner.config.layout.has_prefix() {
             return Err(LockError::InvalidConfig(
                 "a scan lists the locks under the client's prefix, and Redisson's layout has none"
                     .into(),

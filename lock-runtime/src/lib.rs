@@ -288,18 +288,16 @@ mod demux;
 mod error;
 #[cfg(test)]
 mod fake;
-mod family;
 mod guard;
 mod handoff;
 mod hold;
 mod inspect;
-mod layout;
+mod keys;
 mod lock;
 #[cfg(feature = "memory")]
 mod memory;
 pub mod metrics;
 mod multi;
-mod names;
 mod options;
 mod redlock;
 mod releaser;
@@ -318,12 +316,12 @@ pub use client::{
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
 pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
-pub use layout::Layout;
+pub use keys::Layout;
+pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory::{Fault, MemoryHolder, MemoryLocks};
 pub use multi::{MultiLock, MultiLockGuard};
-pub use names::MAX_NAME_LEN;
 pub use options::{LockOptions, MAX_LEASE};
 pub use redlock::{RedLock, RedLockGuard};
 pub use rwlock::RwLock;

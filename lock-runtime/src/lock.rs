@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use crate::acquire::Acquire;
 use crate::backend::Reply;
-use crate::family::{Family, Mode};
 use crate::hold::Held;
-use crate::names::LockNames;
+use crate::keys::LockNames;
+use crate::keys::{Family, Mode};
 use crate::stats::Counters;
 use crate::{LockClient, LockError, LockGuard, LockOptions, scope};
 
@@ -182,13 +182,13 @@ impl Lock {
 
     /// Re-enters `held`, the hold of an enclosing scope on the same key.
     fn reenter(&self, names: &LockNames, held: Arc<Held>) -> Result<LockGuard, LockError> {
-        if !held.names.family.same_kind(names.family) {
+        if !held.names.family().same_kind(names.family()) {
             return Err(LockError::WouldDeadlock {
                 name: names.name.clone(),
                 reason: "this scope holds the name as another kind of lock",
             });
         }
-        if !Mode::of_hold(&held.names, &held.owner).covers(self.mode) {
+        if !held.names.mode_of(&held.owner).covers(self.mode) {
             return Err(LockError::WouldDeadlock {
                 name: names.name.clone(),
                 reason: "the write side cannot be taken inside the scope of a read guard of the same lock (it would wait for itself); release the read side first",
@@ -250,9 +250,9 @@ impl fmt::Debug for Lock {
         let mut d = f.debug_struct("Lock");
         d.field("name", &self.name());
         if let Ok(names) = &self.names
-            && names.family != Family::Mutex
+            && names.family() != Family::Mutex
         {
-            d.field("kind", &names.family.describe())
+            d.field("kind", &names.family().describe())
                 .field("mode", &self.mode);
         }
         d.finish()

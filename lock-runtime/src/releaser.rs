@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Release};
 use crate::handoff::{self, HandOffs, Next, Orphan, Streak};
-use crate::names::LockNames;
+use crate::keys::LockNames;
 use crate::stats::Counters;
 
 /// Releases per pipeline.
@@ -110,7 +110,7 @@ impl HandOffTasks {
         jobs.retain(|job| {
             let next = job
                 .streak
-                .filter(|_| job.names.family.hands_off())
+                .filter(|_| job.names.family().hands_off())
                 .and_then(|streak| self.handoffs.choose(&job.names.key, streak));
             let Some(next) = next else {
                 return true;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::family::{Family, Mode};
+use crate::keys::{Family, Mode};
 use crate::{Lock, LockClient};
 
 /// A distributed read/write lock: any number of readers, or one writer. Made by

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
-use crate::family::{Family, Mode};
+use crate::keys::{Family, Mode};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
 /// Why a plain `RSemaphore` has no capacity calls.
@@ -150,7 +150,7 @@ impl Semaphore {
     }
 
     fn family(&self) -> Option<Family> {
-        self.lock.names().ok().map(|n| n.family)
+        self.lock.names().ok().map(|n| n.family())
     }
 
     /// Refuses what a plain `RSemaphore` cannot do (`what`), and a plain semaphore in the
@@ -159,7 +159,14 @@ impl Semaphore {
         if self.has_leases() {
             return Ok(());
         }
-        let reason = if self.lock.client().inner.config.layout == crate::Layout::Native {
+        let reason = if !self
+            .lock
+            .client()
+            .inner
+            .config
+            .layout
+            .has_plain_semaphores()
+        {
             Some(
                 "a semaphore without leases exists only in the Redisson layout (Java's RSemaphore)",
             )

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::LossReason;
 use crate::client::{Config, Inner};
 use crate::hold::LossSignal;
-use crate::names::LockNames;
+use crate::keys::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
 use crate::stats::Counters;

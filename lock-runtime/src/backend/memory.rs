@@ -33,8 +33,8 @@ use super::{
     Acked, Backend, BoxFuture, CapacityOp, Channels, GroupDone, HandOff, LockState, Release, Reply,
     ScanNode,
 };
-use crate::family::{Family, PLACE_TTL};
-use crate::names::LockNames;
+use crate::keys::LockNames;
+use crate::keys::{Family, PLACE_TTL};
 use crate::sync;
 
 /// What the next acquire attempt of a lock meets instead of the lock's real state.
@@ -354,7 +354,7 @@ impl MemoryBackend {
         let mut state = self.lock();
         // An acquisition that met an unreachable server gives up by releasing.
         state.unreachable.remove(owner);
-        let (reply, wake) = match names.family {
+        let (reply, wake) = match names.family() {
             Family::Mutex => return self.release_mutex(state, names, owner, next),
             Family::Fair => release_fair(&mut state, names, owner),
             Family::ReadWrite | Family::Semaphore { .. } => {
@@ -731,7 +731,7 @@ fn release_member(state: &mut State, names: &LockNames, owner: &str) -> (Reply, 
     }
     let mut left = false;
     let mut writers_left = 0;
-    if names.family == Family::ReadWrite
+    if names.family() == Family::ReadWrite
         && let Some(writers) = state.writers.get_mut(&names.key)
     {
         left = writers.remove(owner).is_some();
@@ -799,7 +799,7 @@ impl Backend for MemoryBackend {
             return ready(Err(refused()));
         }
         // Ours already (a retried attempt of the same acquisition), another's, or free.
-        let ours = match names.family {
+        let ours = match names.family() {
             Family::Mutex | Family::Fair => live(&mut state, &names.key).map(|h| h.owner == owner),
             Family::ReadWrite | Family::Semaphore { .. } => {
                 live_set(&mut state, &names.key).map(|(_, members)| members.contains_key(owner))
@@ -809,7 +809,7 @@ impl Backend for MemoryBackend {
             match MemoryBackend::take_fault(&mut state, &names.name, ours.is_none()) {
                 Some(Fault::Busy(lease)) => {
                     let lease_ms = lease.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
-                    match names.family {
+                    match names.family() {
                         Family::Mutex | Family::Fair => {
                             grant(&mut state, names, BUSY_OWNER, lease_ms);
                         }
@@ -840,7 +840,7 @@ impl Backend for MemoryBackend {
                 None => {}
             }
         }
-        let reply = match names.family {
+        let reply = match names.family() {
             Family::Mutex => acquire_mutex(&mut state, names, owner, lease_ms),
             Family::Fair => acquire_fair(&mut state, names, owner, lease_ms),
             Family::ReadWrite => acquire_rw(&mut state, names, owner, lease_ms),

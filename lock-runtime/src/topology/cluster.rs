@@ -30,8 +30,9 @@ use super::slots::{SlotCache, SlotMap, slot};
 use super::{Conn, Settings};
 use crate::LockError;
 use crate::backend::GroupDone;
+use crate::backend::Reply;
 use crate::demux::Demux;
-use crate::script::{self, Call, Dialect, Reply};
+use crate::script::{self, Call, Dialect};
 
 /// Connects the command connection (RESP2) and the pub/sub connection (RESP3, pushes to the
 /// demux) to a cluster through its seed nodes.

@@ -19,9 +19,10 @@ use redis::{FromRedisValue, RedisResult, Value};
 use super::Conn;
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
+use crate::backend::CapacityOp;
 use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
-use crate::names::LockNames;
-use crate::script::{self, Call, CapacityOp, Dialect, Publishing};
+use crate::keys::LockNames;
+use crate::script::{self, Call, Dialect, Publishing};
 
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;

@@ -261,7 +261,7 @@ async fn a_hold_registered_past_its_deadline_is_lost_at_once() {
     let signal = Arc::new(crate::hold::LossSignal::new(
         crate::metrics::Group::resolve(None, "x"),
     ));
-    let names = Arc::new(crate::names::LockNames::new("lock", "late").unwrap());
+    let names = Arc::new(crate::keys::LockNames::new("lock", "late").unwrap());
     let lease = Duration::from_millis(100);
     locks.inner.watchdog.register(
         1,

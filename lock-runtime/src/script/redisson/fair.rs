@@ -48,17 +48,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::LockError;
-use crate::family::PLACE_TTL;
-use crate::layout::prefixed;
-use crate::names::LockNames;
-use crate::script::{Arg, Call, Publishing, with_prelude};
-
-/// The `wait` of every Rust waiter, in ms: Redisson's default `fairLockWaitTimeout`.
-pub(crate) const WAIT: u64 = 300_000;
-
-const QUEUE: &str = "redisson_lock_queue";
-const TIMEOUT: &str = "redisson_lock_timeout";
+use crate::keys::redisson::{FAIR_WAIT_MS as WAIT, fair_queue as queue, fair_timeout as timeout};
+use crate::keys::{LockNames, PLACE_TTL};
+use crate::script::call::Arg;
+use crate::script::{Call, Publishing, with_prelude};
 
 /// `prelude.lua`, then `fair_common.lua`, then `script`.
 fn fair_script(script: &str) -> String {
@@ -89,35 +82,6 @@ pub(crate) static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
         "fair_force_unlock.lua"
     ))))
 });
-
-/// Refuses the names whose lock hash would be another fair lock's queue or deadlines.
-pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
-    if [QUEUE, TIMEOUT].iter().any(|role| {
-        name.strip_prefix(role)
-            .is_some_and(|rest| rest.starts_with(':'))
-    }) {
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout this name is another fair lock's queue or deadlines",
-        ));
-    }
-    Ok(())
-}
-
-/// `redisson_lock_queue:{N}`.
-pub(crate) fn queue(names: &LockNames) -> String {
-    prefixed(QUEUE, &names.name)
-}
-
-/// `redisson_lock_timeout:{N}`.
-pub(crate) fn timeout(names: &LockNames) -> String {
-    prefixed(TIMEOUT, &names.name)
-}
-
-/// The channel on which `owner` is told its turn came: `redisson_lock__channel:{N}:<owner>`.
-pub(crate) fn waiter_channel(names: &LockNames, owner: &str) -> String {
-    format!("{}:{owner}", names.channel)
-}
 
 /// `fair_acquire.lua`.
 pub(crate) fn acquire(names: &LockNames, owner: &str, lease_ms: u64, retention_ms: u64) -> Call {
@@ -181,32 +145,4 @@ pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u3
         &queue,
     ];
     Call::new(publishing.inspect, &keys, [Arg::Int(max_holders.into())])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Layout;
-    use crate::family::Family;
-
-    #[test]
-    fn keys_are_redissons() {
-        let names = Layout::Redisson
-            .names("ignored", "drop:42", Family::Fair)
-            .unwrap();
-        assert_eq!(names.key, "drop:42");
-        assert_eq!(queue(&names), "redisson_lock_queue:{drop:42}");
-        assert_eq!(timeout(&names), "redisson_lock_timeout:{drop:42}");
-        assert_eq!(
-            waiter_channel(&names, "u:7"),
-            "redisson_lock__channel:{drop:42}:u:7"
-        );
-        let tagged = Layout::Redisson
-            .names("ignored", "o:{u}", Family::Fair)
-            .unwrap();
-        assert_eq!(queue(&tagged), "redisson_lock_queue:o:{u}");
-        for bad in ["redisson_lock_queue:{x}", "redisson_lock_timeout:x"] {
-            assert!(Layout::Redisson.names("p", bad, Family::Fair).is_err());
-        }
-    }
 }

@@ -7,8 +7,8 @@
 //! - [`rwlock`]: Redisson's `RReadWriteLock`;
 //! - [`semaphore`]: Redisson's `RPermitExpirableSemaphore` and `RSemaphore`.
 //!
-//! The functions here pick the member's call; `None` means this crate's own script serves
-//! the name (the native layout, or the mutex).
+//! Their keys are named in `keys/redisson.rs`; `Call`'s constructors (`script/call.rs`) pick
+//! these calls by the name's scheme.
 //!
 //! The mutex needs none of its own: Redisson's `RLock` hash is this crate's mutex hash, so
 //! `acquire.lua`, `release.lua` and `renew.lua` serve both layouts.
@@ -16,65 +16,3 @@
 pub(crate) mod fair;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
-
-use super::{Call, Publishing};
-use crate::Layout;
-use crate::family::Family;
-use crate::names::LockNames;
-
-/// The family member `names` is used as, when Redisson's layout gives it scripts of its own.
-fn member(names: &LockNames) -> Option<Family> {
-    (names.layout == Layout::Redisson && names.family != Family::Mutex).then_some(names.family)
-}
-
-/// See `Call::acquire`.
-pub(crate) fn acquire(
-    publishing: Publishing,
-    names: &LockNames,
-    owner: &str,
-    lease_ms: u64,
-    retention_ms: u64,
-) -> Option<Call> {
-    match member(names)? {
-        Family::Fair => Some(fair::acquire(names, owner, lease_ms, retention_ms)),
-        Family::ReadWrite => Some(rwlock::acquire(names, owner, lease_ms, retention_ms)),
-        Family::Semaphore { .. } => {
-            semaphore::acquire(publishing, names, owner, lease_ms, retention_ms)
-        }
-        Family::Mutex => None,
-    }
-}
-
-/// See `Call::release`.
-pub(crate) fn release(publishing: Publishing, names: &LockNames, owner: &str) -> Option<Call> {
-    match member(names)? {
-        Family::Fair => Some(fair::release(publishing, names, owner)),
-        Family::ReadWrite => Some(rwlock::release(publishing.redisson_rwlock, names, owner)),
-        Family::Semaphore { .. } => semaphore::release(publishing, names, owner),
-        Family::Mutex => None,
-    }
-}
-
-/// See `Call::force_unlock`.
-pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Option<Call> {
-    match member(names)? {
-        Family::Fair => Some(fair::force_unlock(publishing, names)),
-        Family::ReadWrite => Some(rwlock::force_unlock(publishing.redisson_rwlock, names)),
-        Family::Semaphore { .. } => semaphore::force_unlock(publishing, names),
-        Family::Mutex => None,
-    }
-}
-
-/// See `Call::inspect`.
-pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Option<Call> {
-    match member(names)? {
-        Family::Fair => Some(fair::inspect(publishing, names, max_holders)),
-        Family::ReadWrite => Some(rwlock::inspect(
-            publishing.redisson_rwlock,
-            names,
-            max_holders,
-        )),
-        Family::Semaphore { .. } => semaphore::inspect(publishing, names, max_holders),
-        Family::Mutex => None,
-    }
-}

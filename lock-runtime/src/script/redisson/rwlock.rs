@@ -15,7 +15,7 @@
 //!
 //! - **Owner ids.** A reader's field is the acquisition's plain `<client uuid>:<n>`, the form of a
 //!   Java reader's `<client uuid>:<thread id>`; the writer's ends in `:write`, as Java's do
-//!   (`Mode::owner_in`). Each acquisition has its own id and holds once: re-entry happens in the
+//!   (`keys/redisson.rs`). Each acquisition has its own id and holds once: re-entry happens in the
 //!   client's scope, so our counts are always 1 and a retried attempt re-arms its hold instead of
 //!   counting it twice.
 //! - **A reader's timeout key.** Redisson's read unlock re-arms the hash to the longest PTTL
@@ -37,10 +37,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::family::Mode;
-use crate::layout::suffixed;
-use crate::names::LockNames;
-use crate::script::{Arg, Call, with_prelude};
+use crate::keys::redisson::{rw_timeout_prefix as timeout_prefix, rw_timeouts as timeouts};
+use crate::keys::{LockNames, Mode};
+use crate::script::call::Arg;
+use crate::script::{Call, with_prelude};
 
 /// `prelude.lua`, the read/write lock's shared `mode_of`, then `script`.
 fn with_mode(script: &str) -> String {
@@ -102,25 +102,9 @@ impl Scripts {
 
 /// `read` or `write`: the side an owner id of this lock takes.
 fn side(names: &LockNames, owner: &str) -> &'static str {
-    match Mode::of_hold(names, owner) {
+    match names.mode_of(owner) {
         Mode::Write => "write",
         _ => "read",
-    }
-}
-
-/// The base of a reader's timeout keys, `{N}:<owner>:rwlock_timeout` (Redisson's
-/// `suffixName(N, owner)` and `:rwlock_timeout`); hold `k` is `<base>:<k>`.
-fn timeouts(names: &LockNames, owner: &str) -> String {
-    suffixed(&names.name, owner) + ":rwlock_timeout"
-}
-
-/// The prefix of every reader's timeout keys: `{N}`, or `N` when it has its own `{` (Redisson's
-/// `getKeyPrefix`). `renew.lua` derives the same from `N`.
-fn timeout_prefix(names: &LockNames) -> String {
-    if names.name.contains('{') {
-        names.name.clone()
-    } else {
-        format!("{{{}}}", names.name)
     }
 }
 
@@ -176,8 +160,8 @@ pub(crate) fn inspect(scripts: Scripts, names: &LockNames, max_holders: u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::family::Family;
-    use crate::layout::Layout;
+    use crate::Layout;
+    use crate::keys::Family;
 
     fn args(call: &Call) -> Vec<String> {
         call.evalsha()

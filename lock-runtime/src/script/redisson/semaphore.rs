@@ -55,11 +55,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::{Arg, Call, CapacityOp, Publishing, with_prelude};
-use crate::LockError;
-use crate::family::{Family, Mode};
-use crate::layout::{Layout, TOKEN, prefixed, suffixed};
-use crate::names::LockNames;
+use crate::backend::CapacityOp;
+use crate::keys::{LockNames, Scheme};
+use crate::script::call::Arg;
+use crate::script::{Call, Publishing, with_prelude};
 
 /// `prelude.lua`, then `semaphore_common.lua`, then `script`.
 fn semaphore_script(script: &str) -> String {
@@ -85,63 +84,9 @@ pub(crate) static PLAIN_SHARDED: LazyLock<Script> = LazyLock::new(|| {
     ))))
 });
 
-/// Redisson's semaphore channel (`RedissonSemaphore`, `RedissonPermitExpirableSemaphore`).
-const CHANNEL: &str = "redisson_sc";
-
-/// The keys of semaphore `name` used as `family` (validated as every Redisson name is):
-/// `key` is what the watchdog renews, the lease zset for an expirable semaphore, `N` for a
-/// plain one.
-pub(crate) fn names(name: &str, family: Family) -> Result<LockNames, LockError> {
-    let leases = matches!(family, Family::Semaphore { leases: true, .. });
-    if name.contains('{') && name.ends_with(":timeout") {
-        // `suffixName(x, "timeout")` of another name `x`: its lease zset.
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout this name is another semaphore's lease set (`…:timeout`)",
-        ));
-    }
-    if name.contains('{') && name.contains(":plain:") {
-        // `{x}:plain:…` or `x:plain:…` (x with its own tag): a hold's marker of another plain
-        // semaphore `x`.
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout this name is a hold of another semaphore (`…{…}…:plain:…`)",
-        ));
-    }
-    Ok(LockNames {
-        name: name.to_owned(),
-        key: if leases {
-            suffixed(name, "timeout")
-        } else {
-            name.to_owned()
-        },
-        channel: prefixed(CHANNEL, name),
-        fence: prefixed(TOKEN, name),
-        family,
-        layout: Layout::Redisson,
-    })
-}
-
-/// The owner id of an acquisition of `mode` (see the module docs).
-pub(crate) fn owner(leases: bool, mode: Mode, base: String) -> String {
-    let Mode::Permits(n) = mode else {
-        return mode.owner(base);
-    };
-    if !leases {
-        return format!("plain:{base}#{n}");
-    }
-    let ids: Vec<String> = (0..n)
-        .map(|_| uuid::Uuid::new_v4().simple().to_string())
-        .collect();
-    format!("permits:{}#{n}", ids.join(","))
-}
-
-/// Whether `names` is a semaphore in Redisson's layout, and which kind.
-fn kind(names: &LockNames) -> Option<(bool, u32)> {
-    match (names.layout, names.family) {
-        (Layout::Redisson, Family::Semaphore { leases, capacity }) => Some((leases, capacity)),
-        _ => None,
-    }
+/// Whether `names` is an `RPermitExpirableSemaphore` (rather than a plain `RSemaphore`).
+fn leases(names: &LockNames) -> bool {
+    matches!(names.scheme, Scheme::RedissonPermits { .. })
 }
 
 /// The script and keys of either kind: `[{N}:timeout, N, channel, fence]` (expirable) or
@@ -149,10 +94,9 @@ fn kind(names: &LockNames) -> Option<(bool, u32)> {
 fn call<'a>(
     publishing: Publishing,
     names: &LockNames,
-    leases: bool,
     args: impl IntoIterator<Item = Arg<'a>>,
 ) -> Call {
-    if leases {
+    if leases(names) {
         Call::new(
             publishing.redisson_permits,
             &[&names.key, &names.name, &names.channel, &names.fence],
@@ -167,45 +111,36 @@ fn call<'a>(
     }
 }
 
-/// Takes the permits of `owner` (see `Call::acquire`).
+/// Takes the permits of `owner` (see `Call::acquire`), with `[lease_ms, retention_ms,
+/// capacity]`.
 pub(crate) fn acquire(
     publishing: Publishing,
     names: &LockNames,
     owner: &str,
-    lease_ms: u64,
-    retention_ms: u64,
-) -> Option<Call> {
-    let (leases, capacity) = kind(names)?;
-    Some(call(
+    [lease_ms, retention_ms, capacity]: [u64; 3],
+) -> Call {
+    call(
         publishing,
         names,
-        leases,
         [
             Arg::Str("acquire"),
             Arg::Str(owner),
             Arg::Int(lease_ms),
             Arg::Int(retention_ms),
-            Arg::Int(capacity.into()),
+            Arg::Int(capacity),
         ],
-    ))
+    )
 }
 
 /// Releases the permits of `owner`.
-pub(crate) fn release(publishing: Publishing, names: &LockNames, owner: &str) -> Option<Call> {
-    let (leases, _) = kind(names)?;
-    Some(call(
-        publishing,
-        names,
-        leases,
-        [Arg::Str("release"), Arg::Str(owner)],
-    ))
+pub(crate) fn release(publishing: Publishing, names: &LockNames, owner: &str) -> Call {
+    call(publishing, names, [Arg::Str("release"), Arg::Str(owner)])
 }
 
 /// Takes back every leased permit (`force_release_all`); the plain kind refuses it before
 /// anything is sent, and its script answers "nothing held".
-pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Option<Call> {
-    let (leases, _) = kind(names)?;
-    Some(call(publishing, names, leases, [Arg::Str("force")]))
+pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+    call(publishing, names, [Arg::Str("force")])
 }
 
 /// The capacity calls (see the module docs for the mapping).
@@ -214,8 +149,7 @@ pub(crate) fn capacity(
     names: &LockNames,
     default_capacity: u32,
     op: CapacityOp,
-) -> Option<Call> {
-    let (leases, _) = kind(names)?;
+) -> Call {
     let (op, value) = match op {
         CapacityOp::Free => ("free", 0),
         CapacityOp::Capacity => ("capacity", 0),
@@ -223,87 +157,22 @@ pub(crate) fn capacity(
         // Redisson keeps no "stored" capacity apart from the count: the handle's applies again.
         CapacityOp::Clear => ("set", default_capacity),
     };
-    Some(call(
+    call(
         publishing,
         names,
-        leases,
         [
             Arg::Str(op),
             Arg::Int(default_capacity.into()),
             Arg::Int(value.into()),
         ],
-    ))
+    )
 }
 
 /// The semaphore's state, in `inspect.lua`'s reply shape.
-pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Option<Call> {
-    let (leases, _) = kind(names)?;
-    Some(call(
+pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+    call(
         publishing,
         names,
-        leases,
         [Arg::Str("inspect"), Arg::Int(max_holders.into())],
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The permit ids (32 hex chars each) of an expirable semaphore's owner id.
-    fn permit_ids(owner: &str) -> Vec<&str> {
-        owner
-            .strip_prefix("permits:")
-            .and_then(|rest| rest.rsplit_once('#'))
-            .map(|(ids, _)| ids.split(',').collect())
-            .unwrap_or_default()
-    }
-
-    fn names(name: &str, leases: bool) -> Result<LockNames, LockError> {
-        super::names(
-            name,
-            Family::Semaphore {
-                capacity: 3,
-                leases,
-            },
-        )
-    }
-
-    #[test]
-    fn redissons_keys() {
-        let n = names("jobs", true).unwrap();
-        assert_eq!(
-            (n.key.as_str(), n.channel.as_str(), n.fence.as_str()),
-            (
-                "{jobs}:timeout",
-                "redisson_sc:{jobs}",
-                "redisson_lock_token:{jobs}"
-            )
-        );
-        let n = names("a:{t}", false).unwrap();
-        assert_eq!(
-            (n.key.as_str(), n.channel.as_str()),
-            ("a:{t}", "redisson_sc:a:{t}")
-        );
-        assert!(names("x:{t}:timeout", true).is_err());
-        assert!(names("{x}:timeout", false).is_err());
-        assert!(names("x:timeout", true).is_ok());
-    }
-
-    #[test]
-    fn owner_ids_carry_one_permit_id_each() {
-        let owner = owner(true, Mode::Permits(3), "c:1".into());
-        let ids = permit_ids(&owner);
-        assert_eq!(ids.len(), 3);
-        assert!(ids.iter().all(|id| {
-            id.len() == 32
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        }));
-        assert_eq!(Mode::of_owner(&owner), Mode::Permits(3));
-        let plain = super::owner(false, Mode::Permits(2), "c:1".into());
-        assert_eq!(plain, "plain:c:1#2");
-        assert_eq!(Mode::of_owner(&plain), Mode::Permits(2));
-    }
+    )
 }

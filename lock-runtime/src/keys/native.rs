@@ -1,4 +1,5 @@
-//! Lock names and the Redis keys derived from them.
+//! This crate's own key layout ([`Layout::Native`](crate::Layout::Native)): lock names and
+//! the Redis keys derived from them.
 //!
 //! For a lock named `N` under prefix `P` the client uses three keys:
 //!
@@ -29,43 +30,8 @@
 //! The prefix is the operator's: prefixes that extend one another (`lock` and `lock:fence`)
 //! can name the same keys, so give unrelated applications unrelated prefixes.
 
+use super::{Family, LockNames, Scheme, hash_tag, validate_name};
 use crate::LockError;
-use crate::family::Family;
-use crate::layout::Layout;
-
-/// The longest lock name accepted, in bytes.
-///
-/// A lock name must also be non-empty and free of control characters; anything else (any
-/// UTF-8 text, braces anywhere) is accepted, and every accepted name gets a lock hash, a
-/// fencing counter and an unlock channel that share one cluster slot and that no other name
-/// can produce:
-///
-/// - a plain name is wrapped in a hash tag: `<prefix>:{name}`;
-/// - a name that already contains a non-empty hash tag (`order:{user:7}`) keeps it
-///   (`<prefix>:#order:{user:7}`), so the lock lands in the slot of that tag;
-/// - a name without a hash tag that starts with `}` is escaped (`<prefix>:%{%7Dx}` for `}x`),
-///   since wrapping it would give an empty tag. Its key is then up to three times as long.
-///
-/// The fencing counter and unlock channel keys of each form are listed in the crate docs
-/// ("How it works").
-///
-/// Names built from untrusted input should still be escaped by the caller (the `lock-tower`
-/// layer does this for path parameters and headers) so that two different values cannot be
-/// spelled as one lock name.
-pub const MAX_NAME_LEN: usize = 1024;
-
-/// The Redis keys of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockNames {
-    pub(crate) name: String,
-    pub(crate) key: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
-    /// The primitive the name is used as: decides the scripts that run on these keys.
-    pub(crate) family: Family,
-    /// Whose layout the keys follow: with the family, decides the scripts.
-    pub(crate) layout: Layout,
-}
 
 impl LockNames {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, LockError> {
@@ -78,8 +44,7 @@ impl LockNames {
                 key: format!("{prefix}:#{name}"),
                 fence: format!("{prefix}:fence:#{name}"),
                 channel: format!("{prefix}:unlock:#{name}"),
-                family: Family::Mutex,
-                layout: Layout::Native,
+                scheme: Scheme::Mutex,
             }
         } else {
             // Our own `}` closes the key, so the role can follow it.
@@ -93,8 +58,7 @@ impl LockNames {
                 fence: format!("{key}:fence"),
                 channel: format!("{key}:unlock"),
                 key,
-                family: Family::Mutex,
-                layout: Layout::Native,
+                scheme: Scheme::Mutex,
             }
         };
         Ok(names)
@@ -102,7 +66,7 @@ impl LockNames {
 
     /// The same keys, used as `family`.
     pub(crate) fn with_family(mut self, family: Family) -> LockNames {
-        self.family = family;
+        self.scheme = Scheme::native(family);
         self
     }
 
@@ -135,54 +99,10 @@ fn escape(name: &str) -> String {
     out
 }
 
-pub(crate) fn validate_name(name: &str) -> Result<(), LockError> {
-    if name.is_empty() {
-        return Err(LockError::invalid_name(
-            name,
-            "a lock name must not be empty",
-        ));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(LockError::invalid_name(
-            name,
-            "a lock name must be at most 1024 bytes",
-        ));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(LockError::invalid_name(
-            name,
-            "a lock name must not contain control characters",
-        ));
-    }
-    Ok(())
-}
-
-/// Validates a key prefix: non-empty, printable, no braces (they would take over the hash tag).
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
-    if prefix.is_empty()
-        || prefix.len() > 256
-        || prefix.contains(['{', '}'])
-        || prefix.chars().any(char::is_control)
-    {
-        return Err(LockError::InvalidConfig(format!(
-            "key prefix {prefix:?} must be 1 to 256 printable bytes without `{{` or `}}`"
-        )));
-    }
-    Ok(())
-}
-
-/// Redis' own rule: the hash tag is the text between the first `{` and the first `}` after it,
-/// if that is not empty.
-pub(crate) fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = &key[open + 1..];
-    let len = rest.find('}')?;
-    (len > 0).then(|| &rest[..len])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::{MAX_NAME_LEN, validate_prefix};
 
     #[test]
     fn plain_names_are_wrapped_in_a_hash_tag() {

@@ -1,10 +1,11 @@
 //! Where a client's locks live on Redis: this crate's own key layout, or Redisson's, so that
-//! Rust and Java services lock the same names.
+//! Rust and Java services lock the same names; and what the layout decides for a whole client.
+//! The keys themselves are named in `native.rs` and `redisson.rs`.
 
+use std::time::Duration;
+
+use super::{Family, LockNames, redisson};
 use crate::LockError;
-use crate::demux::WakeRule;
-use crate::family::{Family, Mode, PLACE_TTL};
-use crate::names::{LockNames, hash_tag, validate_name};
 
 /// The keys, channels and fencing counter a client uses for a lock name; chosen per client with
 /// [`LockClientBuilder::layout`](crate::LockClientBuilder::layout).
@@ -133,219 +134,44 @@ impl Layout {
     ) -> Result<LockNames, LockError> {
         match self {
             Layout::Native => Ok(LockNames::new(prefix, name)?.with_family(family)),
-            Layout::Redisson => redisson(name, family),
-        }
-    }
-}
-
-impl LockNames {
-    /// How long a waiter's place in Redis can outlive the waiter: so long its leaving is
-    /// worth retrying in the background. A native place ends [`PLACE_TTL`] after its last
-    /// refresh; a place in Redisson's fair queue carries Redisson's deadline arithmetic (up to
-    /// a `fairLockWaitTimeout` beyond the place ahead), so a waiter that gives up while Redis
-    /// is unreachable for a while still leaves it instead of stalling the queue.
-    pub(crate) fn place_outlives(&self) -> std::time::Duration {
-        match (self.layout, self.family) {
-            (Layout::Redisson, Family::Fair) => {
-                PLACE_TTL + std::time::Duration::from_millis(crate::script::redisson::fair::WAIT)
-            }
-            _ => PLACE_TTL,
+            Layout::Redisson => redisson::names(name, family),
         }
     }
 
-    /// The owner id of an acquisition in `mode`, from `base` (`<client>:<n>`): what the
-    /// scripts of this name's layout and family need to know about the hold.
-    pub(crate) fn owner(&self, mode: Mode, base: String) -> String {
-        match (self.layout, self.family) {
-            (Layout::Redisson, Family::Semaphore { leases, .. }) => {
-                crate::script::redisson::semaphore::owner(leases, mode, base)
-            }
-            _ => mode.owner_in(self, base),
-        }
-    }
-}
-
-/// How the messages on the channel of the lock `names` are read (see `demux.rs`): Redisson's
-/// read/write lock wakes every waiter on a write unlock.
-pub(crate) fn wake_rule(names: &LockNames) -> WakeRule {
-    if is_redisson_rwlock(names) {
-        WakeRule::WriteUnlockWakesAll
-    } else {
-        WakeRule::Counted
-    }
-}
-
-/// Redisson's `prefixName`: `p:N` when `N` has a `{` (its own tag), else `p:{N}`.
-pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
-}
-
-/// Redisson's `suffixName`: `N:s` when `N` has a `{` (its own tag), else `{N}:s`.
-pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:{suffix}")
-    } else {
-        format!("{{{name}}}:{suffix}")
-    }
-}
-
-const CHANNEL: &str = "redisson_lock__channel";
-pub(crate) const TOKEN: &str = "redisson_lock_token";
-/// `RReadWriteLock`'s channel (both sides publish on it: `0` a read unlock, `1` a write unlock).
-const RWLOCK_CHANNEL: &str = "redisson_rwlock";
-
-/// Whether `names` are Redisson's `RReadWriteLock` (`script/redisson/rwlock.rs`): a hash with a
-/// `mode` field, reader and `:write` writer fields, and per-hold timeout keys.
-pub(crate) fn is_redisson_rwlock(names: &LockNames) -> bool {
-    names.layout == Layout::Redisson && names.family == Family::ReadWrite
-}
-
-fn redisson(name: &str, family: Family) -> Result<LockNames, LockError> {
-    validate_name(name)?;
-    if name.contains(['{', '}']) && hash_tag(name).is_none() {
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout a name with `{` or `}` needs a well-formed, non-empty hash tag, or its lock and channel land in different cluster slots",
-        ));
-    }
-    if [CHANNEL, TOKEN, RWLOCK_CHANNEL].iter().any(|role| {
-        name.strip_prefix(role)
-            .is_some_and(|rest| rest.starts_with(':'))
-    }) {
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout this name is another lock's channel or fencing counter",
-        ));
-    }
-    // Each primitive's keys, as Redisson lays them out (see `script/redisson/`).
-    let channel = match family {
-        Family::Mutex => prefixed(CHANNEL, name),
-        // RFairLock: the mutex's hash and channel prefix, plus a queue and deadlines whose
-        // keys are derived in `script/redisson/fair.rs`; each waiter's own channel is
-        // `<channel>:<owner>`.
-        Family::Fair => {
-            crate::script::redisson::fair::check_name(name)?;
-            prefixed(CHANNEL, name)
-        }
-        Family::Semaphore { .. } => {
-            return crate::script::redisson::semaphore::names(name, family);
-        }
-        // `RReadWriteLock`: the same hash `N` (with a `mode` field) and token key; its own
-        // channel. Its per-hold timeout keys are derived from `N` and the owner by its scripts.
-        Family::ReadWrite => prefixed(RWLOCK_CHANNEL, name),
-    };
-    Ok(LockNames {
-        name: name.to_owned(),
-        key: name.to_owned(),
-        channel,
-        fence: prefixed(TOKEN, name),
-        family,
-        layout: Layout::Redisson,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys(name: &str) -> (String, String, String) {
-        let n = Layout::Redisson
-            .names("ignored", name, Family::Mutex)
-            .unwrap();
-        (n.key, n.channel, n.fence)
-    }
-
-    fn slot_tag(key: &str) -> &str {
-        hash_tag(key).unwrap_or(key)
-    }
-
-    #[test]
-    fn redisson_keys_are_redissons() {
-        assert_eq!(
-            keys("stock:42"),
-            (
-                "stock:42".into(),
-                "redisson_lock__channel:{stock:42}".into(),
-                "redisson_lock_token:{stock:42}".into()
-            )
-        );
-        assert_eq!(
-            keys("order:{user:7}"),
-            (
-                "order:{user:7}".into(),
-                "redisson_lock__channel:order:{user:7}".into(),
-                "redisson_lock_token:order:{user:7}".into()
-            )
-        );
-    }
-
-    #[test]
-    fn a_read_write_lock_has_redissons_rwlock_channel() {
-        for (name, channel) in [
-            ("stock:42", "redisson_rwlock:{stock:42}"),
-            ("order:{user:7}", "redisson_rwlock:order:{user:7}"),
-        ] {
-            let n = Layout::Redisson
-                .names("ignored", name, Family::ReadWrite)
-                .unwrap();
-            assert_eq!((n.key.as_str(), n.channel.as_str()), (name, channel));
-            assert_eq!(n.fence, prefixed(TOKEN, name));
-            assert_eq!(slot_tag(&n.key), slot_tag(&n.channel), "{name}");
-            assert!(is_redisson_rwlock(&n));
-        }
-        assert!(
-            Layout::Redisson
-                .names("lock", "redisson_rwlock:{x}", Family::ReadWrite)
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn every_accepted_name_keeps_its_keys_in_one_slot() {
-        for name in ["a", "stock:42", "x{tag}y", "{t}", "{a}}b", "ü{ß}"] {
-            let (key, channel, fence) = keys(name);
-            assert_eq!(slot_tag(&key), slot_tag(&channel), "{name}");
-            assert_eq!(slot_tag(&key), slot_tag(&fence), "{name}");
+    /// How long a fencing counter is kept after its last use, given the client's setting:
+    /// Redisson's counter is `RFencedLock`'s, which Java `INCR`s and never expires.
+    pub(crate) fn fence_retention(self, configured: Duration) -> Duration {
+        match self {
+            Layout::Native => configured,
+            Layout::Redisson => Duration::ZERO,
         }
     }
 
-    #[test]
-    fn names_redisson_cannot_use_on_a_cluster_are_refused() {
-        for name in [
-            "a{b",
-            "a}b",
-            "{}x",
-            "}{",
-            "redisson_lock__channel:{x}",
-            "redisson_lock_token:x",
-            "",
-        ] {
-            let e = Layout::Redisson
-                .names("lock", name, Family::Mutex)
-                .unwrap_err();
-            assert!(matches!(e, LockError::InvalidName { .. }), "{name}: {e:?}");
-        }
-        assert!(
-            Layout::Redisson
-                .names("lock", "redisson_lock_tokens", Family::Mutex)
-                .is_ok()
-        );
+    /// Whether a release may hand the lock to a waiting task of the same client. Not in
+    /// Redisson's layout: every release publishes, so that Java waiters get their turn (and
+    /// the hand-off limit's yield mark, kept on the fencing counter, would break Java's `INCR`
+    /// of it).
+    pub(crate) fn hands_off_locally(self) -> bool {
+        self == Layout::Native
     }
 
-    #[test]
-    fn every_primitive_has_a_redisson_layout() {
-        for (family, channel) in [
-            (Family::Mutex, "redisson_lock__channel:{x}"),
-            (Family::Fair, "redisson_lock__channel:{x}"),
-            (Family::ReadWrite, "redisson_rwlock:{x}"),
-        ] {
-            let names = Layout::Redisson.names("lock", "x", family).unwrap();
-            assert_eq!((names.key.as_str(), names.channel.as_str()), ("x", channel));
-            assert!(Layout::Native.names("lock", "x", family).is_ok());
+    /// A new client id: a UUID, hyphenated as Redisson's are in its layout, so owner fields
+    /// read alike in tooling.
+    pub(crate) fn new_client_id(self) -> String {
+        let id = uuid::Uuid::new_v4();
+        match self {
+            Layout::Native => id.simple().to_string(),
+            Layout::Redisson => id.hyphenated().to_string(),
         }
+    }
+
+    /// Whether a semaphore may be used without leases (Java's plain `RSemaphore`).
+    pub(crate) fn has_plain_semaphores(self) -> bool {
+        self == Layout::Redisson
+    }
+
+    /// Whether the client's locks live under its key prefix, where a scan can list them.
+    pub(crate) fn has_prefix(self) -> bool {
+        self == Layout::Native
     }
 }

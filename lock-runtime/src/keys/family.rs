@@ -12,9 +12,8 @@
 //! | `ReadWrite` | sorted set: owner → lease end, plus the waiting writers | `<client>:<n>#r` or `#w` |
 //! | `Semaphore` | sorted set: owner → lease end | `<client>:<n>#<permits>` |
 //!
-//! (That is this crate's own layout. In Redisson's, a read/write lock is Redisson's hash with a
-//! `mode` field, reader fields `<client>:<n>`, writer fields `<client>:<n>:write`, and one
-//! timeout key per read hold: see `script/redisson/rwlock.rs`.)
+//! (That is this crate's own layout. Redisson's is in `redisson.rs`; `scheme.rs` pairs each
+//! primitive with its layout.)
 //!
 //! Keeping each holder's lease end *inside* the sorted set (instead of one TTL per key) is what
 //! lets a dead reader or permit holder drop out on its own: every script first removes the
@@ -22,12 +21,6 @@
 //! semaphore for longer than its lease.
 
 use std::time::Duration;
-
-use crate::layout::is_redisson_rwlock;
-use crate::names::LockNames;
-
-/// The suffix of a writer's field in Redisson's `RReadWriteLock` (`<owner>:write`).
-pub(crate) const REDISSON_WRITER: &str = ":write";
 
 /// How long a waiter's place (a fair lock's queue entry, a waiting writer's claim) lasts
 /// without being refreshed. A waiter refreshes it at every attempt and sleeps at most a third
@@ -79,16 +72,6 @@ impl Family {
     pub(crate) fn hands_off(self) -> bool {
         self == Family::Mutex
     }
-
-    /// Whether a waiter holds a place in Redis (a queue entry, a writer's claim) that must be
-    /// refreshed while it waits and removed when it stops waiting.
-    pub(crate) fn waiters_hold_places(self, mode: Mode) -> bool {
-        match self {
-            Family::Fair => true,
-            Family::ReadWrite => mode == Mode::Write,
-            Family::Mutex | Family::Semaphore { .. } => false,
-        }
-    }
 }
 
 /// What one acquisition asks for.
@@ -126,35 +109,6 @@ impl Mode {
         }
     }
 
-    /// The owner id of an acquisition of the lock `names`: [`Mode::owner`], except in the
-    /// lock's Redisson layout, where Java reads the ids. For Redisson's `RReadWriteLock` a
-    /// reader is `base` itself (`<client uuid>:<n>`, as a Java reader's `<client uuid>:<thread
-    /// id>`; a `#r` would do no harm to Java, but tooling and Java logs show ids of this form) and
-    /// the writer `base` with Redisson's `:write`. A mutex is `base` in both layouts.
-    pub(crate) fn owner_in(self, names: &LockNames, base: String) -> String {
-        if !is_redisson_rwlock(names) {
-            return self.owner(base);
-        }
-        match self {
-            Mode::Write => base + REDISSON_WRITER,
-            _ => base,
-        }
-    }
-
-    /// The mode an owner id of the lock `names` was written with: [`Mode::of_owner`], or, for
-    /// Redisson's `RReadWriteLock`, the writer's `:write` suffix or else a reader (Java's
-    /// fields included).
-    pub(crate) fn of_hold(names: &LockNames, owner: &str) -> Mode {
-        if !is_redisson_rwlock(names) {
-            return Mode::of_owner(owner);
-        }
-        if owner.ends_with(REDISSON_WRITER) {
-            Mode::Write
-        } else {
-            Mode::Read
-        }
-    }
-
     /// Whether a hold of mode `self` covers a nested acquisition of mode `nested` in its
     /// scope: a writer may read, anything may take what it already holds; a reader may not
     /// write (the upgrade would wait for itself).
@@ -179,28 +133,6 @@ mod tests {
             assert_eq!(Mode::of_owner(&mode.owner("abc:7".into())), mode);
         }
         assert_eq!(Mode::Permits(3).owner("c:1".into()), "c:1#3");
-    }
-
-    #[test]
-    fn redisson_read_write_owners_read_like_redissons() {
-        use crate::layout::Layout;
-        let rw = Layout::Redisson
-            .names("p", "stock", Family::ReadWrite)
-            .unwrap();
-        let base = "0a3e7a38-7f55-4e6c-9d8a-6b1f0e2d4c11:7".to_owned();
-        assert_eq!(Mode::Read.owner_in(&rw, base.clone()), base);
-        let writer = Mode::Write.owner_in(&rw, base.clone());
-        assert_eq!(writer, format!("{base}:write"));
-        assert_eq!(Mode::of_hold(&rw, &writer), Mode::Write);
-        assert_eq!(Mode::of_hold(&rw, &base), Mode::Read);
-        // The native layout keeps its own ids.
-        let native = Layout::Native
-            .names("p", "stock", Family::ReadWrite)
-            .unwrap();
-        assert_eq!(Mode::Read.owner_in(&native, "c:1".into()), "c:1#r");
-        assert_eq!(Mode::of_hold(&native, "c:1#w"), Mode::Write);
-        let mutex = Layout::Redisson.names("p", "stock", Family::Mutex).unwrap();
-        assert_eq!(Mode::of_hold(&mutex, &base), Mode::Exclusive);
     }
 
     #[test]

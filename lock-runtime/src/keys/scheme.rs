@@ -1,0 +1,242 @@
+//! A lock name's scheme: the primitive it is used as, in the layout its client uses, resolved
+//! once when the name is laid out and carried in its [`LockNames`](super::LockNames).
+//!
+//! Everything that differs between the layouts is a `match` on it: which script serves each
+//! call (`script/call.rs`), how a waiter is woken ([`Waking`]), what owner ids look like
+//! ([`Scheme::owner`]) and how long a waiter's place can outlive it.
+//!
+//! | scheme | layout | primitive | on Redis |
+//! |---|---|---|---|
+//! | `Mutex` | native | [`Lock`](crate::Lock) | hash: owner → hold count |
+//! | `Fair` | native | fair lock | the mutex's hash, a queue, places |
+//! | `ReadWrite` | native | [`RwLock`](crate::RwLock) | sorted set of holders, waiting writers |
+//! | `Semaphore` | native | [`Semaphore`](crate::Semaphore) | sorted set of holders |
+//! | `RedissonMutex` | Redisson | `RLock` / `RFencedLock` | the same hash as `Mutex` |
+//! | `RedissonFair` | Redisson | `RFairLock` | the hash, `redisson_lock_queue`, `redisson_lock_timeout` |
+//! | `RedissonReadWrite` | Redisson | `RReadWriteLock` | hash with `mode`, per-read-hold timeout keys |
+//! | `RedissonPermits` | Redisson | `RPermitExpirableSemaphore` | available count, `{N}:timeout` permit ids |
+//! | `RedissonPlain` | Redisson | `RSemaphore` | available count |
+
+use std::time::Duration;
+
+use super::redisson;
+use super::{Family, Layout, Mode, PLACE_TTL};
+
+/// See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// This crate's mutex.
+    Mutex,
+    /// This crate's fair lock.
+    Fair,
+    /// This crate's read/write lock (waiting writers go first).
+    ReadWrite,
+    /// This crate's semaphore; `capacity` applies while none is stored in Redis.
+    Semaphore { capacity: u32 },
+    /// Redisson's `RLock` / `RFencedLock`: this crate's mutex scripts on Redisson's keys.
+    RedissonMutex,
+    /// Redisson's `RFairLock`.
+    RedissonFair,
+    /// Redisson's `RReadWriteLock` (readers go first).
+    RedissonReadWrite,
+    /// Redisson's `RPermitExpirableSemaphore`.
+    RedissonPermits { capacity: u32 },
+    /// Redisson's plain `RSemaphore` (permits without owners).
+    RedissonPlain { capacity: u32 },
+}
+
+/// How a waiting task learns that it may try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Waking {
+    /// The lock's unlock channel, shared by its waiters: each message wakes as many waiters as
+    /// it says came free, or, with `write_unlock_wakes_all`, every waiter on a write unlock
+    /// (Redisson's read/write lock publishes `1`).
+    Shared { write_unlock_wakes_all: bool },
+    /// The lock's unlock channel, but woken only by the messages that name this waiter.
+    Directed,
+    /// A channel of the waiter's own.
+    Own(String),
+}
+
+impl Scheme {
+    /// The scheme of a name used as `family` in `layout`.
+    pub(crate) fn of(layout: Layout, family: Family) -> Scheme {
+        match layout {
+            Layout::Native => Scheme::native(family),
+            Layout::Redisson => match family {
+                Family::Mutex => Scheme::RedissonMutex,
+                Family::Fair => Scheme::RedissonFair,
+                Family::ReadWrite => Scheme::RedissonReadWrite,
+                Family::Semaphore {
+                    capacity,
+                    leases: true,
+                } => Scheme::RedissonPermits { capacity },
+                Family::Semaphore {
+                    capacity,
+                    leases: false,
+                } => Scheme::RedissonPlain { capacity },
+            },
+        }
+    }
+
+    /// The scheme of a name used as `family` in this crate's layout.
+    pub(crate) fn native(family: Family) -> Scheme {
+        match family {
+            Family::Mutex => Scheme::Mutex,
+            Family::Fair => Scheme::Fair,
+            Family::ReadWrite => Scheme::ReadWrite,
+            Family::Semaphore { capacity, .. } => Scheme::Semaphore { capacity },
+        }
+    }
+
+    /// The primitive.
+    pub(crate) fn family(self) -> Family {
+        match self {
+            Scheme::Mutex | Scheme::RedissonMutex => Family::Mutex,
+            Scheme::Fair | Scheme::RedissonFair => Family::Fair,
+            Scheme::ReadWrite | Scheme::RedissonReadWrite => Family::ReadWrite,
+            Scheme::Semaphore { capacity } | Scheme::RedissonPermits { capacity } => {
+                Family::Semaphore {
+                    capacity,
+                    leases: true,
+                }
+            }
+            Scheme::RedissonPlain { capacity } => Family::Semaphore {
+                capacity,
+                leases: false,
+            },
+        }
+    }
+
+    /// The layout.
+    pub(crate) fn layout(self) -> Layout {
+        match self {
+            Scheme::Mutex | Scheme::Fair | Scheme::ReadWrite | Scheme::Semaphore { .. } => {
+                Layout::Native
+            }
+            Scheme::RedissonMutex
+            | Scheme::RedissonFair
+            | Scheme::RedissonReadWrite
+            | Scheme::RedissonPermits { .. }
+            | Scheme::RedissonPlain { .. } => Layout::Redisson,
+        }
+    }
+
+    /// Whether a waiter in `mode` holds a place in Redis (a fair lock's queue entry, a native
+    /// waiting writer's claim) that must be refreshed while it waits and removed when it stops
+    /// waiting. Redisson's read/write lock keeps none: its writers do not go first.
+    pub(crate) fn holds_place(self, mode: Mode) -> bool {
+        match self {
+            Scheme::Fair | Scheme::RedissonFair => true,
+            Scheme::ReadWrite => mode == Mode::Write,
+            _ => false,
+        }
+    }
+
+    /// Whether waiters hand on the one wake-up that a read unlock gives each process:
+    /// Redisson's read/write lock publishes `0` when a read unlock frees it, which Java reads
+    /// as "wake one waiter", so every other waiting reader of this process must be woken by
+    /// the one that got in (`acquire.rs`).
+    pub(crate) fn shares_read_wake_ups(self) -> bool {
+        self == Scheme::RedissonReadWrite
+    }
+
+    /// How long a waiter's place in Redis can outlive the waiter: so long its leaving is
+    /// worth retrying in the background. A native place ends [`PLACE_TTL`] after its last
+    /// refresh; a place in Redisson's fair queue carries Redisson's deadline arithmetic (up to
+    /// a `fairLockWaitTimeout` beyond the place ahead), so a waiter that gives up while Redis
+    /// is unreachable for a while still leaves it instead of stalling the queue.
+    pub(crate) fn place_outlives(self) -> Duration {
+        match self {
+            Scheme::RedissonFair => PLACE_TTL + Duration::from_millis(redisson::FAIR_WAIT_MS),
+            _ => PLACE_TTL,
+        }
+    }
+
+    /// The owner id of an acquisition in `mode`, from `base` (`<client>:<n>`).
+    ///
+    /// This crate's scripts read the mode from a `#` suffix ([`Mode::owner`]); where Java reads
+    /// the ids, they are Redisson's (see [`redisson`]).
+    pub(crate) fn owner(self, mode: Mode, base: String) -> String {
+        match (self, mode) {
+            (Scheme::RedissonReadWrite, _) => redisson::rw_owner(mode, base),
+            (Scheme::RedissonPermits { .. }, Mode::Permits(n)) => redisson::permits_owner(n),
+            (Scheme::RedissonPlain { .. }, Mode::Permits(n)) => redisson::plain_owner(base, n),
+            _ => mode.owner(base),
+        }
+    }
+
+    /// The mode an owner id of a lock of this scheme was written with (Java's ids included).
+    pub(crate) fn mode_of(self, owner: &str) -> Mode {
+        match self {
+            Scheme::RedissonReadWrite => redisson::rw_mode_of(owner),
+            _ => Mode::of_owner(owner),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAMILIES: [Family; 5] = [
+        Family::Mutex,
+        Family::Fair,
+        Family::ReadWrite,
+        Family::Semaphore {
+            capacity: 3,
+            leases: true,
+        },
+        Family::Semaphore {
+            capacity: 3,
+            leases: false,
+        },
+    ];
+
+    #[test]
+    fn a_scheme_keeps_its_layout_and_family() {
+        for layout in [Layout::Native, Layout::Redisson] {
+            for family in FAMILIES {
+                let scheme = Scheme::of(layout, family);
+                assert_eq!(scheme.layout(), layout, "{scheme:?}");
+                let leases_kept = layout == Layout::Redisson
+                    || !matches!(family, Family::Semaphore { leases: false, .. });
+                if leases_kept {
+                    assert_eq!(scheme.family(), family, "{scheme:?}");
+                } else {
+                    // The native layout has leased permits only.
+                    assert!(scheme.family().same_kind(family));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn owner_ids_round_trip_their_mode_in_every_scheme() {
+        for layout in [Layout::Native, Layout::Redisson] {
+            for family in FAMILIES {
+                let scheme = Scheme::of(layout, family);
+                let modes: &[Mode] = match family {
+                    Family::Mutex | Family::Fair => &[Mode::Exclusive],
+                    Family::ReadWrite => &[Mode::Read, Mode::Write],
+                    Family::Semaphore { .. } => &[Mode::Permits(1), Mode::Permits(4)],
+                };
+                for &mode in modes {
+                    let owner = scheme.owner(mode, "0a3e7a38-7f55-4e6c:7".into());
+                    assert_eq!(scheme.mode_of(&owner), mode, "{scheme:?}: {owner}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_fair_queues_and_native_writers_hold_places() {
+        assert!(Scheme::Fair.holds_place(Mode::Exclusive));
+        assert!(Scheme::RedissonFair.holds_place(Mode::Exclusive));
+        assert!(Scheme::ReadWrite.holds_place(Mode::Write));
+        assert!(!Scheme::ReadWrite.holds_place(Mode::Read));
+        assert!(!Scheme::RedissonReadWrite.holds_place(Mode::Write));
+        assert!(!Scheme::Mutex.holds_place(Mode::Exclusive));
+        assert!(Scheme::RedissonFair.place_outlives() > Scheme::Fair.place_outlives());
+    }
+}

@@ -1,0 +1,464 @@
+//! [`Call`]: one script invocation with its keys and arguments, built here and nowhere else.
+//! Each constructor is one `match` on the lock's [`Scheme`]: which script serves the call in
+//! the name's layout and family.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use redis::{Cmd, Script};
+
+use super::{
+    ACQUIRE, BATCH, FAIR_ACQUIRE, Publishing, RELEASE, RENEW, RW_ACQUIRE, SEMAPHORE_ACQUIRE,
+    functions, redisson,
+};
+use crate::backend::{CapacityOp, HandOff};
+use crate::keys::{LockNames, PLACE_TTL, Scheme};
+
+/// One script invocation: the script (to reload it), and its command: the `FCALL` of the
+/// library function that runs the same script (`functions.rs`) if there is one, else its
+/// `EVALSHA`. Built once, in the form most endpoints take.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    script: &'static Script,
+    cmd: Cmd,
+    /// The library function `cmd` calls, if it is an `FCALL`.
+    function: Option<&'static str>,
+    /// How many of the arguments after the hash are keys.
+    keys: usize,
+}
+
+/// The scripts `calls` use, each once: what to load after the server lost them.
+pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
+    let mut scripts: Vec<&'static Script> = Vec::new();
+    for call in calls {
+        if !scripts.iter().any(|s| std::ptr::eq(*s, call.script)) {
+            scripts.push(call.script);
+        }
+    }
+    scripts
+}
+
+/// A script argument.
+pub(super) enum Arg<'a> {
+    Str(&'a str),
+    Int(u64),
+}
+
+impl Call {
+    pub(super) fn new<'a>(
+        script: &'static Script,
+        keys: &[&str],
+        args: impl IntoIterator<Item = Arg<'a>>,
+    ) -> Call {
+        let function = functions::LIBRARY.function_of(script);
+        let mut cmd = match function {
+            Some(function) => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(function);
+                cmd
+            }
+            None => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash());
+                cmd
+            }
+        };
+        cmd.arg(keys.len()).arg(keys);
+        for arg in args {
+            match arg {
+                Arg::Str(s) => cmd.arg(s),
+                Arg::Int(n) => cmd.arg(n),
+            };
+        }
+        Call {
+            script,
+            cmd,
+            function,
+            keys: keys.len(),
+        }
+    }
+
+    /// `Some('a')` for a mutex acquire, `Some('r')` for a mutex release (both in our layout,
+    /// with classic pub/sub): what [`Call::batch`] can run together.
+    pub(crate) fn batch_kind(&self) -> Option<&'static str> {
+        if std::ptr::eq(self.script, LazyLock::force(&ACQUIRE)) {
+            Some("a")
+        } else if std::ptr::eq(self.script, LazyLock::force(&RELEASE)) {
+            Some("r")
+        } else {
+            None
+        }
+    }
+
+    /// `batch.lua`: `calls` (each with a [`Call::batch_kind`]) as one script call that runs
+    /// them in order and replies with one reply per call.
+    pub(crate) fn batch(calls: &[&Call]) -> Call {
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        for call in calls {
+            let kind = call.batch_kind().unwrap_or("r");
+            // FCALL and the function (or EVALSHA and the hash), the key count, the keys, the
+            // arguments.
+            let mut parts = call.cmd.args_iter().skip(3).filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            });
+            keys.extend(parts.by_ref().take(call.keys));
+            let own: Vec<&[u8]> = parts.collect();
+            args.push(kind.as_bytes().to_vec());
+            args.push(own.len().to_string().into_bytes());
+            args.extend(own.into_iter().map(<[u8]>::to_vec));
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(BATCH.get_hash())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        Call {
+            script: &BATCH,
+            cmd,
+            function: None,
+            keys: keys.len(),
+        }
+    }
+
+    /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept
+    /// `retention_ms` after its last use). `waiting`: the owner's client waits for the lock
+    /// (is subscribed to its unlock channel), which the mutex's turns across clients count.
+    ///
+    /// The script is the name's scheme's: a fair lock's also keeps the waiter's place in its
+    /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
+    pub(crate) fn acquire(
+        publishing: Publishing,
+        names: &LockNames,
+        owner: &str,
+        lease_ms: u64,
+        retention_ms: u64,
+        waiting: bool,
+    ) -> Call {
+        let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
+        let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
+        match names.scheme {
+            // Redisson's `RLock` hash is this crate's mutex hash.
+            Scheme::Mutex | Scheme::RedissonMutex => Call::new(
+                publishing.acquire,
+                &[&names.key, &names.fence, &names.channel],
+                args.into_iter()
+                    .chain([Arg::Str(if waiting { "1" } else { "0" })]),
+            ),
+            Scheme::Fair => Call::new(
+                &FAIR_ACQUIRE,
+                &[
+                    &names.key,
+                    &names.fence,
+                    &names.role("queue"),
+                    &names.role("places"),
+                ],
+                args.into_iter().chain([place_ms]),
+            ),
+            Scheme::ReadWrite => Call::new(
+                &RW_ACQUIRE,
+                &[&names.key, &names.fence, &names.role("writers")],
+                args.into_iter().chain([place_ms]),
+            ),
+            Scheme::Semaphore { capacity } => Call::new(
+                &SEMAPHORE_ACQUIRE,
+                &[&names.key, &names.fence, &names.role("capacity")],
+                args.into_iter().chain([Arg::Int(capacity.into())]),
+            ),
+            Scheme::RedissonFair => redisson::fair::acquire(names, owner, lease_ms, retention_ms),
+            Scheme::RedissonReadWrite => {
+                redisson::rwlock::acquire(names, owner, lease_ms, retention_ms)
+            }
+            Scheme::RedissonPermits { capacity } | Scheme::RedissonPlain { capacity } => {
+                redisson::semaphore::acquire(
+                    publishing,
+                    names,
+                    owner,
+                    [lease_ms, retention_ms, capacity.into()],
+                )
+            }
+        }
+    }
+
+    /// `release.lua`: release `owner`'s hold and publish the unlock message, or, with `next`,
+    /// hand the lock to that waiting owner.
+    ///
+    /// For the other families: release `owner`'s hold *and* its place among the waiters (a
+    /// fair lock's queue, a read/write lock's waiting writers), waking the waiters that can
+    /// now go. `next` is for the mutex only.
+    pub(crate) fn release(
+        publishing: Publishing,
+        names: &LockNames,
+        owner: &str,
+        next: Option<&HandOff<'_>>,
+    ) -> Call {
+        let owner_arg = [Arg::Str(owner)];
+        match names.scheme {
+            Scheme::Mutex | Scheme::RedissonMutex => {
+                Call::mutex_release(publishing, names, owner, next)
+            }
+            Scheme::Fair => {
+                let keys = [
+                    names.key.as_str(),
+                    &names.channel,
+                    &names.role("queue"),
+                    &names.role("places"),
+                ];
+                Call::new(publishing.fair_release, &keys, owner_arg)
+            }
+            Scheme::ReadWrite => {
+                let keys = [names.key.as_str(), &names.channel, &names.role("writers")];
+                Call::new(publishing.holders_release, &keys, owner_arg)
+            }
+            Scheme::Semaphore { .. } => {
+                let keys = [names.key.as_str(), &names.channel];
+                Call::new(publishing.holders_release, &keys, owner_arg)
+            }
+            Scheme::RedissonFair => redisson::fair::release(publishing, names, owner),
+            Scheme::RedissonReadWrite => {
+                redisson::rwlock::release(publishing.redisson_rwlock, names, owner)
+            }
+            Scheme::RedissonPermits { .. } | Scheme::RedissonPlain { .. } => {
+                redisson::semaphore::release(publishing, names, owner)
+            }
+        }
+    }
+
+    /// `release.lua` (see [`Call::release`]).
+    fn mutex_release(
+        publishing: Publishing,
+        names: &LockNames,
+        owner: &str,
+        next: Option<&HandOff<'_>>,
+    ) -> Call {
+        let keys = [names.key.as_str(), &names.channel, &names.fence];
+        let mut args = vec![Arg::Str(owner)];
+        if let Some(next) = next {
+            args.extend([
+                Arg::Str(next.owner),
+                Arg::Int(next.lease_ms),
+                Arg::Int(next.retention_ms),
+            ]);
+            if let Some(yield_ms) = next.yield_ms {
+                args.push(Arg::Int(yield_ms));
+            }
+        }
+        Call::new(publishing.release, &keys, args)
+    }
+
+    /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
+    pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+        let keys = [names.key.as_str(), &names.channel];
+        match names.scheme {
+            // This crate's waiters read an empty payload as "free".
+            Scheme::Mutex | Scheme::Fair | Scheme::ReadWrite | Scheme::Semaphore { .. } => {
+                Call::new(publishing.force_unlock, &keys, [])
+            }
+            // Redisson reads every payload as a number: `0` wakes a waiter per process, as
+            // Java's own force unlock does (one suffices: the lock is free).
+            Scheme::RedissonMutex => Call::new(publishing.force_unlock, &keys, [Arg::Str("0")]),
+            Scheme::RedissonFair => redisson::fair::force_unlock(publishing, names),
+            Scheme::RedissonReadWrite => {
+                redisson::rwlock::force_unlock(publishing.redisson_rwlock, names)
+            }
+            Scheme::RedissonPermits { .. } | Scheme::RedissonPlain { .. } => {
+                redisson::semaphore::force_unlock(publishing, names)
+            }
+        }
+    }
+
+    /// `semaphore_capacity.lua`: a semaphore's free permits or capacity, or a change of its
+    /// stored capacity (which wakes every waiter).
+    pub(crate) fn semaphore_capacity(
+        publishing: Publishing,
+        names: &LockNames,
+        default_capacity: u32,
+        op: CapacityOp,
+    ) -> Call {
+        match names.scheme {
+            Scheme::RedissonPermits { .. } | Scheme::RedissonPlain { .. } => {
+                return redisson::semaphore::capacity(publishing, names, default_capacity, op);
+            }
+            _ => {}
+        }
+        let keys = [names.key.as_str(), &names.role("capacity"), &names.channel];
+        let (op, value) = match op {
+            CapacityOp::Free => ("free", 0),
+            CapacityOp::Capacity => ("capacity", 0),
+            CapacityOp::Set(n) => ("set", n),
+            CapacityOp::Clear => ("clear", 0),
+        };
+        Call::new(
+            publishing.semaphore_capacity,
+            &keys,
+            [
+                Arg::Int(default_capacity.into()),
+                Arg::Str(op),
+                Arg::Int(value.into()),
+            ],
+        )
+    }
+
+    /// `inspect.lua`: the lock's state, whichever member of the family the name is used as
+    /// (every role key of the name is passed; they share its slot), with at most
+    /// `max_holders` holders listed.
+    pub(crate) fn inspect(publishing: Publishing, names: &LockNames, max_holders: u32) -> Call {
+        match names.scheme {
+            Scheme::RedissonFair => redisson::fair::inspect(publishing, names, max_holders),
+            Scheme::RedissonReadWrite => {
+                redisson::rwlock::inspect(publishing.redisson_rwlock, names, max_holders)
+            }
+            Scheme::RedissonPermits { .. } | Scheme::RedissonPlain { .. } => {
+                redisson::semaphore::inspect(publishing, names, max_holders)
+            }
+            Scheme::Mutex
+            | Scheme::RedissonMutex
+            | Scheme::Fair
+            | Scheme::ReadWrite
+            | Scheme::Semaphore { .. } => {
+                let keys = [
+                    names.key.as_str(),
+                    &names.fence,
+                    &names.channel,
+                    &names.role("queue"),
+                    &names.role("places"),
+                    &names.role("writers"),
+                    &names.role("capacity"),
+                ];
+                Call::new(publishing.inspect, &keys, [Arg::Int(max_holders.into())])
+            }
+        }
+    }
+
+    /// `renew.lua`: renew the leases of many `(key, owner)` pairs at once; replies with one
+    /// `1` (renewed) or `0` (not ours any more) per pair.
+    pub(crate) fn renew<'a>(
+        locks: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+        lease_ms: u64,
+    ) -> Call {
+        let keys: Vec<&str> = locks.clone().map(|(key, _)| key).collect();
+        let owners = locks.map(|(_, owner)| Arg::Str(owner));
+        Call::new(
+            &RENEW,
+            &keys,
+            std::iter::once(Arg::Int(lease_ms)).chain(owners),
+        )
+    }
+
+    /// The script, to load it after the server lost it.
+    pub(crate) fn script(&self) -> &'static Script {
+        self.script
+    }
+
+    /// The `FCALL` command, when the script is one of the library's functions.
+    pub(crate) fn fcall(&self) -> Option<&Cmd> {
+        self.function.map(|_| &self.cmd)
+    }
+
+    /// The `EVALSHA` command (made from the `FCALL` for an endpoint that takes scripts only).
+    pub(crate) fn evalsha(&self) -> Cow<'_, Cmd> {
+        if self.function.is_none() {
+            return Cow::Borrowed(&self.cmd);
+        }
+        let hash = self.script.get_hash();
+        let mut cmd = Cmd::with_capacity(self.cmd.args_iter().count(), self.cmd_len() + 40);
+        cmd.arg("EVALSHA").arg(hash);
+        // FCALL and the function; then the key count, the keys and the arguments, as they are.
+        for arg in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        Cow::Owned(cmd)
+    }
+
+    /// The bytes of the command's arguments.
+    fn cmd_len(&self) -> usize {
+        self.cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RELEASE;
+    use super::*;
+
+    #[test]
+    fn calls_carry_their_keys_then_their_arguments() {
+        let names = LockNames::new("lock", "a").unwrap();
+        let args = |call: &Call| -> Vec<String> {
+            call.evalsha()
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "<not a simple argument>".into(),
+                })
+                .collect()
+        };
+        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000, true);
+        assert_eq!(
+            args(&acquire)[..],
+            [
+                "EVALSHA".to_owned(),
+                ACQUIRE.get_hash().to_owned(),
+                "3".into(),
+                names.key.clone(),
+                names.fence.clone(),
+                names.channel.clone(),
+                "me:1".into(),
+                "30000".into(),
+                "60000".into(),
+                "1".into()
+            ]
+        );
+        let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);
+        assert_eq!(
+            args(&renew)[2..],
+            ["2", "k1", "k2", "900", "o1", "o2"].map(String::from)
+        );
+        let release = Call::release(Publishing::CLASSIC, &names, "me:1", None);
+        assert_eq!(args(&release)[1], RELEASE.get_hash());
+        assert_eq!(
+            args(&release)[2..],
+            [
+                "3".to_owned(),
+                names.key.clone(),
+                names.channel.clone(),
+                names.fence.clone(),
+                "me:1".into()
+            ]
+        );
+        let next = HandOff {
+            owner: "me:2",
+            lease_ms: 500,
+            retention_ms: 60_000,
+            yield_ms: None,
+        };
+        let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
+        assert_eq!(
+            args(&handing_off)[6..],
+            ["me:1", "me:2", "500", "60000"].map(String::from)
+        );
+        assert_eq!(
+            args(&Call::inspect(Publishing::CLASSIC, &names, 100))[2..],
+            [
+                "7".to_owned(),
+                names.key.clone(),
+                names.fence.clone(),
+                names.channel.clone(),
+                names.role("queue"),
+                names.role("places"),
+                names.role("writers"),
+                names.role("capacity"),
+                "100".into()
+            ]
+        );
+    }
+}

@@ -494,59 +494,23 @@ impl<'a> Acquire<'a> {
                     }
                 },
             };
-            let token = match reply {
-                // (An acquire never hands over; both carry the new token.)
-                Reply::Done(token) | Reply::HandedOff(token) => token,
+            let token = match self.read_reply(reply) {
+                Ok(token) => token,
                 // Definite answers also settle earlier unknown outcomes: had one of them taken
                 // the lock, this retry (same owner) would have re-taken it.
-                Reply::NotDone(pttl) => {
+                Err(decided) => {
                     cleanup.job = None;
-                    return Ok(Attempt::Busy(Busy::from_pttl(pttl)));
-                }
-                Reply::Foreign(found) => {
-                    cleanup.job = None;
-                    return Err(LockError::ForeignData {
-                        key: self.names.key.clone(),
-                        found,
-                    });
-                }
-                Reply::Exceeds(capacity) => {
-                    cleanup.job = None;
-                    return Err(LockError::InvalidPermits {
-                        name: self.names.name.clone(),
-                        requested: match self.mode {
-                            Mode::Permits(n) => n,
-                            _ => 1,
-                        },
-                        capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
-                    });
+                    return decided;
                 }
             };
-            if let Some(Shortfall {
-                required,
-                acknowledged,
-                timeout,
-            }) = shortfall
-            {
+            if let Some(shortfall) = shortfall {
                 // Still armed: cancelled during the roll-back, it is finished in the background.
                 reconcile.unresolved = !self.roll_back().await;
                 if !reconcile.unresolved {
                     cleanup.job = None;
                 }
-                if reconcile.within_grace() {
-                    // A replica may be catching up after a failover; back off, since every try
-                    // blocks the shared connection for the WAIT timeout.
-                    tracing::debug!(acknowledged, "grant not acknowledged; retrying");
-                    boxed_sleep(reconcile.next_ack_backoff()).await;
-                    continue;
-                }
-                return Err(LockError::ReplicaAck {
-                    op: "acquire",
-                    name: self.names.name.clone(),
-                    required,
-                    acknowledged,
-                    timeout,
-                });
+                self.unacknowledged(shortfall, &mut reconcile).await?;
+                continue;
             }
             if !self.fresh(sent) {
                 // Taken, but answered so late (a stalled connection, a cluster retrying
@@ -569,6 +533,55 @@ impl<'a> Acquire<'a> {
                 sent,
             });
         }
+    }
+
+    /// The fencing token of a grant, or what else the reply decided: the lock is busy, or the
+    /// acquire failed (foreign data at the key, more permits asked than the semaphore has).
+    fn read_reply(&self, reply: Reply) -> Result<i64, Result<Attempt, LockError>> {
+        match reply {
+            // (An acquire never hands over; both carry the new token.)
+            Reply::Done(token) | Reply::HandedOff(token) => Ok(token),
+            Reply::NotDone(pttl) => Err(Ok(Attempt::Busy(Busy::from_pttl(pttl)))),
+            Reply::Foreign(found) => Err(Err(LockError::ForeignData {
+                key: self.names.key.clone(),
+                found,
+            })),
+            Reply::Exceeds(capacity) => Err(Err(LockError::InvalidPermits {
+                name: self.names.name.clone(),
+                requested: match self.mode {
+                    Mode::Permits(n) => n,
+                    _ => 1,
+                },
+                capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
+            })),
+        }
+    }
+
+    /// After a grant that replicas did not acknowledge, rolled back: backs off for another try
+    /// while a failing-over deployment's replica may be catching up (every try blocks the
+    /// shared connection for the `WAIT` timeout), or fails.
+    async fn unacknowledged(
+        &self,
+        shortfall: Shortfall,
+        reconcile: &mut Reconcile,
+    ) -> Result<(), LockError> {
+        let Shortfall {
+            required,
+            acknowledged,
+            timeout,
+        } = shortfall;
+        if reconcile.within_grace() {
+            tracing::debug!(acknowledged, "grant not acknowledged; retrying");
+            boxed_sleep(reconcile.next_ack_backoff()).await;
+            return Ok(());
+        }
+        Err(LockError::ReplicaAck {
+            op: "acquire",
+            name: self.names.name.clone(),
+            required,
+            acknowledged,
+            timeout,
+        })
     }
 
     /// Whether a grant whose request was sent at `sent` still has its lease, safety margin

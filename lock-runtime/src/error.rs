@@ -266,13 +266,6 @@ impl LockError {
         }
     }
 
-    pub(crate) fn backend(op: &'static str, source: redis::RedisError) -> Self {
-        match crate::script::denied(&source) {
-            Some(denied) => LockError::NoPermission { op, denied, source },
-            None => LockError::Backend { op, source },
-        }
-    }
-
     pub(crate) fn invalid_name(name: &str, reason: &'static str) -> Self {
         LockError::InvalidName {
             name: name.chars().take(64).collect(),

@@ -32,7 +32,7 @@ static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
 
 /// What the ACL refused, as words for an error message ("the `pexpire` command", "the lock's
 /// keys"), or `None` when `err` is no permission error.
-pub(crate) fn denied(err: &RedisError) -> Option<String> {
+fn denied(err: &RedisError) -> Option<String> {
     let detail = err.detail().unwrap_or_default();
     if err.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
         // Sent by the client: "User <u> has no permissions to run the '<cmd>' command", "No
@@ -97,6 +97,18 @@ fn command_at(sha: &str, line: usize) -> Option<String> {
     let (_, rest) = text.split_once("call('")?;
     let (command, _) = rest.split_once('\'')?;
     Some(command.to_ascii_lowercase())
+}
+
+impl crate::LockError {
+    /// A failed Redis command of `op`: [`NoPermission`](crate::LockError::NoPermission) when the
+    /// server's ACL refused a command a script runs (read here, where the scripts are known),
+    /// else [`Backend`](crate::LockError::Backend).
+    pub(crate) fn backend(op: &'static str, source: redis::RedisError) -> Self {
+        match denied(&source) {
+            Some(denied) => crate::LockError::NoPermission { op, denied, source },
+            None => crate::LockError::Backend { op, source },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ pub(crate) mod redisson;
 mod reply;
 
 pub(crate) use call::{Call, scripts_of};
-pub(crate) use denied::denied;
 pub(crate) use functions::{Dialect, is_missing};
 #[cfg(feature = "cluster")]
 use prelude::sharded;

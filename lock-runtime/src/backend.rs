@@ -6,7 +6,10 @@
 //! and a master behind Sentinel, with or without replica acknowledgement; per-topology
 //! batching (renewals per node and per slot, releases per lock on a cluster) happens behind
 //! these traits. The in-memory backend (`backend/memory.rs`, behind `MemoryLocks` with feature
-//! `memory`) is a second implementation of both; another on-Redis layout would plug in here too.
+//! `memory`) is a second implementation of both. Key layouts do not plug in here: a lock's
+//! keys and its [`Scheme`](crate::keys::Scheme) are decided above the seam (`keys/`), and each
+//! backend serves the schemes it can (the memory backend refuses Redisson's, see
+//! [`Backend::supports`]).
 //!
 //! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
 //! failover symptom), and a backend that is not Redis reports its faults in the same terms.
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::keys::LockNames;
+use crate::keys::{LockNames, Scheme};
 
 #[cfg(any(test, feature = "memory"))]
 // Without the feature only the unit tests use it, and not all of it.
@@ -150,6 +153,14 @@ pub(crate) struct Release<'a> {
 /// The lock operations. Every method is one logical round trip; none retries on its own
 /// except to reload what the server lost (a flushed script).
 pub(crate) trait Backend: Send + Sync + 'static {
+    /// Whether this backend serves locks of `scheme`; a client refuses the names of the others
+    /// with [`LockError::Unsupported`](crate::LockError::Unsupported) before any call. Redis
+    /// serves every scheme.
+    fn supports(&self, scheme: Scheme) -> bool {
+        let _ = scheme;
+        true
+    }
+
     /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease
     /// of `lease_ms`; a new fencing token comes back in `Reply::Done`. The fencing counter is
     /// kept `retention_ms` after its last use. `waiting`: the owner's client waits for the lock

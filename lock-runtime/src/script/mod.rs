@@ -1,10 +1,17 @@
 //! The Lua scripts that implement the lock protocol on Redis, and the calls that run them.
 //!
-//! Each script is a `.lua` file next to this one, hashed once and sent with `EVALSHA`. A
-//! [`Call`] is one invocation with its keys and arguments, built here and nowhere else; the
-//! Redis backend (`topology/operations.rs`) sends calls, followed by `WAIT` when replicas must
-//! acknowledge, and reloads a script the server lost (`SCRIPT FLUSH`, a restart, a failover to
-//! a replica that never saw it).
+//! Each script is a `.lua` file next to this one, put together with the `prelude.lua`
+//! definitions it uses (`prelude.rs`) and hashed once. On one server and behind Sentinel the
+//! native scripts are also loaded as functions of one Redis library (`functions.rs`) and called
+//! with `FCALL`; elsewhere (a cluster, a server before Redis 7, a proxy or ACL that refuses
+//! functions) they go as `EVALSHA`. A [`Call`] is one invocation with its keys and arguments,
+//! built in `call.rs` and nowhere else, by a `match` on the lock's scheme; its reply is read in
+//! `reply.rs`. The Redis backend (`topology/operations.rs`) sends calls, followed by `WAIT`
+//! when replicas must acknowledge, and reloads a script or the library the server lost
+//! (`SCRIPT FLUSH`, `FUNCTION FLUSH`, a restart, a failover to a replica that never saw it).
+//!
+//! `redisson/` holds the scripts of Redisson's layout (their keys are named in
+//! `keys/redisson.rs`).
 
 use std::sync::LazyLock;
 

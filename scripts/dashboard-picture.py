@@ -147,6 +147,7 @@ scrape_configs:
         ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=prom_log, stderr=subprocess.STDOUT)
+    demo = None
     try:
         for _ in range(100):
             try:
@@ -170,15 +171,17 @@ scrape_configs:
             ports = instance_ports(demo.pid)
             time.sleep(0.01)
         demo.send_signal(signal.SIGSTOP)
-        write_targets(targets, ports)
-        paused = time.time()
-        while time.time() - paused < 12:
-            up = get_json(f"{prom_url}/api/v1/query?query=" + urllib.parse.quote("count(up == 1)"))
-            if up["data"]["result"] and int(up["data"]["result"][0]["value"][1]) == len(ports):
-                break
-            time.sleep(0.2)
-        start = time.time()
-        demo.send_signal(signal.SIGCONT)
+        try:
+            write_targets(targets, ports)
+            paused = time.time()
+            while time.time() - paused < 12:
+                up = get_json(f"{prom_url}/api/v1/query?query=" + urllib.parse.quote("count(up == 1)"))
+                if up["data"]["result"] and int(up["data"]["result"][0]["value"][1]) == len(ports):
+                    break
+                time.sleep(0.2)
+        finally:
+            start = time.time()
+            demo.send_signal(signal.SIGCONT)
         output = demo.stdout.read()
         demo.wait()
         end = time.time()
@@ -192,6 +195,9 @@ scrape_configs:
         scrapes = get_json(f"{prom_url}/api/v1/query?" + urllib.parse.urlencode(
             {"query": f"sum(count_over_time(up[{round(end - start) + 5}s]))", "time": end}))
     finally:
+        if demo is not None and demo.poll() is None:
+            demo.kill()  # only if this script failed while the demo ran
+            demo.wait()
         prom.terminate()
         prom.wait()
         prom_log.close()

@@ -249,3 +249,53 @@ impl MemoryHolder {
         self.until.saturating_duration_since(Instant::now())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Layout, LockError};
+
+    /// Side finding of the structure review: the memory backend recognised a writer by the
+    /// native `#w` suffix only, so a client in Redisson's layout (writers `<id>:write`) could
+    /// hold the write side twice. Each Redisson scheme it cannot mirror is refused instead; the
+    /// mutex, whose hash is the native one, works.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn the_redisson_layout_is_served_or_refused_per_scheme() {
+        let memory = MemoryLocks::new();
+        let redisson = |memory: &MemoryLocks| memory.builder().layout(Layout::Redisson).build();
+        let (a, b) = (redisson(&memory).await.unwrap(), redisson(&memory).await.unwrap());
+        let now = Duration::ZERO;
+
+        let writer = a.rw_lock("stock").write().try_acquire(now).await;
+        let second = b.rw_lock("stock").write().try_acquire(now).await;
+        assert!(
+            !(writer.is_ok() && second.is_ok()),
+            "two writers held a Redisson read/write lock at once"
+        );
+        for refused in [
+            writer.map(drop),
+            a.rw_lock("stock").read().try_acquire(now).await.map(drop),
+            a.fair_lock("queue").try_acquire(now).await.map(drop),
+            a.semaphore("jobs", 2).acquire().await.map(drop),
+            a.semaphore("plain", 2)
+                .without_leases()
+                .acquire()
+                .await
+                .map(drop),
+        ] {
+            assert!(
+                matches!(refused, Err(LockError::Unsupported { .. })),
+                "{refused:?}"
+            );
+        }
+
+        // The mutex is served: Redisson's `RLock` hash is this crate's mutex hash.
+        let held = a.lock("stock:1").try_acquire(now).await.unwrap();
+        let busy = b.lock("stock:1").try_acquire(now).await.unwrap_err();
+        assert!(matches!(busy, LockError::WaitTimeout { .. }), "{busy:?}");
+        held.release().await.unwrap();
+        assert!(b.lock("stock:1").try_acquire(now).await.is_ok());
+    }
+}

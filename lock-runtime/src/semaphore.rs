@@ -70,6 +70,8 @@ const NO_HOLDERS: &str = "a plain RSemaphore does not record who holds its permi
 pub struct Semaphore {
     lock: Lock,
     capacity: u32,
+    /// `false` after [`without_leases`](Semaphore::without_leases).
+    leases: bool,
 }
 
 impl Semaphore {
@@ -83,7 +85,11 @@ impl Semaphore {
             },
             Mode::Permits(1),
         );
-        Semaphore { lock, capacity }
+        Semaphore {
+            lock,
+            capacity,
+            leases: true,
+        }
     }
 
     /// The same semaphore as a plain Redisson `RSemaphore`: permits without leases, for Java
@@ -140,17 +146,14 @@ impl Semaphore {
         Semaphore {
             lock,
             capacity: self.capacity,
+            leases: false,
         }
     }
 
     /// Whether this handle has leases on its permits (the default); `false` after
     /// [`without_leases`](Semaphore::without_leases).
     pub fn has_leases(&self) -> bool {
-        !matches!(self.family(), Some(Family::Semaphore { leases: false, .. }))
-    }
-
-    fn family(&self) -> Option<Family> {
-        self.lock.names().ok().map(|n| n.family())
+        self.leases
     }
 
     /// Refuses what a plain `RSemaphore` cannot do (`what`), and a plain semaphore in the

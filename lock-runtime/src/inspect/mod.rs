@@ -8,12 +8,17 @@
 //!
 //! - `info.rs`: [`LockInfo`] and what it is made of, read from the backend's lock state;
 //! - `scan.rs`: [`LockScan`], which tells a lock's key from its other keys and from keys of no
-//!   lock, and matches names against a glob.
+//!   lock, and matches names against a glob;
+//! - `by_name.rs`: [`LockClient::info`] and [`LockClient::force_unlock`], a name read and
+//!   freed as whatever kind of lock it holds, in either layout.
 //!
 //! [`Lock::info`]: crate::Lock::info
 //! [`LockClient::scan`]: crate::LockClient::scan
+//! [`LockClient::info`]: crate::LockClient::info
+//! [`LockClient::force_unlock`]: crate::LockClient::force_unlock
 //! [`LockError::ForeignData`]: crate::LockError::ForeignData
 
+mod by_name;
 mod info;
 mod scan;
 

@@ -9,7 +9,7 @@
 //! `memory`) is a second implementation of both. Key layouts do not plug in here: a lock's
 //! keys and its [`Scheme`](crate::keys::Scheme) are decided above the seam (`keys/`), and each
 //! backend serves the schemes it can (the memory backend refuses Redisson's, see
-//! [`Backend::supports`]).
+//! [`Backend::refuses`]).
 //!
 //! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
 //! failover symptom), and a backend that is not Redis reports its faults in the same terms.
@@ -153,12 +153,12 @@ pub(crate) struct Release<'a> {
 /// The lock operations. Every method is one logical round trip; none retries on its own
 /// except to reload what the server lost (a flushed script).
 pub(crate) trait Backend: Send + Sync + 'static {
-    /// Whether this backend serves locks of `scheme`; a client refuses the names of the others
-    /// with [`LockError::Unsupported`](crate::LockError::Unsupported) before any call. Redis
-    /// serves every scheme.
-    fn supports(&self, scheme: Scheme) -> bool {
+    /// Why this backend does not serve locks of `scheme`, if it does not: a lock handle then
+    /// refuses every operation with [`LockError::Unsupported`](crate::LockError::Unsupported)
+    /// before any call. Redis serves every scheme.
+    fn refuses(&self, scheme: Scheme) -> Option<&'static str> {
         let _ = scheme;
-        true
+        None
     }
 
     /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease

@@ -95,13 +95,23 @@ impl Lock {
         self.names().map(|_| ())
     }
 
+    /// The lock's keys: the name's error if it is invalid, or
+    /// [`LockError::Unsupported`] if the client's backend does not serve its scheme.
     pub(crate) fn names(&self) -> Result<&Arc<LockNames>, LockError> {
-        self.names
+        let names = self
+            .names
             .as_ref()
             .map_err(|invalid| LockError::InvalidName {
                 name: invalid.0.clone(),
                 reason: invalid.1,
-            })
+            })?;
+        match self.client.inner.backend.refuses(names.scheme) {
+            None => Ok(names),
+            Some(reason) => Err(LockError::Unsupported {
+                name: names.name.clone(),
+                reason,
+            }),
+        }
     }
 
     /// The same lock, recorded under `group` in its [metrics](crate::metrics) (the `group`

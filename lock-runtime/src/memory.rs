@@ -265,7 +265,10 @@ mod tests {
     async fn the_redisson_layout_is_served_or_refused_per_scheme() {
         let memory = MemoryLocks::new();
         let redisson = |memory: &MemoryLocks| memory.builder().layout(Layout::Redisson).build();
-        let (a, b) = (redisson(&memory).await.unwrap(), redisson(&memory).await.unwrap());
+        let (a, b) = (
+            redisson(&memory).await.unwrap(),
+            redisson(&memory).await.unwrap(),
+        );
         let now = Duration::ZERO;
 
         let writer = a.rw_lock("stock").write().try_acquire(now).await;

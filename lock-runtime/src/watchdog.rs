@@ -26,7 +26,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::LossReason;
-use crate::client::{Config, Inner};
+use crate::client::inner::{Config, Inner};
 use crate::hold::LossSignal;
 use crate::keys::LockNames;
 use crate::options::loss_margin;

@@ -4,9 +4,11 @@
 //! semaphores, under any key prefix), connects the way the runtime does (one server with TLS
 //! and ACL users, Redis Cluster, Sentinel), and never blocks Redis: locks are found with `SCAN`
 //! in bounded batches (on every master of a cluster), never `KEYS`, and each lock is read with
-//! one short script. Everything it shows, an application can read from code too:
-//! [`Lock::info`](lock_runtime::Lock::info) and
-//! [`LockClient::scan`](lock_runtime::LockClient::scan).
+//! one short script. Everything it shows or does, an application can do from code too:
+//! [`LockClient::info`](lock_runtime::LockClient::info) (a name read as whatever kind of lock
+//! it is), [`LockClient::scan`](lock_runtime::LockClient::scan) and
+//! [`LockClient::force_unlock`](lock_runtime::LockClient::force_unlock) (freed the way its
+//! kind needs).
 //!
 //! # Commands
 //!
@@ -80,7 +82,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use lock_runtime::{LockClient, LockError, LockInfo, LockKind};
+use lock_runtime::{LockClient, LockError, LockInfo};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Connection, Listing};
@@ -151,10 +153,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let out = Output { json: cli.json };
     match cli.command {
         Command::List(listing) => list(&client, &listing, out).await,
-        Command::Inspect { name } => inspect(&client, &name, cli.redisson, out).await,
-        Command::ForceUnlock { name, yes } => {
-            force_unlock(&client, &name, cli.redisson, yes, out).await
-        }
+        Command::Inspect { name } => inspect(&client, &name, out).await,
+        Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes, out).await,
         Command::Top {
             listing,
             interval,
@@ -328,50 +328,10 @@ async fn list(client: &LockClient, listing: &Listing, out: Output) -> Result<(),
     Ok(())
 }
 
-/// The state of lock `name`, and whether it is a Redisson semaphore: with `--redisson` a
-/// string at the name is no foreign data but Redisson's semaphore (its available count), read
-/// as a semaphore (its leased permits' holders).
-async fn info_of(
-    client: &LockClient,
-    name: &str,
-    redisson: bool,
-) -> Result<(Option<LockInfo>, bool), LockError> {
-    match client.lock(name).info().await {
-        Err(LockError::ForeignData { found, .. }) if redisson && found == "string" => {
-            Ok((client.semaphore(name, 1).info().await?, true))
-        }
-        other => Ok((other?, false)),
-    }
-}
-
-/// With `--redisson` a hash at the name is Redisson's mutex, fair lock or read/write lock, and
-/// each wakes its waiters its own way (the unlock channel; the first queued waiter's own
-/// channel; the read/write channel, waking all): force-unlock it as what it is, so that its
-/// waiters, Java's included, are woken at once rather than when their timers run out.
-async fn redisson_force_unlock(
-    client: &LockClient,
-    name: &str,
-    info: &LockInfo,
-) -> Result<bool, LockError> {
-    if info.kind == LockKind::ReadWrite {
-        return client.rw_lock(name).write().force_unlock().await;
-    }
-    let fair = client.fair_lock(name);
-    let queued = fair.info().await?.map_or(0, |i| i.waiters.queued);
-    if queued > 0 {
-        fair.force_unlock().await
-    } else {
-        client.lock(name).force_unlock().await
-    }
-}
-
-async fn inspect(
-    client: &LockClient,
-    name: &str,
-    redisson: bool,
-    out: Output,
-) -> Result<(), Failure> {
-    let (info, _) = info_of(client, name, redisson).await?;
+/// Reads the lock as whatever kind it is ([`LockClient::info`]: with `--redisson`, a string at
+/// the name is Redisson's semaphore).
+async fn inspect(client: &LockClient, name: &str, out: Output) -> Result<(), Failure> {
+    let info = client.info(name).await?;
     match (info, out.json) {
         (Some(info), true) => {
             let mut doc = render::lock_json(&info);
@@ -384,14 +344,15 @@ async fn inspect(
     }
 }
 
+/// Frees the lock the way its kind needs ([`LockClient::force_unlock`]: with `--redisson`, each
+/// kind wakes its waiters, Java's included, its own way), after asking unless `yes`.
 async fn force_unlock(
     client: &LockClient,
     name: &str,
-    redisson: bool,
     yes: bool,
     out: Output,
 ) -> Result<(), Failure> {
-    let (info, semaphore) = info_of(client, name, redisson).await?;
+    let info = client.info(name).await?;
     let Some(info) = info else {
         return if out.json {
             print_line(&json!({ "name": name, "was_held": false, "unlocked": false }).to_string())
@@ -410,13 +371,7 @@ async fn force_unlock(
             "force-unlock of {name} not confirmed; nothing changed (pass --yes to skip the question)"
         )));
     }
-    let deleted = if semaphore {
-        client.semaphore(name, 1).force_release_all().await?
-    } else if redisson {
-        redisson_force_unlock(client, name, &info).await?
-    } else {
-        client.lock(name).force_unlock().await?
-    };
+    let deleted = client.force_unlock(name).await?.is_some();
     if out.json {
         let mut doc = json!({ "name": name, "was_held": true, "unlocked": deleted });
         doc["lock"] = render::lock_json(&info);

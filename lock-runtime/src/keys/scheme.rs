@@ -141,6 +141,16 @@ impl Scheme {
         self == Scheme::RedissonReadWrite
     }
 
+    /// Whether a state read as this scheme (`kind`: the type at the lock's key) is in fact
+    /// Redisson's read/write lock read through another handle of the name (`lock(name)`, as
+    /// `lockctl --redisson` reads every lock): a hash with a `mode` field (`has_mode`).
+    pub(crate) fn reads_foreign_rw_hash(self, kind: &str, has_mode: impl FnOnce() -> bool) -> bool {
+        self.layout() == Layout::Redisson
+            && self != Scheme::RedissonReadWrite
+            && kind == "hash"
+            && has_mode()
+    }
+
     /// How long a waiter's place in Redis can outlive the waiter: so long its leaving is
     /// worth retrying in the background. A native place ends [`PLACE_TTL`] after its last
     /// refresh; a place in Redisson's fair queue carries Redisson's deadline arithmetic (up to

@@ -372,7 +372,7 @@ pub(crate) async fn release_each(
         let mut conn = conn.clone();
         let scripts = &scripts;
         async move {
-            let send = super::operations::send::<Reply>(&mut conn, scripts, call, None);
+            let send = super::call::send::<Reply>(&mut conn, scripts, call, None);
             let result = tokio::time::timeout(limit, send).await.unwrap_or_else(|_| {
                 Err(redis::RedisError::from((
                     redis::ErrorKind::Io,

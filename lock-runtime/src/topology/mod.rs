@@ -5,7 +5,8 @@
 //!   cheap-to-clone connection that implements redis' `ConnectionLike` (so the scripts run
 //!   unchanged everywhere) and the demultiplexer's [`Channels`];
 //! - `operations.rs`: [`RedisBackend`], the lock operations as script calls, with per-topology
-//!   batching of renewals and background releases; `group_commit.rs`: the writes that queue
+//!   batching of renewals and background releases; `call.rs`: sending one script call or a
+//!   pipeline of them, reloading a script the server lost; `group_commit.rs`: the writes that queue
 //!   while one is in flight go out together, mutex operations merged into one script call;
 //! - `cluster.rs`: connecting to a cluster, sharded subscriptions (`SSUBSCRIBE`, one command per
 //!   slot), renewals batched per node, releases per lock; `slots.rs`: hash slots and the
@@ -23,6 +24,7 @@
 //! - **failover**: the cluster connection follows `MOVED`/`ASK` and topology changes itself;
 //!   the Sentinel connection asks the sentinels for the new master when the old one fails.
 
+mod call;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod group_commit;

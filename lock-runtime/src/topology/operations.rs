@@ -1,8 +1,8 @@
 //! The Redis backend: the lock operations as script calls on any topology.
 //!
-//! Every operation is a [`Call`] from `script/`, sent by [`send`] (followed by `WAIT` in the same
-//! pipeline when replicas must acknowledge) or, for batches, by [`query_reloading`]; both load
-//! a script the server lost and retry once. Batches are shaped per topology here:
+//! Every operation is a [`Call`] from `script/`, sent by `call.rs`' [`send`] (followed by
+//! `WAIT` in the same pipeline when replicas must acknowledge) or, for batches, by
+//! [`query_reloading`]; both load a script the server lost and retry once. Batches are shaped per topology here:
 //!
 //! - **renewals**: one pipeline of renew calls (up to [`RENEW_CHUNK`] keys each) on one server
 //!   or the Sentinel master; one call per slot once the endpoint turned out to be a proxy in
@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, RedisResult, Value};
 
 use super::Conn;
+use super::call::{query_reloading, send};
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::CapacityOp;
@@ -348,68 +348,6 @@ fn unless_all_failed(
 
 fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Io, what))
-}
-
-/// Runs one script call, followed by `WAIT` in the same pipeline on the same connection when
-/// `ack` is given (so `WAIT` counts exactly this write); loads the script (or the library of
-/// functions) and retries once if the server lost it. Returns the reply and, with `ack`, how
-/// many replicas acknowledged.
-pub(crate) async fn send<T: FromRedisValue>(
-    conn: &mut (impl ConnectionLike + Send),
-    dialect: &Dialect,
-    call: &Call,
-    ack: Option<ReplicaAck>,
-) -> RedisResult<(T, Option<u32>)> {
-    let Some(ack) = ack else {
-        // `query_async`, not the raw request: it turns an error reply into an `Err`.
-        let reply: Value = match dialect.cmd(call).query_async(&mut *conn).await {
-            Err(e) => {
-                if !dialect.recover(&mut *conn, &[&e], &[call.script()]).await? {
-                    return Err(e);
-                }
-                dialect.cmd(call).query_async(conn).await?
-            }
-            Ok(reply) => reply,
-        };
-        return Ok((T::from_redis_value(reply)?, None));
-    };
-    let (reply, acked): (T, Value) = FromRedisValue::from_redis_value(Value::Array(
-        query_reloading(conn, dialect, std::slice::from_ref(call), Some(ack)).await?,
-    ))?;
-    Ok((reply, Some(ReplicaAck::acknowledged(&acked))))
-}
-
-/// Runs a pipeline of script calls, followed by `WAIT` when `ack` is given; if the server
-/// lost a script (or the library of functions), loads what the calls use and runs the
-/// pipeline once more.
-pub(crate) async fn query_reloading(
-    conn: &mut (impl ConnectionLike + Send),
-    dialect: &Dialect,
-    calls: &[Call],
-    ack: Option<ReplicaAck>,
-) -> RedisResult<Vec<Value>> {
-    let pipeline = || {
-        let mut pipe = redis::pipe();
-        for call in calls {
-            pipe.add_command(dialect.cmd(call).into_owned());
-        }
-        if let Some(ack) = ack {
-            ack.append_wait(&mut pipe);
-        }
-        pipe
-    };
-    match pipeline().query_async::<Vec<Value>>(&mut *conn).await {
-        Err(e) => {
-            if !dialect
-                .recover(&mut *conn, &[&e], &script::scripts_of(calls))
-                .await?
-            {
-                return Err(e);
-            }
-            pipeline().query_async(conn).await
-        }
-        other => other,
-    }
 }
 
 /// Renews on one server (or the master behind Sentinel): one pipeline, `WAIT` at its end when

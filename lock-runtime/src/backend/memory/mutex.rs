@@ -1,0 +1,91 @@
+//! A mutex (`acquire.lua`, `release.lua`): one owner with a lease; re-taking our own hold is
+//! idempotent; a release may hand the lock to a waiting task of the releasing client, unless
+//! that client must yield to another process that waits.
+
+use std::sync::MutexGuard;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    Hold, MemoryBackend, State, Yielded, client_of, live, live_set, millis_until, next_token,
+    subscribers,
+};
+use crate::backend::{HandOff, Reply};
+use crate::keys::LockNames;
+
+impl MemoryBackend {
+    /// `release.lua`: release a mutex, hand it to `next`, or let it fall free.
+    pub(super) fn release_mutex(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        names: &LockNames,
+        owner: &str,
+        next: Option<HandOff<'_>>,
+    ) -> Reply {
+        match live(&mut state, &names.key) {
+            Some(hold) if hold.owner == owner => {
+                state.holds.remove(&names.key);
+                let mut next = next;
+                if let Some(heir) = next
+                    && let Some(yield_ms) = heir.yield_ms
+                    && subscribers(&state, &names.channel) > 1
+                {
+                    // Others wait besides the releasing client: their turn.
+                    state.yielded.insert(
+                        names.key.clone(),
+                        Yielded {
+                            client: client_of(owner).to_owned(),
+                            until: Instant::now() + Duration::from_millis(yield_ms),
+                        },
+                    );
+                    next = None;
+                }
+                if let Some(heir) = next {
+                    let token = grant(&mut state, names, heir.owner, heir.lease_ms);
+                    return Reply::HandedOff(token);
+                }
+                drop(state);
+                self.publish(&names.channel, "0");
+                Reply::Done(1)
+            }
+            _ => Reply::NotDone(0),
+        }
+    }
+}
+
+/// `acquire.lua`: take a free mutex (or re-take our own).
+pub(super) fn acquire_mutex(
+    state: &mut State,
+    names: &LockNames,
+    owner: &str,
+    lease_ms: u64,
+) -> Reply {
+    if live_set(state, &names.key).is_some() {
+        return Reply::Foreign("zset".into());
+    }
+    match live(state, &names.key) {
+        Some(hold) if hold.owner != owner => Reply::NotDone(millis_until(hold.until)),
+        _ => match state.yielded.get(&names.key) {
+            Some(y) if y.client == client_of(owner) && y.until > Instant::now() => {
+                Reply::NotDone(millis_until(y.until))
+            }
+            _ => Reply::Done(grant(state, names, owner, lease_ms)),
+        },
+    }
+}
+
+/// Gives the lock to `owner` with a fresh token.
+pub(super) fn grant(state: &mut State, names: &LockNames, owner: &str, lease_ms: u64) -> i64 {
+    let token = next_token(state, &names.key);
+    state.holds.insert(
+        names.key.clone(),
+        Hold {
+            name: names.name.clone(),
+            owner: owner.to_owned(),
+            token,
+            until: Instant::now() + Duration::from_millis(lease_ms),
+        },
+    );
+    token
+}

@@ -1,0 +1,562 @@
+//! [`LockClientBuilder`]: the settings of a client, their validation, and starting a client
+//! (its background tasks) on a Redis or in-memory backend.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::inner::{Config, Inner, NameCache};
+use super::{DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient};
+use crate::LockError;
+use crate::backend::{Backend, Channels};
+use crate::demux::Demux;
+use crate::handoff::HandOffs;
+use crate::keys::Layout;
+use crate::keys::validate_prefix;
+use crate::options::MAX_LEASE;
+use crate::releaser::Releaser;
+use crate::stats::Counters;
+use crate::sync;
+use crate::topology::replica_ack::ReplicaAck;
+use crate::topology::{self, Conn, RedisBackend, Settings, Topology};
+use crate::watchdog::Watchdog;
+
+/// Configures a [`LockClient`]; made by [`LockClient::builder`] (or
+/// [`builder_from_client`](LockClient::builder_from_client), or a cluster or Sentinel builder).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until you call `build`"]
+pub struct LockClientBuilder {
+    topology: Topology,
+    /// One server given as redis' connection info (`topology` then holds a URL derived from it,
+    /// without credentials): connect with this, so that every setting of it carries over.
+    connection_info: Option<redis::ConnectionInfo>,
+    /// A setting that does not apply to this topology.
+    misplaced: Option<&'static str>,
+    replica_ack: Option<ReplicaAck>,
+    failover_grace: Duration,
+    prefix: String,
+    watchdog_timeout: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    fence_retention: Duration,
+    handoff_limit: u32,
+    group_commit: bool,
+    layout: Layout,
+    deployment_id: Option<String>,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
+    /// Locks in memory instead of Redis ([`MemoryLocks::builder`](crate::MemoryLocks::builder)).
+    #[cfg(any(test, feature = "memory"))]
+    memory: Option<crate::backend::memory::MemoryBackend>,
+}
+
+impl LockClientBuilder {
+    pub(super) fn new(topology: Topology) -> LockClientBuilder {
+        LockClientBuilder {
+            topology,
+            connection_info: None,
+            misplaced: None,
+            replica_ack: None,
+            failover_grace: DEFAULT_FAILOVER_GRACE,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
+            fence_retention: Duration::from_secs(7 * 24 * 3600),
+            handoff_limit: crate::handoff::DEFAULT_LIMIT,
+            group_commit: false,
+            layout: Layout::Native,
+            deployment_id: None,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
+            #[cfg(any(test, feature = "memory"))]
+            memory: None,
+        }
+    }
+
+    /// One server given as redis' connection info: connect with it, and name the deployment by
+    /// its address and database.
+    pub(super) fn from_connection_info(info: redis::ConnectionInfo) -> LockClientBuilder {
+        let mut builder = LockClientBuilder::new(Topology::Single(identity_url(&info)));
+        builder.connection_info = Some(info);
+        builder
+    }
+}
+
+/// A URL without credentials naming the server `info` connects to, for the deployment identity
+/// and for `Debug`; the connection itself is made from `info`.
+fn identity_url(info: &redis::ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    let bracketed = |host: &str| {
+        if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        }
+    };
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => {
+            format!("redis://{}:{port}/{db}", bracketed(host))
+        }
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{}:{port}/{db}", bracketed(host))
+        }
+        redis::ConnectionAddr::Unix(path) => format!("redis+unix://{}?db={db}", path.display()),
+        other => other.to_string(),
+    }
+}
+
+impl LockClientBuilder {
+    /// Trust this PEM root certificate (a private CA) for `rediss://` instead of the system's
+    /// trust store.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// The prefix of every Redis key and channel this client uses (default `"lock"`). Must be
+    /// printable and must not contain `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks taken without an explicit lease (default 30 s); the watchdog renews
+    /// it every third of this while the guard lives. At least 30 ms.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How long to try to connect before failing (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for any single Redis reply (default 2 s). A timed-out acquire is
+    /// reconciled (retried with the same owner id), never reported as "not acquired".
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long an unused fencing counter is kept (default 7 days, refreshed on every
+    /// acquisition). Tokens keep increasing even after it expires, because a fresh counter
+    /// starts at the server clock in microseconds.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
+    /// How many times in a row a lock may be handed straight from one task of this client to
+    /// another while another process waits for it (default 64; 0 turns local hand-off off).
+    ///
+    /// When a task releases a lock that other tasks of the same client are waiting for, the
+    /// release grants it to the longest-waiting of them in the same round trip (a fresh fencing
+    /// token, that task's own lease): one round trip per hand-over instead of three steps
+    /// (release, unlock message, the waiter's acquire), and the lock never falls free in
+    /// between. After `limit` such hand-overs in a row, or 2 ms after the first of them
+    /// (whichever comes first: with long critical sections the time ends a turn, with short
+    /// ones the limit), a release that finds another process waiting ends this client's turn: the lock falls free and wakes a waiter in every
+    /// process, and the waiting clients take turns in a fixed cycle, the one whose last turn is
+    /// longest ago first, so a process waits for at most one turn of every other; with nobody
+    /// else waiting the hand-offs go on. A higher limit gives more throughput on a lock that
+    /// several processes want, a lower one shorter waits for the other processes. Replica
+    /// acknowledgement ([`replica_ack`](LockClientBuilder::replica_ack)) turns it off.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1/")
+    ///     .handoff_limit(32)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn handoff_limit(mut self, limit: u32) -> Self {
+        self.handoff_limit = limit;
+        self
+    }
+
+    /// Whether lock writes that queue while one is in flight go out together (default off).
+    ///
+    /// On, at most one request of this client's acquires and releases is in flight; what queues
+    /// meanwhile goes out together when it returns, its mutex operations merged into one script
+    /// call that runs them in order. Starting a script call costs Redis about as much as the
+    /// commands in one of ours, so under load this cuts the server's CPU per lock: by a quarter
+    /// with 64 tasks locking distinct keys in this crate's benchmark (25 µs per lock/unlock
+    /// pair instead of 31–37). It costs the client: more CPU per lock, and one request in
+    /// flight instead of many, so that benchmark's single client, sharing two cores with
+    /// Redis, made 18–20 k pairs/s with it against 24–29 k without. Turn it on when Redis is
+    /// the bottleneck (many application instances sharing one server at high lock rates),
+    /// not the client. A write that finds nothing in flight goes out at once either way.
+    ///
+    /// Off, every write is its own request, pipelined on the shared connection. On a cluster
+    /// and with [`replica_ack`](LockClientBuilder::replica_ack) writes always go out one by one.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1/")
+    ///     .group_commit(true)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
+        self
+    }
+
+    /// Where this client's locks live on Redis (default [`Layout::Native`]):
+    /// [`Layout::Redisson`] shares mutexes with Java services that use Redisson.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{Layout, LockClient};
+    ///
+    /// let locks = LockClient::builder("redis://127.0.0.1/")
+    ///     .layout(Layout::Redisson)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Names the Redis deployment this client talks to (see [`LockClient::deployment_id`]).
+    ///
+    /// A [`MultiLock`](crate::MultiLock) uses the name twice: to order the same key on two
+    /// deployments alike in every process, and to take a key that two of its clients reach on
+    /// one deployment only once. Without this setting the name is derived from the URL(s),
+    /// which serves as long as every process uses the same addresses. Set it when they do not
+    /// (a host name here, an IP address or a proxy there, other seed nodes of one cluster): the
+    /// same string for a deployment in every process, and different strings for different
+    /// deployments: a multi-lock takes the same key on two deployments of one name only once.
+    /// It is not sent to Redis.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::LockClient;
+    ///
+    /// let accounts = LockClient::builder("redis://accounts-redis.internal:6379")
+    ///     .deployment_id("accounts")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(accounts.deployment_id(), "accounts");
+    /// # Ok(()) }
+    /// ```
+    pub fn deployment_id(mut self, id: impl Into<String>) -> Self {
+        self.deployment_id = Some(id.into());
+        self
+    }
+
+    /// Require `replicas` replicas to acknowledge every acquire, renewal and release within
+    /// `timeout` (`WAIT replicas timeout`, sent in the same pipeline as the write).
+    ///
+    /// - An acquisition that is not acknowledged in time is rolled back (nothing is held, no key
+    ///   is left) and fails with [`LockError::ReplicaAck`] (an "unavailable" error).
+    /// - A renewal that is not acknowledged does not count: the watchdog retries, and declares
+    ///   the lock lost if no acknowledged renewal lands before the lease would run out.
+    /// - [`LockGuard::release`](crate::LockGuard::release) reports an unacknowledged release as
+    ///   [`LockError::ReplicaAck`]; the lock is released on the master either way.
+    ///
+    /// `timeout` must be at most half the [response timeout](LockClientBuilder::response_timeout).
+    /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the
+    /// shared connection for up to `timeout` when a replica lags. It narrows the window in which
+    /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
+    /// docs on topologies). `replicas = 0` turns it off.
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = (replicas > 0).then_some(ReplicaAck { replicas, timeout });
+        self
+    }
+
+    /// With a cluster or Sentinel: how long an acquisition keeps retrying while Redis is
+    /// unavailable (a failover in progress) before it reports the error (default 10 s, never
+    /// longer than the acquisition's own wait). Ignored for a single server, where an outage is
+    /// reported at once.
+    pub fn failover_grace(mut self, grace: Duration) -> Self {
+        self.failover_grace = grace;
+        self
+    }
+
+    /// Credentials of the Redis data nodes behind Sentinel (the sentinels' own go in their
+    /// URLs).
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        match &mut self.topology {
+            Topology::Sentinel { auth, .. } => {
+                *auth = Some((username.map(str::to_owned), password.to_owned()));
+            }
+            _ => {
+                self.misplaced = Some("master_credentials needs a client made by sentinel_builder")
+            }
+        }
+        self
+    }
+
+    /// TLS to the Redis data nodes behind Sentinel, verified against the system's trust store
+    /// or the [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) (TLS to the
+    /// sentinels themselves is the `rediss://` of their URLs). The sentinels must report the
+    /// master's TLS port: monitor it there (`tls-replication yes` in the sentinels' config).
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .master_tls()
+    ///     .tls_root_certificate(ca_pem)
+    ///     .build()
+    ///     .await?;
+    /// # drop(locks); Ok(()) }
+    /// ```
+    #[cfg(all(feature = "sentinel", feature = "tls"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "sentinel", feature = "tls"))))]
+    pub fn master_tls(mut self) -> Self {
+        match &mut self.topology {
+            Topology::Sentinel { tls, .. } => *tls = true,
+            _ => self.misplaced = Some("master_tls needs a client made by sentinel_builder"),
+        }
+        self
+    }
+
+    /// Connects both connections and starts the background tasks.
+    pub async fn build(mut self) -> Result<LockClient, LockError> {
+        #[cfg(feature = "memory")]
+        if let Some(memory) = self.memory.take() {
+            return self.build_memory(memory);
+        }
+        let info = self.connection_info.take();
+        let (config, settings) = self.into_parts()?;
+        let demux = Demux::new();
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let (conn, pubsub) = match info {
+            Some(info) => {
+                // RESP2 for commands (a URL's default) even if the application's client speaks
+                // RESP3; `managers` switches the pub/sub connection to RESP3 itself.
+                let resp2 = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP2);
+                let (conn, pubsub) = settings
+                    .managers(info.set_redis_settings(resp2), &demux)
+                    .await?;
+                (Conn::Single(conn), Conn::Single(pubsub))
+            }
+            None => topology::connect(&config.topology, &settings, &demux, &renew_now).await?,
+        };
+        let backend = redis_backend(&config, conn);
+        Ok(LockClient::start(
+            config,
+            backend,
+            Box::new(pubsub),
+            demux,
+            renew_now,
+        ))
+    }
+
+    /// A client whose connections are a scripted stand-in for Redis (unit tests under paused
+    /// time).
+    #[cfg(test)]
+    pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
+        let (config, _) = self.into_parts()?;
+        let demux = Demux::new();
+        let backend = redis_backend(&config, Conn::Fake(fake.clone()));
+        let pubsub = Conn::Fake(fake);
+        Ok(LockClient::start(
+            config,
+            backend,
+            Box::new(pubsub),
+            demux,
+            Arc::new(tokio::sync::Notify::new()),
+        ))
+    }
+
+    /// A client whose locks live in `memory`, shared with every other client built on it (see
+    /// [`MemoryLocks`](crate::MemoryLocks)).
+    #[cfg(any(test, feature = "memory"))]
+    pub(crate) fn build_memory(
+        mut self,
+        memory: crate::backend::memory::MemoryBackend,
+    ) -> Result<LockClient, LockError> {
+        self.memory = None;
+        let (config, _) = self.into_parts()?;
+        let demux = Demux::new();
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let channels = memory.connect(demux.router(), &renew_now);
+        Ok(LockClient::start(
+            config,
+            Arc::new(memory),
+            Box::new(channels),
+            demux,
+            renew_now,
+        ))
+    }
+
+    /// Makes [`build`](LockClientBuilder::build) start a client on `memory` instead of
+    /// connecting to Redis (what [`MemoryLocks::builder`](crate::MemoryLocks::builder) does).
+    #[cfg(feature = "memory")]
+    pub(crate) fn in_memory(mut self, memory: crate::backend::memory::MemoryBackend) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Validates the settings; splits them into the client's and the connections'.
+    fn into_parts(self) -> Result<(Config, Settings), LockError> {
+        if let Some(what) = self.misplaced {
+            return Err(LockError::InvalidConfig(what.into()));
+        }
+        validate_prefix(&self.prefix)?;
+        self.check_durations()?;
+
+        // redis' rustls support leaves the crypto provider to the application; pick ring unless
+        // the application installed one already.
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+
+        self.check_replica_ack()?;
+        Ok(self.split())
+    }
+
+    /// The watchdog timeout, the other timeouts, the fence retention and the failover grace
+    /// are within bounds.
+    fn check_durations(&self) -> Result<(), LockError> {
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(LockError::InvalidConfig(format!(
+                "watchdog timeout must be at least 30 ms, got {:?}",
+                self.watchdog_timeout
+            )));
+        }
+        for (what, d) in [
+            ("connect timeout", self.connect_timeout),
+            ("response timeout", self.response_timeout),
+            ("fence retention", self.fence_retention),
+            ("watchdog timeout", self.watchdog_timeout),
+        ] {
+            if d.is_zero() || d > MAX_LEASE {
+                return Err(LockError::InvalidConfig(format!(
+                    "{what} must be greater than zero and at most {MAX_LEASE:?}, got {d:?}"
+                )));
+            }
+        }
+        if self.failover_grace > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "failover grace must be at most {MAX_LEASE:?}, got {:?}",
+                self.failover_grace
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replica acknowledgement, if asked for, waits a while, and less than half a response.
+    fn check_replica_ack(&self) -> Result<(), LockError> {
+        let Some(ack) = self.replica_ack else {
+            return Ok(());
+        };
+        if ack.timeout.is_zero() {
+            return Err(LockError::InvalidConfig(
+                "replica acknowledgement timeout must be greater than zero (WAIT 0 waits forever)"
+                    .into(),
+            ));
+        }
+        if ack.timeout * 2 > self.response_timeout {
+            return Err(LockError::InvalidConfig(format!(
+                "replica acknowledgement timeout ({:?}) must be at most half the response timeout ({:?}), \
+                 or a missing acknowledgement would look like an unanswered request",
+                ack.timeout, self.response_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// The client's configuration and the connections' settings, from the validated settings.
+    fn split(self) -> (Config, Settings) {
+        let settings = Settings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            #[cfg(feature = "tls")]
+            tls_root_certificate: self.tls_root_certificate,
+        };
+        let config = Config {
+            // Before `topology` is moved in.
+            deployment_id: self
+                .deployment_id
+                .unwrap_or_else(|| self.topology.deployment_id()),
+            prefix: self.prefix,
+            layout: self.layout,
+            watchdog_timeout: self.watchdog_timeout,
+            response_timeout: self.response_timeout,
+            fence_retention: self.layout.fence_retention(self.fence_retention),
+            // With acknowledged grants every release goes through Redis (and its `WAIT`).
+            handoff_limit: if self.replica_ack.is_none() && self.layout.hands_off_locally() {
+                self.handoff_limit
+            } else {
+                0
+            },
+            group_commit: self.group_commit,
+            topology: self.topology,
+            replica_ack: self.replica_ack,
+            failover_grace: self.failover_grace,
+        };
+        (config, settings)
+    }
+}
+
+/// The Redis backend on a connected command connection.
+fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
+    Arc::new(RedisBackend::new(
+        conn,
+        config.publishing(),
+        config.replica_ack,
+        config.topology.fails_over(),
+        config.group_commit,
+    ))
+}
+
+impl LockClient {
+    /// Starts the background tasks on a backend.
+    fn start(
+        config: Config,
+        backend: Arc<dyn Backend>,
+        pubsub: Box<dyn Channels>,
+        demux: Demux,
+        renew_now: Arc<tokio::sync::Notify>,
+    ) -> LockClient {
+        let mut tasks = Vec::new();
+        tasks.push(demux.start(pubsub));
+        let counters = Arc::new(Counters::default());
+        let handoffs = Arc::new(HandOffs::new(config.handoff_limit));
+        let releaser = Releaser::start(
+            backend.clone(),
+            handoffs.clone(),
+            (config.response_timeout, config.fence_retention),
+            counters.clone(),
+        );
+        let inner = Arc::new(Inner {
+            id: config.layout.new_client_id().into(),
+            watchdog: Watchdog::new(&config, renew_now),
+            config,
+            backend,
+            demux,
+            releaser,
+            handoffs,
+            counters,
+            names: NameCache::new(),
+            next_acquisition: AtomicU64::new(1),
+            tasks: Mutex::new(Vec::new()),
+        });
+        tasks.push(Watchdog::spawn(&inner));
+        *sync::lock(&inner.tasks) = tasks;
+        tracing::debug!(client = %inner.id, "lock client connected");
+        LockClient { inner }
+    }
+}

@@ -1,0 +1,105 @@
+//! A lock read and force-unlocked by its name alone, as whatever member of the family the
+//! name holds: [`LockClient::info`] and [`LockClient::force_unlock`], what an operator's tool
+//! (`lockctl`) needs when it knows a name but not which handle the applications use.
+//!
+//! In this crate's layout one handle reads and deletes every kind. In Redisson's, each kind
+//! is its own data and wakes its waiters its own way: a semaphore is a string (its available
+//! count), read through a semaphore handle and force-released back to the count; a read/write
+//! lock publishes on its own channel; a fair lock with waiters wakes the first of them on that
+//! waiter's channel.
+
+use crate::keys::Layout;
+use crate::{LockClient, LockError, LockInfo, LockKind};
+
+/// Which handle read a name.
+enum Found {
+    /// A [`Lock`](crate::Lock) (this handle reads every kind but a Redisson semaphore).
+    Lock,
+    /// A semaphore handle: a string at the name in Redisson's layout.
+    RedissonSemaphore,
+}
+
+impl LockClient {
+    /// Who holds the lock named `name`, whatever member of the family it is (a mutex, a fair
+    /// lock, a read/write lock or a semaphore); `None` when nobody holds it. As
+    /// [`Lock::info`](crate::Lock::info) of [`lock(name)`](LockClient::lock), and with
+    /// [`Layout::Redisson`] a string at the name is no foreign data but Redisson's semaphore (its
+    /// available count), read as one: its leased permits' holders.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// if let Some(info) = locks.info("supplier").await? {
+    ///     println!("{} is a {} held by {} holder(s)", info.name, info.kind, info.holder_count);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn info(&self, name: impl AsRef<str>) -> Result<Option<LockInfo>, LockError> {
+        Ok(self.read(name.as_ref()).await?.map(|(info, _)| info))
+    }
+
+    /// Frees the lock named `name` whoever holds it, the way its kind needs, so that its waiters
+    /// (other languages' included) are woken at once rather than when their timers run out.
+    /// Returns the lock as it was read just before (its kind, holders, fencing token), or `None`
+    /// when nobody held it (or it was released before it could be freed).
+    ///
+    /// It reads the name first ([`LockClient::info`]) and then frees what it found: in this
+    /// crate's layout with [`Lock::force_unlock`](crate::Lock::force_unlock), whatever the kind;
+    /// with [`Layout::Redisson`], a semaphore with
+    /// [`Semaphore::force_release_all`](crate::Semaphore::force_release_all) (its leased permits
+    /// back to the count), a read/write lock through its write side, a fair lock that has waiters
+    /// as a [fair lock](LockClient::fair_lock), anything else as a mutex. A lock taken again
+    /// between the two steps is freed too. Each holder's guard reports the loss at its next
+    /// renewal; [`LockError::ForeignData`] when the key holds data of another type.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// match locks.force_unlock("stock:42").await? {
+    ///     Some(was) => println!("freed the {} held by {:?}", was.kind, was.holders),
+    ///     None => println!("stock:42 was not locked"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self, name: impl AsRef<str>) -> Result<Option<LockInfo>, LockError> {
+        let name = name.as_ref();
+        let Some((info, found)) = self.read(name).await? else {
+            return Ok(None);
+        };
+        let freed = match found {
+            Found::RedissonSemaphore => self.semaphore(name, 1).force_release_all().await?,
+            Found::Lock if self.inner.config.layout == Layout::Redisson => {
+                self.redisson_force_unlock(name, &info).await?
+            }
+            Found::Lock => self.lock(name).force_unlock().await?,
+        };
+        Ok(freed.then_some(info))
+    }
+
+    /// The lock named `name` as whatever it is, and which handle read it.
+    async fn read(&self, name: &str) -> Result<Option<(LockInfo, Found)>, LockError> {
+        match self.lock(name).info().await {
+            Err(LockError::ForeignData { found, .. })
+                if self.inner.config.layout == Layout::Redisson && found == "string" =>
+            {
+                let info = self.semaphore(name, 1).info().await?;
+                Ok(info.map(|info| (info, Found::RedissonSemaphore)))
+            }
+            other => Ok(other?.map(|info| (info, Found::Lock))),
+        }
+    }
+
+    /// In Redisson's layout a hash at the name is a mutex, a fair lock or a read/write lock, and
+    /// each wakes its waiters its own way (the unlock channel; the first queued waiter's own
+    /// channel; the read/write channel, waking all): force-unlock it as what it is.
+    async fn redisson_force_unlock(&self, name: &str, info: &LockInfo) -> Result<bool, LockError> {
+        if info.kind == LockKind::ReadWrite {
+            return self.rw_lock(name).write().force_unlock().await;
+        }
+        let fair = self.fair_lock(name);
+        let queued = fair.info().await?.map_or(0, |i| i.waiters.queued);
+        if queued > 0 {
+            fair.force_unlock().await
+        } else {
+            self.lock(name).force_unlock().await
+        }
+    }
+}

@@ -38,6 +38,8 @@ def first_sentence(path: Path) -> str:
     # Up to the first full stop that ends a sentence (not one inside `code` or a number).
     match = re.search(r"(?<!`)\.(\s|$)(?![^`]*`[^`]*$)", text)
     sentence = text[: match.start() + 1] if match else text
+    # Rustdoc links read as plain code in a README: [`X`](path) and [`X`] become `X`.
+    sentence = re.sub(r"\[(`[^`]+`)\](\([^)]*\))?", r"\1", sentence)
     return sentence.replace("|", "\\|")
 
 

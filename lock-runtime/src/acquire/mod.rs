@@ -9,18 +9,19 @@
 //! our own hold is idempotent), and if the acquire gives up or is cancelled while a request may
 //! have taken the lock, the possible hold is released in the background.
 
+mod attempt;
+mod place;
+
+use place::{Place, WakeChain};
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::backend::Reply;
-use crate::backend::{Acked, Shortfall};
 use crate::demux::{Subscription, WakeRule};
-use crate::error::{failover_symptom, outcome_unknown};
-use crate::handoff::{Delivery, Grant, Streak, Ticket};
+use crate::handoff::{Delivery, Grant, Streak};
 use crate::hold::{Held, LossSignal};
 use crate::keys::{LockNames, Mode, PLACE_TTL, Waking};
 use crate::metrics::{self, Group};
@@ -29,18 +30,12 @@ use crate::stats::Counters;
 use crate::watchdog::Entry;
 use crate::{LockClient, LockError, LockGuard, LockOptions};
 
-/// How often an acquire whose outcome is unknown (timeout, dropped connection) is retried with
-/// the same owner id before giving up.
-const RECONCILE_TRIES: u32 = 3;
 /// The longest sleep between attempts on a lock whose key has no TTL (foreign data), and the
 /// longest a waiter queued behind local waiters waits for its turn before trying.
 const NO_TTL_POLL: Duration = Duration::from_secs(1);
+
 /// The longest sleep between attempts while the unlock channel is not confirmed.
 const UNSUBSCRIBED_POLL: Duration = Duration::from_millis(100);
-/// The pause between acquire attempts while a failing-over deployment is unavailable.
-const FAILOVER_RETRY: Duration = Duration::from_millis(100);
-/// The longest pause between retries of a grant that replicas did not acknowledge.
-const MAX_ACK_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The outcome of one reconciled attempt.
 enum Attempt {
@@ -93,25 +88,6 @@ impl Busy {
 enum Settled {
     Taken(LockGuard),
     Busy(Busy),
-}
-
-/// The wake-ups a waiter received: one it still owes the next waiter if it stops before its
-/// attempt decided anything (the baton), the last message it passed on, and when the last one
-/// arrived (a hand-over's start, for the metrics).
-#[derive(Default)]
-struct WakeChain<'s> {
-    baton: Baton<'s>,
-    /// The channel's message count when this waiter last passed a wake-up on.
-    passed_on: Option<u64>,
-    woken_at: Option<Instant>,
-}
-
-impl<'s> WakeChain<'s> {
-    /// An unlock message woke this waiter.
-    fn woken(&mut self, notify: &'s Notify) {
-        self.baton.0 = Some(notify);
-        self.woken_at = Some(Instant::now());
-    }
 }
 
 /// One acquisition in progress: what every attempt of it sends.
@@ -456,170 +432,6 @@ impl<'a> Acquire<'a> {
         }
     }
 
-    /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
-    /// id (retaking our own hold is idempotent), and if we give up or are cancelled while a
-    /// request may have taken the lock, the possible hold is released in the background.
-    /// `waiting`: made while subscribed to the lock's unlock channel (see `Backend::acquire`).
-    async fn attempt(&self, waiting: bool) -> Result<Attempt, LockError> {
-        let config = &self.client.inner.config;
-        // Armed whenever a request that may have taken the lock is in flight or ended with an
-        // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
-        let mut cleanup = Cleanup {
-            client: self.client,
-            job: None,
-        };
-        let grace = self
-            .client
-            .inner
-            .backend
-            .fails_over()
-            .then_some(config.failover_grace);
-        let mut reconcile = Reconcile::new(grace, self.deadline);
-        loop {
-            let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
-            cleanup.job = Some(job);
-            let sent = Instant::now();
-            let Acked { reply, shortfall } = match self.send_acquire(waiting).await {
-                Ok(acked) => acked,
-                Err(e) => match reconcile.retry_after(&e) {
-                    Some(pause) => {
-                        boxed_sleep(pause).await;
-                        continue;
-                    }
-                    None => {
-                        if reconcile.settled_by(&e) {
-                            cleanup.job = None;
-                        }
-                        return Err(LockError::backend("acquire", e));
-                    }
-                },
-            };
-            let token = match self.read_reply(reply) {
-                Ok(token) => token,
-                // Definite answers also settle earlier unknown outcomes: had one of them taken
-                // the lock, this retry (same owner) would have re-taken it.
-                Err(decided) => {
-                    cleanup.job = None;
-                    return decided;
-                }
-            };
-            if let Some(shortfall) = shortfall {
-                // Still armed: cancelled during the roll-back, it is finished in the background.
-                reconcile.unresolved = !self.roll_back().await;
-                if !reconcile.unresolved {
-                    cleanup.job = None;
-                }
-                self.unacknowledged(shortfall, &mut reconcile).await?;
-                continue;
-            }
-            if !self.fresh(sent) {
-                // Taken, but answered so late (a stalled connection, a cluster retrying
-                // through a slot migration) that the lease may be over: take it again with
-                // the same owner id before anything runs under it. Still armed.
-                let late = redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "lock granted, but the answer came after its lease could have ended",
-                ));
-                if let Some(pause) = reconcile.retry_after(&late) {
-                    boxed_sleep(pause).await;
-                    continue;
-                }
-                return Err(LockError::backend("acquire", late));
-            }
-            cleanup.job = None;
-            tracing::debug!(token, "acquired");
-            return Ok(Attempt::Taken {
-                token: token as u64,
-                sent,
-            });
-        }
-    }
-
-    /// The fencing token of a grant, or what else the reply decided: the lock is busy, or the
-    /// acquire failed (foreign data at the key, more permits asked than the semaphore has).
-    fn read_reply(&self, reply: Reply) -> Result<i64, Result<Attempt, LockError>> {
-        match reply {
-            // (An acquire never hands over; both carry the new token.)
-            Reply::Done(token) | Reply::HandedOff(token) => Ok(token),
-            Reply::NotDone(pttl) => Err(Ok(Attempt::Busy(Busy::from_pttl(pttl)))),
-            Reply::Foreign(found) => Err(Err(LockError::ForeignData {
-                key: self.names.key.clone(),
-                found,
-            })),
-            Reply::Exceeds(capacity) => Err(Err(LockError::InvalidPermits {
-                name: self.names.name.clone(),
-                requested: match self.mode {
-                    Mode::Permits(n) => n,
-                    _ => 1,
-                },
-                capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
-            })),
-        }
-    }
-
-    /// After a grant that replicas did not acknowledge, rolled back: backs off for another try
-    /// while a failing-over deployment's replica may be catching up (every try blocks the
-    /// shared connection for the `WAIT` timeout), or fails.
-    async fn unacknowledged(
-        &self,
-        shortfall: Shortfall,
-        reconcile: &mut Reconcile,
-    ) -> Result<(), LockError> {
-        let Shortfall {
-            required,
-            acknowledged,
-            timeout,
-        } = shortfall;
-        if reconcile.within_grace() {
-            tracing::debug!(acknowledged, "grant not acknowledged; retrying");
-            boxed_sleep(reconcile.next_ack_backoff()).await;
-            return Ok(());
-        }
-        Err(LockError::ReplicaAck {
-            op: "acquire",
-            name: self.names.name.clone(),
-            required,
-            acknowledged,
-            timeout,
-        })
-    }
-
-    /// Whether a grant whose request was sent at `sent` still has its lease, safety margin
-    /// included. An answer that took longer than that is not trusted: the watchdog would
-    /// declare the lock lost on arrival.
-    fn fresh(&self, sent: Instant) -> bool {
-        Instant::now() + crate::options::loss_margin(self.lease) < sent + self.lease
-    }
-
-    /// Sends the acquire once (acknowledged by replicas when the client asks for it).
-    async fn send_acquire(&self, waiting: bool) -> redis::RedisResult<Acked<Reply>> {
-        let inner = &self.client.inner;
-        // Rounded up: Redis never gets a shorter lease than the client believes it holds.
-        let lease_ms = crate::options::ceil_millis(self.lease);
-        let retention_ms = inner.config.fence_retention.as_millis() as u64;
-        inner
-            .backend
-            .acquire(self.names, &self.owner, lease_ms, retention_ms, waiting)
-            .await
-    }
-
-    /// Undoes a grant that replicas did not acknowledge; returns whether the lock is known not
-    /// to be held by us any more.
-    async fn roll_back(&self) -> bool {
-        let names = self.names;
-        let rolled_back = self
-            .client
-            .inner
-            .backend
-            .release(names, &self.owner, None)
-            .await;
-        tracing::warn!(lock = %names.name, ok = rolled_back.is_ok(), "grant not acknowledged by enough replicas; rolled back");
-        matches!(
-            rolled_back.map(|a| a.reply),
-            Ok(Reply::Done(_) | Reply::NotDone(_) | Reply::HandedOff(_))
-        )
-    }
-
     /// The guard of a taken lock, registered with the watchdog; `streak`: the turn of local
     /// hand-overs that led to it (the default, count 0, when taken by an attempt).
     fn hold(&self, token: u64, sent: Instant, streak: Streak) -> LockGuard {
@@ -654,196 +466,5 @@ impl<'a> Acquire<'a> {
             group: self.group.clone(),
             granted: sent,
         })
-    }
-}
-
-/// A waiter's place: in the client's hand-off queue (a mutex), and in Redis for the families
-/// whose waiters hold one there (a fair lock's queue, a waiting writer's claim).
-///
-/// Leaving without taking a hand-off that arrived (cancelled, timed out, failed) releases that
-/// grant in the background, or passes it on to the next waiter. Leaving without the lock
-/// removes the place in Redis in the background, at once, so a waiter that gives up never
-/// holds up the others.
-struct Place<'a> {
-    acquire: &'a Acquire<'a>,
-    ticket: Option<Arc<Ticket>>,
-    /// The waiter's attempts keep a place in Redis.
-    in_redis: bool,
-    /// Set just before the waiter returns holding the lock.
-    holds: bool,
-}
-
-impl<'a> Place<'a> {
-    fn join(acquire: &'a Acquire<'a>) -> Place<'a> {
-        let family = acquire.names.family();
-        let ticket = family.hands_off().then(|| {
-            acquire
-                .client
-                .inner
-                .handoffs
-                .join(&acquire.names.key, &acquire.owner, acquire.lease)
-        });
-        Place {
-            acquire,
-            ticket,
-            in_redis: acquire.holds_a_place(),
-            holds: false,
-        }
-    }
-
-    /// The place of a first attempt, made before any hand-off queue is joined.
-    fn without_ticket(acquire: &'a Acquire<'a>) -> Place<'a> {
-        Place {
-            acquire,
-            ticket: None,
-            in_redis: acquire.holds_a_place(),
-            holds: false,
-        }
-    }
-
-    /// A hand-off's outcome; pending for the families without local hand-off.
-    async fn delivered(&self) -> Delivery {
-        match &self.ticket {
-            Some(ticket) => ticket.delivered().await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        let acquire = self.acquire;
-        let inner = &acquire.client.inner;
-        if let Some(ticket) = &self.ticket
-            && let Some(grant) = inner.handoffs.leave(&acquire.names.key, ticket, self.holds)
-        {
-            tracing::debug!("left with a hand-off not taken; releasing it in the background");
-            let job = ReleaseJob::new(acquire.names, &acquire.owner, grant.sent + acquire.lease);
-            inner.releaser.submit(job.handing_off(grant.streak));
-        }
-        if self.in_redis && !self.holds {
-            // Releasing an owner that holds nothing removes its place (and wakes whoever
-            // it held up).
-            tracing::debug!("stopped waiting; leaving the queue in the background");
-            let job = ReleaseJob::new(
-                acquire.names,
-                &acquire.owner,
-                Instant::now() + acquire.names.scheme.place_outlives(),
-            );
-            inner.releaser.submit(job);
-        }
-    }
-}
-
-/// Sleeps for `d`, the timer boxed: an attempt pauses only after an error, and inline the
-/// timer would make every attempt's future (alive while its request is in flight) larger.
-async fn boxed_sleep(d: Duration) {
-    Box::pin(tokio::time::sleep(d)).await;
-}
-
-/// The retry state of one attempt: unknown outcomes, an unavailable (failing-over) deployment,
-/// and grants the replicas did not acknowledge.
-struct Reconcile {
-    /// Retries after an unknown outcome so far.
-    tries: u32,
-    /// Some earlier request's outcome is still unknown (it may have taken the lock).
-    unresolved: bool,
-    /// When the deployment was first found unavailable (or a grant unacknowledged).
-    unavailable_since: Option<Instant>,
-    /// The next pause before retrying an unacknowledged grant.
-    ack_backoff: Duration,
-    /// How long a failing-over deployment may stay unavailable; `None` if it cannot fail over.
-    grace: Option<Duration>,
-    deadline: Option<Instant>,
-}
-
-impl Reconcile {
-    fn new(grace: Option<Duration>, deadline: Option<Instant>) -> Reconcile {
-        Reconcile {
-            tries: 0,
-            unresolved: false,
-            unavailable_since: None,
-            ack_backoff: FAILOVER_RETRY,
-            grace,
-            deadline,
-        }
-    }
-
-    /// How long to pause before retrying after `e`; `None` to give up.
-    fn retry_after(&mut self, e: &redis::RedisError) -> Option<Duration> {
-        if outcome_unknown(e) && self.tries < RECONCILE_TRIES {
-            self.unresolved = true;
-            self.tries += 1;
-            tracing::warn!(error = %e, tries = self.tries, "acquire outcome unknown; reconciling");
-            return Some(Duration::from_millis(20 * u64::from(self.tries)));
-        }
-        if self.ride_out(e) {
-            // A cluster or Sentinel failover in progress: keep trying with the same owner id
-            // (idempotent) until the grace period or the wait runs out.
-            self.unresolved |= outcome_unknown(e);
-            tracing::debug!(error = %e, "redis unavailable; waiting for failover");
-            return Some(FAILOVER_RETRY);
-        }
-        None
-    }
-
-    /// Whether giving up after `e` leaves nothing that may hold the lock.
-    fn settled_by(&self, e: &redis::RedisError) -> bool {
-        !outcome_unknown(e) && !self.unresolved
-    }
-
-    /// Whether to retry an acquire error because the deployment may be failing over.
-    fn ride_out(&mut self, e: &redis::RedisError) -> bool {
-        failover_symptom(e) && self.within_grace()
-    }
-
-    /// Whether a failing-over deployment's grace period (bounded by the wait) leaves time for
-    /// another attempt.
-    fn within_grace(&mut self) -> bool {
-        let Some(grace) = self.grace else {
-            return false;
-        };
-        let now = Instant::now();
-        let first = *self.unavailable_since.get_or_insert(now);
-        let until = first + grace;
-        let until = self.deadline.map_or(until, |d| d.min(until));
-        now + FAILOVER_RETRY < until
-    }
-
-    /// The pause before retrying an unacknowledged grant; doubles each time, up to a second.
-    fn next_ack_backoff(&mut self) -> Duration {
-        let pause = self.ack_backoff;
-        self.ack_backoff = (pause * 2).min(MAX_ACK_BACKOFF);
-        pause
-    }
-}
-
-/// Passes a consumed unlock notification on to the next local waiter if this waiter is
-/// cancelled or fails before its attempt decided anything, so a wake-up is never swallowed.
-#[derive(Default)]
-struct Baton<'a>(Option<&'a Notify>);
-
-impl Drop for Baton<'_> {
-    fn drop(&mut self) {
-        if let Some(notify) = self.0 {
-            notify.notify_one();
-        }
-    }
-}
-
-/// Releases a hold that an interrupted acquire may have taken.
-struct Cleanup<'a> {
-    client: &'a LockClient,
-    job: Option<ReleaseJob>,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        if let Some(job) = self.job.take() {
-            tracing::debug!(
-                "acquire interrupted with an unknown outcome; releasing in the background"
-            );
-            self.client.inner.releaser.submit(job);
-        }
     }
 }

@@ -1,8 +1,11 @@
-//! Parsing the arguments of `#[distributed_lock(…)]`: the options, name templates, durations.
+//! Parsing the arguments of `#[distributed_lock(…)]`: the options and durations (the name
+//! template is parsed by [`crate::template`]).
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, Index, LitInt, LitStr, Member, Path, Token};
+use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
+
+use crate::template::{NameTemplate, Placeholder};
 
 mod kw {
     syn::custom_keyword!(name);
@@ -103,81 +106,6 @@ pub(crate) enum Kind {
     Semaphore { permits: u32, capacity: u32 },
 }
 
-/// A lock name template: literal text and `<param.field>` placeholders.
-#[derive(Debug)]
-pub(crate) struct NameTemplate {
-    pub(crate) lit: LitStr,
-    pub(crate) parts: Vec<NamePart>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum NamePart {
-    /// Literal text, unescaped (`<<` already turned into `<`).
-    Text(String),
-    /// A placeholder: a parameter (or `self`) and field names / tuple indices after it.
-    Placeholder(Placeholder),
-}
-
-/// `<root.field.0>`: a parameter and the fields to follow from it; `<root.items[].sku>`: the
-/// same over every element of a collection.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Placeholder {
-    /// What the user wrote between `<` and `>`, for error messages.
-    pub(crate) text: String,
-    /// The parameter's name without `r#` (or `self`).
-    pub(crate) root: String,
-    pub(crate) fields: Vec<Field>,
-    /// With a `[]` step, how many of `fields` come before it: `root.fields[..n]` is the
-    /// collection, and `fields[n..]` are followed from each of its elements.
-    pub(crate) collection: Option<usize>,
-}
-
-impl Placeholder {
-    /// The path before `[]` as written (`cart.items`), for error messages.
-    pub(crate) fn collection_text(&self) -> Option<&str> {
-        self.collection.map(|_| {
-            self.text
-                .split_once('[')
-                .map_or(&*self.text, |(path, _)| path)
-        })
-    }
-}
-
-impl NameTemplate {
-    /// The placeholder with a `[]` step, if any (the parser allows at most one).
-    pub(crate) fn collection(&self) -> Option<&Placeholder> {
-        self.parts.iter().find_map(|part| match part {
-            NamePart::Placeholder(p) if p.collection.is_some() => Some(p),
-            _ => None,
-        })
-    }
-}
-
-/// One `.field` of a placeholder.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Field {
-    /// A named field, without `r#`. Never `self`, `Self`, `super`, `crate` or `_` (they cannot
-    /// name a field); other keywords are fields written `r#type` in Rust ([`is_keyword`]).
-    Named(String),
-    /// A tuple field: `.0`.
-    Index(u32),
-}
-
-impl Field {
-    /// `.field` as a token: a keyword as a raw identifier (`r#type`). The parser let through
-    /// only identifiers that can be created (no `self`, `super`, `crate`, `Self` or `_`).
-    pub(crate) fn member(&self, span: Span) -> Member {
-        match self {
-            Field::Index(index) => Member::Unnamed(Index {
-                index: *index,
-                span,
-            }),
-            Field::Named(name) if is_keyword(name) => Member::Named(Ident::new_raw(name, span)),
-            Field::Named(name) => Member::Named(Ident::new(name, span)),
-        }
-    }
-}
-
 impl LockArgs {
     /// The name template, or the "missing name" error pointing at the attribute.
     pub(crate) fn name(&self) -> syn::Result<&NameTemplate> {
@@ -231,57 +159,78 @@ impl LockArgs {
 
     /// The rules between arguments, each reported where it applies (all at once).
     fn check(&self) -> syn::Result<()> {
-        let mut errors: Option<syn::Error> = None;
-        let mut push = |error: syn::Error| match &mut errors {
-            Some(all) => all.combine(error),
-            None => errors = Some(error),
-        };
-        if let Some(mode) = &self.mode {
-            let given: Vec<&str> = [("`permits`", &self.permits), ("`capacity`", &self.capacity)]
-                .into_iter()
-                .filter_map(|(name, arg)| arg.as_ref().map(|_| name))
-                .collect();
-            if !given.is_empty() {
-                push(syn::Error::new(
-                    mode.span,
-                    format!(
-                        "`mode` cannot be combined with {}: a lock with `permits` or `capacity` \
-                         is a semaphore, which has no read, write or fair mode",
-                        given.join(" and ")
-                    ),
-                ));
-            }
-        }
         let over_collection = self.name.as_ref().and_then(NameTemplate::collection);
-        if let (Some(placeholder), Some(arg)) = (
-            over_collection,
-            self.capacity.as_ref().or(self.permits.as_ref()),
-        ) {
-            let given = if self.capacity.is_some() {
-                "capacity"
-            } else {
-                "permits"
-            };
-            push(syn::Error::new(
-                arg.span,
+        [
+            self.check_mode(),
+            self.check_semaphore_names(over_collection),
+            self.check_max_names(over_collection),
+            self.check_permits(),
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(|mut all, error| {
+            all.combine(error);
+            all
+        })
+        .map_or(Ok(()), Err)
+    }
+
+    /// `mode` names a lock, not a semaphore.
+    fn check_mode(&self) -> Option<syn::Error> {
+        let mode = self.mode.as_ref()?;
+        let given: Vec<&str> = [("`permits`", &self.permits), ("`capacity`", &self.capacity)]
+            .into_iter()
+            .filter_map(|(name, arg)| arg.as_ref().map(|_| name))
+            .collect();
+        (!given.is_empty()).then(|| {
+            syn::Error::new(
+                mode.span,
                 format!(
-                    "`{given}` cannot be combined with a lock name over a collection \
-                     (`<{}>`): a semaphore cannot be one of several locks taken together; \
-                     take a mutex, or a `mode = \"read\"`, `\"write\"` or `\"fair\"` lock, \
-                     for every name",
-                    placeholder.text
+                    "`mode` cannot be combined with {}: a lock with `permits` or `capacity` \
+                     is a semaphore, which has no read, write or fair mode",
+                    given.join(" and ")
                 ),
-            ));
-        }
-        if let (Some(max_names), None, Some(_)) = (&self.max_names, over_collection, &self.name) {
-            push(syn::Error::new(
+            )
+        })
+    }
+
+    /// A semaphore takes one name: not a name per element of a collection.
+    fn check_semaphore_names(&self, over_collection: Option<&Placeholder>) -> Option<syn::Error> {
+        let placeholder = over_collection?;
+        let arg = self.capacity.as_ref().or(self.permits.as_ref())?;
+        let given = if self.capacity.is_some() {
+            "capacity"
+        } else {
+            "permits"
+        };
+        Some(syn::Error::new(
+            arg.span,
+            format!(
+                "`{given}` cannot be combined with a lock name over a collection \
+                 (`<{}>`): a semaphore cannot be one of several locks taken together; \
+                 take a mutex, or a `mode = \"read\"`, `\"write\"` or `\"fair\"` lock, \
+                 for every name",
+                placeholder.text
+            ),
+        ))
+    }
+
+    /// `max_names` bounds the names of a template over a collection, and only those.
+    fn check_max_names(&self, over_collection: Option<&Placeholder>) -> Option<syn::Error> {
+        match (&self.max_names, over_collection, &self.name) {
+            (Some(max_names), None, Some(_)) => Some(syn::Error::new(
                 max_names.span,
                 "`max_names` applies only to a lock name over a collection, with a `[]` step \
                  like `name = \"stock:<cart.items[].sku>\"`; this name is one lock",
-            ));
+            )),
+            _ => None,
         }
+    }
+
+    /// `permits` are taken from a `capacity`, and no more than it has.
+    fn check_permits(&self) -> Option<syn::Error> {
         match (&self.permits, &self.capacity) {
-            (Some(permits), None) => push(syn::Error::new(
+            (Some(permits), None) => Some(syn::Error::new(
                 permits.span,
                 format!(
                     "`permits` needs `capacity`, the number of permits the semaphore has: \
@@ -290,18 +239,17 @@ impl LockArgs {
                 ),
             )),
             (Some(permits), Some(capacity)) if permits.value > capacity.value => {
-                push(syn::Error::new(
+                Some(syn::Error::new(
                     permits.lit_span,
                     format!(
                         "`permits = {}` is more than `capacity = {}`: a call could never get \
                          its permits",
                         permits.value, capacity.value
                     ),
-                ));
+                ))
             }
-            _ => {}
+            _ => None,
         }
-        errors.map_or(Ok(()), Err)
     }
 }
 
@@ -309,94 +257,7 @@ impl Parse for LockArgs {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = LockArgs::default();
         while !input.is_empty() {
-            let lookahead = input.lookahead1();
-            if lookahead.peek(kw::name) {
-                let name = input.parse::<kw::name>()?;
-                args.parse_name(input, "name", name.span)?;
-            } else if input.peek(kw::key) {
-                // Deprecated: not offered by `lookahead`, so errors list `name` only.
-                let key = input.parse::<kw::key>()?;
-                args.parse_name(input, "key", key.span)?;
-            } else if lookahead.peek(kw::wait) {
-                let name = input.parse::<kw::wait>()?;
-                no_duplicate(&args.wait, name.span, "wait")?;
-                input.parse::<Token![=]>()?;
-                args.wait = Some(DurationArg::parse(input, "wait")?);
-            } else if lookahead.peek(kw::lease) {
-                let name = input.parse::<kw::lease>()?;
-                no_duplicate(&args.lease, name.span, "lease")?;
-                input.parse::<Token![=]>()?;
-                let lease = DurationArg::parse(input, "lease")?;
-                args.lease = Some(lease);
-            } else if lookahead.peek(kw::max_hold) {
-                let name = input.parse::<kw::max_hold>()?;
-                no_duplicate(&args.max_hold, name.span, "max_hold")?;
-                input.parse::<Token![=]>()?;
-                args.max_hold = Some(DurationArg::parse(input, "max_hold")?);
-            } else if lookahead.peek(kw::mode) {
-                let name = input.parse::<kw::mode>()?;
-                no_duplicate(&args.mode, name.span, "mode")?;
-                input.parse::<Token![=]>()?;
-                args.mode = Some(ModeArg::parse(input, name.span)?);
-            } else if lookahead.peek(kw::permits) {
-                let name = input.parse::<kw::permits>()?;
-                no_duplicate(&args.permits, name.span, "permits")?;
-                input.parse::<Token![=]>()?;
-                args.permits = Some(CountArg::parse(input, "permits", name.span)?);
-            } else if lookahead.peek(kw::capacity) {
-                let name = input.parse::<kw::capacity>()?;
-                no_duplicate(&args.capacity, name.span, "capacity")?;
-                input.parse::<Token![=]>()?;
-                args.capacity = Some(CountArg::parse(input, "capacity", name.span)?);
-            } else if lookahead.peek(kw::max_names) {
-                let name = input.parse::<kw::max_names>()?;
-                no_duplicate(&args.max_names, name.span, "max_names")?;
-                input.parse::<Token![=]>()?;
-                let max_names = CountArg::parse(input, "max_names", name.span)?;
-                if max_names.value > MAX_MAX_NAMES {
-                    return Err(syn::Error::new(
-                        max_names.lit_span,
-                        format!(
-                            "`max_names = {}` is too large: at most {MAX_MAX_NAMES} (every name \
-                             is one acquisition, in turn)",
-                            max_names.value
-                        ),
-                    ));
-                }
-                args.max_names = Some(max_names);
-            } else if lookahead.peek(kw::client) {
-                let name = input.parse::<kw::client>()?;
-                no_duplicate(&args.client, name.span, "client")?;
-                input.parse::<Token![=]>()?;
-                args.client = Some(input.parse()?);
-            } else if lookahead.peek(kw::on_lost) {
-                let name = input.parse::<kw::on_lost>()?;
-                no_duplicate(&args.on_lost, name.span, "on_lost")?;
-                input.parse::<Token![=]>()?;
-                args.on_lost = Some(OnLost::parse(input)?);
-            } else if lookahead.peek(Token![crate]) {
-                let name = input.parse::<Token![crate]>()?;
-                no_duplicate(&args.krate, name.span, "crate")?;
-                input.parse::<Token![=]>()?;
-                let lit = string_value(input, "crate", "a path like \"::lock_runtime\"")?;
-                args.krate = Some(lit.parse::<Path>().map_err(|_| {
-                    syn::Error::new(
-                        lit.span(),
-                        format!(
-                            "`crate` must be a path like \"::lock_runtime\", got {:?}",
-                            lit.value()
-                        ),
-                    )
-                })?);
-            } else if input.peek(Ident) {
-                let unknown: Ident = input.parse()?;
-                return Err(syn::Error::new(
-                    unknown.span(),
-                    format!("unknown argument `{unknown}`; expected one of: {VALID_ARGS}"),
-                ));
-            } else {
-                return Err(lookahead.error());
-            }
+            args.parse_arg(input)?;
             if input.is_empty() {
                 break;
             }
@@ -405,6 +266,97 @@ impl Parse for LockArgs {
         args.check()?;
         Ok(args)
     }
+}
+
+impl LockArgs {
+    /// One `argument = value`, kept in its field.
+    fn parse_arg(&mut self, input: ParseStream<'_>) -> syn::Result<()> {
+        let lookahead = input.lookahead1();
+        if lookahead.peek(kw::name) {
+            let name = input.parse::<kw::name>()?;
+            self.parse_name(input, "name", name.span)?;
+        } else if input.peek(kw::key) {
+            // Deprecated: not offered by `lookahead`, so errors list `name` only.
+            let key = input.parse::<kw::key>()?;
+            self.parse_name(input, "key", key.span)?;
+        } else if lookahead.peek(kw::wait) {
+            let span = input.parse::<kw::wait>()?.span;
+            equals_once(&self.wait, input, span, "wait")?;
+            self.wait = Some(DurationArg::parse(input, "wait")?);
+        } else if lookahead.peek(kw::lease) {
+            let span = input.parse::<kw::lease>()?.span;
+            equals_once(&self.lease, input, span, "lease")?;
+            self.lease = Some(DurationArg::parse(input, "lease")?);
+        } else if lookahead.peek(kw::max_hold) {
+            let span = input.parse::<kw::max_hold>()?.span;
+            equals_once(&self.max_hold, input, span, "max_hold")?;
+            self.max_hold = Some(DurationArg::parse(input, "max_hold")?);
+        } else if lookahead.peek(kw::mode) {
+            let span = input.parse::<kw::mode>()?.span;
+            equals_once(&self.mode, input, span, "mode")?;
+            self.mode = Some(ModeArg::parse(input, span)?);
+        } else if lookahead.peek(kw::permits) {
+            let span = input.parse::<kw::permits>()?.span;
+            equals_once(&self.permits, input, span, "permits")?;
+            self.permits = Some(CountArg::parse(input, "permits", span)?);
+        } else if lookahead.peek(kw::capacity) {
+            let span = input.parse::<kw::capacity>()?.span;
+            equals_once(&self.capacity, input, span, "capacity")?;
+            self.capacity = Some(CountArg::parse(input, "capacity", span)?);
+        } else if lookahead.peek(kw::max_names) {
+            let span = input.parse::<kw::max_names>()?.span;
+            equals_once(&self.max_names, input, span, "max_names")?;
+            self.max_names = Some(CountArg::parse_max_names(input, span)?);
+        } else if lookahead.peek(kw::client) {
+            let span = input.parse::<kw::client>()?.span;
+            equals_once(&self.client, input, span, "client")?;
+            self.client = Some(input.parse()?);
+        } else if lookahead.peek(kw::on_lost) {
+            let span = input.parse::<kw::on_lost>()?.span;
+            equals_once(&self.on_lost, input, span, "on_lost")?;
+            self.on_lost = Some(OnLost::parse(input)?);
+        } else if lookahead.peek(Token![crate]) {
+            let span = input.parse::<Token![crate]>()?.span;
+            equals_once(&self.krate, input, span, "crate")?;
+            self.krate = Some(crate_path(input)?);
+        } else if input.peek(Ident) {
+            let unknown: Ident = input.parse()?;
+            return Err(syn::Error::new(
+                unknown.span(),
+                format!("unknown argument `{unknown}`; expected one of: {VALID_ARGS}"),
+            ));
+        } else {
+            return Err(lookahead.error());
+        }
+        Ok(())
+    }
+}
+
+/// The start of `name = value`, once `name` (written at `span`) is parsed: not given before,
+/// then `=`.
+fn equals_once<T>(
+    seen: &Option<T>,
+    input: ParseStream<'_>,
+    span: Span,
+    name: &str,
+) -> syn::Result<()> {
+    no_duplicate(seen, span, name)?;
+    input.parse::<Token![=]>()?;
+    Ok(())
+}
+
+/// The path after `crate =`, given as a string literal.
+fn crate_path(input: ParseStream<'_>) -> syn::Result<Path> {
+    let lit = string_value(input, "crate", "a path like \"::lock_runtime\"")?;
+    lit.parse::<Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`crate` must be a path like \"::lock_runtime\", got {:?}",
+                lit.value()
+            ),
+        )
+    })
 }
 
 fn no_duplicate<T>(seen: &Option<T>, span: Span, name: &str) -> syn::Result<()> {
@@ -466,6 +418,22 @@ impl ModeArg {
 }
 
 impl CountArg {
+    /// `max_names = N`: a count, at most [`MAX_MAX_NAMES`].
+    fn parse_max_names(input: ParseStream<'_>, span: Span) -> syn::Result<Self> {
+        let max_names = CountArg::parse(input, "max_names", span)?;
+        if max_names.value > MAX_MAX_NAMES {
+            return Err(syn::Error::new(
+                max_names.lit_span,
+                format!(
+                    "`max_names = {}` is too large: at most {MAX_MAX_NAMES} (every name is one \
+                     acquisition, in turn)",
+                    max_names.value
+                ),
+            ));
+        }
+        Ok(max_names)
+    }
+
     fn parse(input: ParseStream<'_>, name: &str, span: Span) -> syn::Result<Self> {
         if !input.peek(LitInt) {
             let found: Expr = input.parse()?;
@@ -615,282 +583,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     u64::try_from(total).map_err(|_| "the duration is too long".to_string())
 }
 
-impl NameTemplate {
-    pub(crate) fn parse(lit: LitStr) -> syn::Result<Self> {
-        let parts = parse_template(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))?;
-        Ok(NameTemplate { lit, parts })
-    }
-}
-
-/// Splits a name template into text and placeholders. `<<` and `>>` are a literal `<` and `>`.
-///
-/// Every malformed template is an `Err` with the message to show at the name: a placeholder
-/// that gets through is made of Rust identifiers and tuple indices only, so generating the
-/// field accesses cannot fail.
-pub(crate) fn parse_template(text: &str) -> Result<Vec<NamePart>, String> {
-    const HOW: &str = "placeholders are written `<param>` or `<param.field>`; \
-                       write `<<` or `>>` for a literal `<` or `>`";
-    if text.is_empty() {
-        return Err("the lock name must not be empty".to_string());
-    }
-    let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut chars = text.char_indices().peekable();
-    while let Some((start, c)) = chars.next() {
-        match c {
-            '<' if chars.peek().map(|&(_, c)| c) == Some('<') => {
-                chars.next();
-                literal.push('<');
-            }
-            '>' if chars.peek().map(|&(_, c)| c) == Some('>') => {
-                chars.next();
-                literal.push('>');
-            }
-            '>' => return Err(format!("unmatched `>` in the lock name; {HOW}")),
-            '<' => {
-                let body_start = start + 1;
-                let Some(len) = text[body_start..].find('>') else {
-                    return Err(format!(
-                        "unclosed placeholder `{}` in the lock name; {HOW}",
-                        &text[start..]
-                    ));
-                };
-                let body = &text[body_start..body_start + len];
-                // Skip the placeholder's characters and its `>`.
-                while chars.next_if(|&(i, _)| i <= body_start + len).is_some() {}
-                if body.is_empty() {
-                    return Err(format!(
-                        "empty placeholder `<>` in the lock name: name a parameter, like `<id>`; {HOW}"
-                    ));
-                }
-                let placeholder = parse_placeholder(body).map_err(|why| {
-                    let shown = body.escape_debug();
-                    if body.contains(['[', ']']) {
-                        format!(
-                            "invalid placeholder `<{shown}>` in the lock name: {why}; a \
-                             collection is written with `[]` after its path, like `<skus[]>` \
-                             or `<cart.items[].sku>`"
-                        )
-                    } else {
-                        format!(
-                            "invalid placeholder `<{shown}>` in the lock name: {why}; expected \
-                             a parameter name, optionally with fields, like `<id>`, \
-                             `<order.id>`, `<pair.0>` or `<self.tenant>`"
-                        )
-                    }
-                })?;
-                if placeholder.collection.is_some() {
-                    let earlier = parts.iter().find_map(|part| match part {
-                        NamePart::Placeholder(p) if p.collection.is_some() => Some(&p.text),
-                        _ => None,
-                    });
-                    if let Some(earlier) = earlier {
-                        return Err(format!(
-                            "at most one `[]` in a lock name: `<{}>` and `<{}>` both run over \
-                             a collection; a call takes one lock name per element of one \
-                             collection",
-                            earlier.escape_debug(),
-                            placeholder.text.escape_debug()
-                        ));
-                    }
-                }
-                if !literal.is_empty() {
-                    parts.push(NamePart::Text(std::mem::take(&mut literal)));
-                }
-                parts.push(NamePart::Placeholder(placeholder));
-            }
-            c => literal.push(c),
-        }
-    }
-    if !literal.is_empty() {
-        parts.push(NamePart::Text(literal));
-    }
-    Ok(parts)
-}
-
-/// The body of a placeholder (between `<` and `>`, not empty); `Err` says what is wrong.
-fn parse_placeholder(body: &str) -> Result<Placeholder, String> {
-    let (path, element) = match body.find(['[', ']']) {
-        None => (body, None),
-        Some(at) => {
-            let (path, step) = body.split_at(at);
-            (path, Some(collection_step(path, step)?))
-        }
-    };
-    let mut placeholder = parse_path(body, path)?;
-    if let Some(element) = element {
-        placeholder.collection = Some(placeholder.fields.len());
-        // `element` is empty or starts with `.`: the fields of each element.
-        let fields = element.split('.').skip(1).map(field);
-        placeholder
-            .fields
-            .extend(fields.collect::<Result<Vec<_>, _>>()?);
-    }
-    Ok(placeholder)
-}
-
-/// Checks the `[]` step of a placeholder: `path` is what comes before it and `step` starts
-/// at its `[` (or a stray `]`). Returns what follows the `[]`: nothing, or `.field…`.
-fn collection_step<'a>(path: &str, step: &'a str) -> Result<&'a str, String> {
-    const EVERY: &str = "`[]` takes a lock name for every element of the collection";
-    if step.starts_with(']') {
-        return Err("unmatched `]`".to_string());
-    }
-    if path.is_empty() {
-        return Err(format!(
-            "`[]` must follow the path of a collection: a parameter, or a field of one; {EVERY}"
-        ));
-    }
-    let Some(close) = step.find(']') else {
-        return Err("unclosed `[`".to_string());
-    };
-    let inside = &step[1..close];
-    if !inside.is_empty() {
-        return Err(format!(
-            "nothing may stand between `[` and `]` (found `[{}]`): {EVERY}, there is no index \
-             or key",
-            inside.escape_debug()
-        ));
-    }
-    let after = &step[close + 1..];
-    if after.contains('[') {
-        return Err(
-            "at most one `[]` in a lock name: a call takes one lock name per element of one \
-             collection"
-                .to_string(),
-        );
-    }
-    if after.contains(']') {
-        return Err("unmatched `]`".to_string());
-    }
-    if !after.is_empty() && !after.starts_with('.') {
-        return Err(format!(
-            "`[]` must be followed by `.field` or the end of the placeholder, not `{}`",
-            after.escape_debug()
-        ));
-    }
-    Ok(after)
-}
-
-/// `root.field.0` (a placeholder without `[]`, or the path before it); `body` is the whole
-/// placeholder, kept as its text.
-fn parse_path(body: &str, path: &str) -> Result<Placeholder, String> {
-    let mut segments = path.split('.');
-    // `split` yields at least one segment.
-    let root = segments.next().unwrap_or_default();
-    if root.is_empty() {
-        return Err("the parameter name before the first `.` is missing".to_string());
-    }
-    if root.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("`{root}` is a number, not a parameter name"));
-    }
-    let root = identifier(root)?;
-    if matches!(root.as_str(), "Self" | "super" | "crate") {
-        return Err(format!("`{root}` cannot be a parameter name"));
-    }
-    let fields = segments.map(field).collect::<Result<Vec<_>, _>>()?;
-    Ok(Placeholder {
-        text: body.to_string(),
-        root,
-        fields,
-        collection: None,
-    })
-}
-
-fn field(segment: &str) -> Result<Field, String> {
-    if segment.is_empty() {
-        return Err("a field name after a `.` is missing".to_string());
-    }
-    if segment.bytes().all(|b| b.is_ascii_digit()) {
-        if segment.len() > 1 && segment.starts_with('0') {
-            return Err(format!(
-                "tuple index `{segment}` has a leading zero; write it without, like `.1`"
-            ));
-        }
-        return segment
-            .parse()
-            .map(Field::Index)
-            .map_err(|_| format!("tuple index `{segment}` is too large"));
-    }
-    let name = identifier(segment)?;
-    if matches!(name.as_str(), "self" | "Self" | "super" | "crate") {
-        return Err(format!("`{name}` cannot be a field name"));
-    }
-    Ok(Field::Named(name))
-}
-
-/// A Rust identifier, optionally raw (`r#type`), returned without the `r#`: the rules of the
-/// Rust reference (Unicode `XID_Start`/`XID_Continue`), which is what the compiler checks when
-/// the macro creates the identifier. `_` alone names nothing.
-fn identifier(segment: &str) -> Result<String, String> {
-    let (raw, name) = match segment.strip_prefix("r#") {
-        Some(name) => (true, name),
-        None => (false, segment),
-    };
-    let bad = name.chars().enumerate().find(|&(i, c)| {
-        let allowed = if i == 0 {
-            c == '_' || unicode_ident::is_xid_start(c)
-        } else {
-            unicode_ident::is_xid_continue(c)
-        };
-        !allowed
-    });
-    let shown = segment.escape_debug();
-    match bad {
-        _ if name.is_empty() => return Err(format!("`{shown}` is not a Rust name")),
-        Some((0, c)) if c.is_ascii_digit() => {
-            return Err(format!(
-                "`{shown}` starts with a digit, which a Rust name cannot"
-            ));
-        }
-        Some((_, c)) => {
-            return Err(format!(
-                "`{shown}` contains {c:?}, which cannot be part of a Rust name"
-            ));
-        }
-        None => {}
-    }
-    if name == "_" {
-        return Err("`_` is not a name".to_string());
-    }
-    if raw && matches!(name, "self" | "Self" | "super" | "crate") {
-        return Err(format!("`{segment}` is not a valid raw identifier"));
-    }
-    Ok(name.to_string())
-}
-
-/// Whether `name` is a Rust keyword in some edition (strict or reserved), so that a field or
-/// parameter of that name must be written as a raw identifier (`r#type`).
-pub(crate) fn is_keyword(name: &str) -> bool {
-    const KEYWORDS: &[&str] = &[
-        "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
-        "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl",
-        "in", "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub",
-        "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "try",
-        "type", "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
-    ];
-    KEYWORDS.contains(&name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A placeholder as the parser returns it; `fields` all digits are tuple indices.
-    fn ph(text: &str, root: &str, fields: &[&str]) -> NamePart {
-        NamePart::Placeholder(Placeholder {
-            text: text.into(),
-            root: root.into(),
-            fields: fields
-                .iter()
-                .map(|s| match s.parse() {
-                    Ok(index) => Field::Index(index),
-                    Err(_) => Field::Named(s.to_string()),
-                })
-                .collect(),
-            collection: None,
-        })
-    }
 
     fn args(text: &str) -> syn::Result<LockArgs> {
         syn::parse_str(text)
@@ -1030,175 +725,6 @@ mod tests {
     }
 
     #[test]
-    fn templates_split_into_text_and_placeholders() {
-        assert_eq!(
-            parse_template("stock:<id>"),
-            Ok(vec![NamePart::Text("stock:".into()), ph("id", "id", &[])])
-        );
-        assert_eq!(
-            parse_template("<self.tenant>:order:<order.customer.id>/<pair.0>"),
-            Ok(vec![
-                ph("self.tenant", "self", &["tenant"]),
-                NamePart::Text(":order:".into()),
-                ph("order.customer.id", "order", &["customer", "id"]),
-                NamePart::Text("/".into()),
-                ph("pair.0", "pair", &["0"]),
-            ])
-        );
-        assert_eq!(
-            parse_template("plain"),
-            Ok(vec![NamePart::Text("plain".into())])
-        );
-        assert_eq!(
-            parse_template("a<<b>>c{d}"),
-            Ok(vec![NamePart::Text("a<b>c{d}".into())])
-        );
-    }
-
-    #[test]
-    fn bad_templates_are_rejected() {
-        for bad in [
-            "",
-            "a<>",
-            "a<id",
-            "a<id.",
-            "a>b",
-            "<1>",
-            "<a b>",
-            "<a..b>",
-            "<a.>",
-            "<.a>",
-            "<a<b>",
-            "<_>",
-            "<a-b>",
-            "<id.a²>",
-            "<²>",
-            "<a.0x>",
-            "<a.00>",
-            "<a.01>",
-            "<a.4294967296>",
-            "<Self>",
-            "<super>",
-            "<crate>",
-            "<r#self>",
-            "<r#_>",
-            "<r#>",
-            "<a.self>",
-            "<a.Self>",
-            "<a.super>",
-            "<a.crate>",
-            "<a.r#crate>",
-            "<a._>",
-            "<a>>",
-            "<a.1e3>",
-            "<a.-1>",
-            "<r#1>",
-            "<a.b c>",
-            "<a:b>",
-            "<a{b}>",
-            "<a\u{200b}>",
-        ] {
-            assert!(parse_template(bad).is_err(), "{bad:?} should be rejected");
-        }
-    }
-
-    #[test]
-    fn keywords_unicode_and_raw_names_are_accepted() {
-        assert_eq!(
-            parse_template("<cfg.type>:<r#type.r#match>:<café.größe>:<t.4294967295>"),
-            Ok(vec![
-                ph("cfg.type", "cfg", &["type"]),
-                NamePart::Text(":".into()),
-                ph("r#type.r#match", "type", &["match"]),
-                NamePart::Text(":".into()),
-                ph("café.größe", "café", &["größe"]),
-                NamePart::Text(":".into()),
-                ph("t.4294967295", "t", &["4294967295"]),
-            ])
-        );
-        assert_eq!(
-            parse_template("<self.r#async>"),
-            Ok(vec![ph("self.r#async", "self", &["async"])])
-        );
-    }
-
-    /// A placeholder over a collection: `before` fields up to the `[]`, then the element's.
-    fn each(text: &str, root: &str, before: &[&str], after: &[&str]) -> NamePart {
-        let NamePart::Placeholder(mut placeholder) = ph(text, root, &[before, after].concat())
-        else {
-            unreachable!("ph() makes placeholders");
-        };
-        placeholder.collection = Some(before.len());
-        NamePart::Placeholder(placeholder)
-    }
-
-    #[test]
-    fn a_collection_step_marks_the_path_before_it() {
-        assert_eq!(
-            parse_template("stock:<cart.items[].sku>"),
-            Ok(vec![
-                NamePart::Text("stock:".into()),
-                each("cart.items[].sku", "cart", &["items"], &["sku"]),
-            ])
-        );
-        assert_eq!(
-            parse_template("<self.w>:<skus[]>:<m[].0.r#type>"),
-            Err(
-                "at most one `[]` in a lock name: `<skus[]>` and `<m[].0.r#type>` both run \
-                 over a collection; a call takes one lock name per element of one collection"
-                    .to_string()
-            )
-        );
-        assert_eq!(
-            parse_template("<self.w>:<m[].0.r#type>:<<[]>>"),
-            Ok(vec![
-                ph("self.w", "self", &["w"]),
-                NamePart::Text(":".into()),
-                each("m[].0.r#type", "m", &[], &["0", "type"]),
-                NamePart::Text(":<[]>".into()),
-            ])
-        );
-        let Ok(parts) = parse_template("a:<self.cart.items[].sku.id>") else {
-            panic!("rejected");
-        };
-        let NamePart::Placeholder(placeholder) = &parts[1] else {
-            panic!("{parts:?}");
-        };
-        assert_eq!(placeholder.collection_text(), Some("self.cart.items"));
-        assert_eq!(placeholder.collection, Some(2));
-    }
-
-    #[test]
-    fn bad_collection_steps_are_rejected() {
-        for (bad, expected) in [
-            ("<[]>", "must follow the path of a collection"),
-            ("<[].a>", "must follow the path of a collection"),
-            ("<x[]y>", "not `y`"),
-            ("<x[]_y>", "not `_y`"),
-            ("<x[ ]>", "found `[ ]`"),
-            ("<x[0]>", "found `[0]`"),
-            ("<x[a]>", "found `[a]`"),
-            ("<x[>", "unclosed `[`"),
-            ("<x]>", "unmatched `]`"),
-            ("<x[]]>", "unmatched `]`"),
-            ("<x.[]>", "a field name after a `.` is missing"),
-            ("<x[].>", "a field name after a `.` is missing"),
-            ("<x[]..a>", "a field name after a `.` is missing"),
-            ("<x[].self>", "cannot be a field name"),
-            ("<1[]>", "is a number"),
-            ("<a[].b[]>", "at most one `[]`"),
-            ("<a[][]>", "at most one `[]`"),
-            ("<a[]>:<b[]>", "at most one `[]`"),
-            ("<a[]>:<a[]>", "at most one `[]`"),
-        ] {
-            match parse_template(bad) {
-                Ok(parts) => panic!("{bad:?} was accepted: {parts:?}"),
-                Err(message) => assert!(message.contains(expected), "{bad:?}: {message}"),
-            }
-        }
-    }
-
-    #[test]
     fn max_names_needs_a_collection_and_no_semaphore() {
         let parsed = args(r#"name = "s:<skus[]>", max_names = 3, mode = "write""#).unwrap();
         assert_eq!(parsed.max_names.as_ref().map(|m| m.value), Some(3));
@@ -1230,122 +756,5 @@ mod tests {
         }
         // `max_names` before the name is checked against it too.
         assert!(error(r#"max_names = 3, name = "s""#).contains("applies only"));
-    }
-
-    /// Whatever the template, the parser returns (no panic), and every field it lets through
-    /// can be turned into tokens (`Ident::new` panics on anything that is not an identifier).
-    /// Accepted templates also round-trip: text re-escaped and placeholders as written give
-    /// back the template, so nothing was dropped or invented.
-    fn check_no_panic(template: &str) {
-        let Ok(parts) = parse_template(template) else {
-            return;
-        };
-        let rendered: String = parts
-            .iter()
-            .map(|part| match part {
-                NamePart::Text(text) => text.replace('<', "<<").replace('>', ">>"),
-                NamePart::Placeholder(placeholder) => format!("<{}>", placeholder.text),
-            })
-            .collect();
-        assert_eq!(
-            rendered, template,
-            "the parts do not add up to the template"
-        );
-        for part in parts {
-            if let NamePart::Placeholder(placeholder) = part {
-                assert!(!placeholder.root.is_empty(), "{template:?}");
-                for field in &placeholder.fields {
-                    let member = field.member(Span::call_site());
-                    // Round trip through the tokenizer: what was generated is one member.
-                    let text = quote::quote!(#member).to_string();
-                    assert!(
-                        syn::parse_str::<syn::Member>(&text).is_ok(),
-                        "{template:?} generated the member {text:?}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn odd_templates_never_panic() {
-        // Every template of up to 5 characters over this alphabet…
-        let alphabet: Vec<char> = "<>.a²_ 0{}:".chars().collect();
-        let mut count = 0;
-        let mut current: Vec<usize> = Vec::new();
-        loop {
-            let template: String = current.iter().map(|&i| alphabet[i]).collect();
-            check_no_panic(&template);
-            count += 1;
-            // Next string in length-then-lexicographic order.
-            let mut i = current.len();
-            loop {
-                if i == 0 {
-                    current.insert(0, 0);
-                    current.iter_mut().for_each(|d| *d = 0);
-                    break;
-                }
-                i -= 1;
-                current[i] += 1;
-                if current[i] < alphabet.len() {
-                    break;
-                }
-                current[i] = 0;
-            }
-            if current.len() > 5 {
-                break;
-            }
-        }
-        assert_eq!(count, (0..=5).map(|n| alphabet.len().pow(n)).sum::<usize>());
-
-        // …and longer pseudo-random ones over a wider alphabet (raw prefixes, keywords, digits,
-        // combining and non-identifier characters).
-        let pieces = [
-            "<",
-            ">",
-            ".",
-            "a",
-            "²",
-            "_",
-            " ",
-            "0",
-            "1",
-            "{",
-            "}",
-            ":",
-            "r#",
-            "#",
-            "type",
-            "self",
-            "Self",
-            "crate",
-            "super",
-            "é",
-            "\u{301}",
-            "\u{200b}",
-            "-",
-            "<<",
-            ">>",
-            "9999999999",
-            "\u{10FFFF}",
-            "\n",
-            "[",
-            "]",
-            "[]",
-            "[].",
-        ];
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-        for _ in 0..50_000 {
-            let len = 1 + (state % 12) as usize;
-            let mut template = String::new();
-            for _ in 0..len {
-                // xorshift64
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                template.push_str(pieces[(state % pieces.len() as u64) as usize]);
-            }
-            check_no_panic(&template);
-        }
     }
 }

@@ -11,7 +11,8 @@ use syn::{
     AttrStyle, Block, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{DEFAULT_MAX_NAMES, Kind, LockArgs, NamePart, NameTemplate, OnLost, Placeholder};
+use crate::attr::{DEFAULT_MAX_NAMES, Kind, LockArgs, OnLost};
+use crate::template::{NamePart, NameTemplate, Placeholder};
 
 /// Expands `#[distributed_lock(args)] item`. Whatever goes wrong, the user's fn is emitted as
 /// written next to the error, so the rest of the crate (and the IDE) keeps working.
@@ -134,23 +135,7 @@ fn gen_function(func: &ItemFn, args: &LockArgs) -> syn::Result<TokenStream> {
 /// The new body of the fn: the checks of the signature and the name, then the statements that
 /// format the name, get the client, open the span and run the user's `block` under the lock.
 fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<TokenStream> {
-    let mut errors = Errors::default();
-    if sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            sig.fn_token.span,
-            "the `async` keyword is missing from the function declaration: \
-             `#[distributed_lock]` works on `async fn` only",
-        ));
-    }
-    let return_type = errors.check(check_return_type(sig));
-    let name = errors
-        .check(args.name())
-        .and_then(|name| errors.check(name_expr(name, sig)));
-    errors.finish()?;
-    let (Some(return_type), Some(name)) = (return_type, name) else {
-        unreachable!("errors were reported above");
-    };
-
+    let (return_type, name) = check_signature(sig, args)?;
     let krate = args
         .krate
         .as_ref()
@@ -202,6 +187,28 @@ fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<Toke
         );
         #tail
     })
+}
+
+/// Checks that the fn is `async`, its return type ([`check_return_type`]) and the
+/// placeholders of the name ([`name_expr`]), reporting every error at once.
+fn check_signature(sig: &Signature, args: &LockArgs) -> syn::Result<((Type, Span), Names)> {
+    let mut errors = Errors::default();
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "the `async` keyword is missing from the function declaration: \
+             `#[distributed_lock]` works on `async fn` only",
+        ));
+    }
+    let return_type = errors.check(check_return_type(sig));
+    let name = errors
+        .check(args.name())
+        .and_then(|name| errors.check(name_expr(name, sig)));
+    errors.finish()?;
+    let (Some(return_type), Some(name)) = (return_type, name) else {
+        unreachable!("errors were reported above");
+    };
+    Ok((return_type, name))
 }
 
 /// The deprecation warning for `key = "…"`, at the `key` token: the use of a deprecated item
@@ -472,33 +479,7 @@ fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<Names> {
                 format.push_str(&text.replace('{', "{{").replace('}', "}}"));
             }
             NamePart::Placeholder(placeholder) => {
-                let root = &placeholder.root;
-                let root_tokens = if root == "self" {
-                    if !has_self {
-                        return Err(syn::Error::new(
-                            span,
-                            format!(
-                                "placeholder `<{}>` refers to `self`, but `{}` has no `self` parameter",
-                                placeholder.text, sig.ident
-                            ),
-                        ));
-                    }
-                    Token![self](span).into_token_stream()
-                } else if let Some(param) = names.get(root) {
-                    // The parameter's own identifier (raw if it was written `r#…`), pointing at
-                    // the name.
-                    let mut param = param.clone();
-                    param.set_span(span);
-                    param.into_token_stream()
-                } else {
-                    return Err(unknown_placeholder(
-                        placeholder,
-                        &names,
-                        has_self,
-                        sig,
-                        span,
-                    ));
-                };
+                let root_tokens = root_tokens(placeholder, has_self, &names, sig, span)?;
                 let mut fields = placeholder.fields.iter().map(|field| field.member(span));
                 match (placeholder.collection, placeholder.collection_text()) {
                     (Some(n), Some(path)) => {
@@ -533,6 +514,37 @@ fn name_expr(name: &NameTemplate, sig: &Signature) -> syn::Result<Names> {
             name: formatted,
         }),
     })
+}
+
+/// The root of `placeholder` as an expression pointing at the name (`span`): `self`, or the
+/// parameter it names.
+fn root_tokens(
+    placeholder: &Placeholder,
+    has_self: bool,
+    names: &BTreeMap<String, Ident>,
+    sig: &Signature,
+    span: Span,
+) -> syn::Result<TokenStream> {
+    let root = &placeholder.root;
+    if root == "self" {
+        if !has_self {
+            return Err(syn::Error::new(
+                span,
+                format!(
+                    "placeholder `<{}>` refers to `self`, but `{}` has no `self` parameter",
+                    placeholder.text, sig.ident
+                ),
+            ));
+        }
+        Ok(Token![self](span).into_token_stream())
+    } else if let Some(param) = names.get(root) {
+        // The parameter's own identifier (raw if it was written `r#…`), pointing at the name.
+        let mut param = param.clone();
+        param.set_span(span);
+        Ok(param.into_token_stream())
+    } else {
+        Err(unknown_placeholder(placeholder, names, has_self, sig, span))
+    }
 }
 
 fn unknown_placeholder(

@@ -9,6 +9,7 @@
 
 mod attr;
 mod expand;
+mod template;
 
 use proc_macro::TokenStream;
 

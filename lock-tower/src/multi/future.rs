@@ -14,8 +14,8 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::Bounds;
 use super::buffer::BufferedBody;
-use super::service::Bounds;
 use crate::body::{BoxError, ResponseBody};
 use crate::config::Config;
 use crate::name::{BodyNameSource, invalid_body};

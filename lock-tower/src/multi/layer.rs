@@ -8,7 +8,8 @@ use http::StatusCode;
 use lock_runtime::{LockClient, LockOptions};
 use tower_layer::Layer;
 
-use super::service::{Bounds, MultiLockService};
+use super::Bounds;
+use super::service::MultiLockService;
 use crate::config::Config;
 use crate::name::BodyNameSource;
 use crate::rejection::DefaultRejection;

@@ -17,3 +17,12 @@ pub use self::buffer::BufferedBody;
 pub use self::future::MultiResponseFuture;
 pub use self::layer::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NAMES, MultiLockLayer};
 pub use self::service::MultiLockService;
+
+/// What a [`MultiLockService`] reads and takes for one request at most, besides the settings
+/// of every layer. Set by the layer, read by the service and by the future (kept here so that
+/// the future does not import the service, which imports the future).
+#[derive(Debug, Clone)]
+pub(crate) struct Bounds {
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_names: usize,
+}

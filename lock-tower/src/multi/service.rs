@@ -11,6 +11,7 @@ use http_body::Body;
 use lock_runtime::{LockError, MultiLock};
 use tower_service::Service;
 
+use super::Bounds;
 use super::buffer::BufferedBody;
 use super::future::MultiResponseFuture;
 use crate::body::{BoxError, ResponseBody};
@@ -20,14 +21,6 @@ use crate::name::{BodyNameSource, invalid_body};
 use crate::rejection::{DefaultRejection, LockRejection, RejectionResponse, is_grpc};
 use crate::response::{AcquireFuture, Origin};
 use crate::service::take_ready;
-
-/// What a [`MultiLockService`] reads and takes for one request at most, besides the settings
-/// of every layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Bounds {
-    pub(crate) max_body_bytes: usize,
-    pub(crate) max_names: usize,
-}
 
 impl<N: BodyNameSource> Shared<N, Bounds> {
     /// Computes the request's names and starts taking them all.

@@ -5,7 +5,7 @@
 //! of [`Channels`]. The Redis backend (`topology/`) implements both for one server, a cluster
 //! and a master behind Sentinel, with or without replica acknowledgement; per-topology
 //! batching (renewals per node and per slot, releases per lock on a cluster) happens behind
-//! these traits. The in-memory backend (`backend/memory.rs`, behind `MemoryLocks` with feature
+//! these traits. The in-memory backend (`backend/memory/`, behind `MemoryLocks` with feature
 //! `memory`) is a second implementation of both; another on-Redis layout would plug in here too.
 //!
 //! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a

@@ -5,7 +5,7 @@
 //! of [`Channels`]. The Redis backend (`topology/`) implements both for one server, a cluster
 //! and a master behind Sentinel, with or without replica acknowledgement; per-topology
 //! batching (renewals per node and per slot, releases per lock on a cluster) happens behind
-//! these traits. The in-memory backend (`backend/memory.rs`, behind `MemoryLocks` with feature
+//! these traits. The in-memory backend (`backend/memory/`, behind `MemoryLocks` with feature
 //! `memory`) is a second implementation of both. Key layouts do not plug in here: a lock's
 //! keys and its [`Scheme`](crate::keys::Scheme) are decided above the seam (`keys/`), and each
 //! backend serves the schemes it can (the memory backend refuses Redisson's, see

@@ -17,11 +17,12 @@ pub const MAX_LISTED_HOLDERS: u32 = 1000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockKind {
-    /// A [`Lock`] made by [`LockClient::lock`].
+    /// A [`Lock`] made by [`LockClient::lock`](crate::LockClient::lock).
     Mutex,
-    /// A fair lock ([`LockClient::fair_lock`]). On Redis a fair lock is the mutex's hash plus a
-    /// queue that exists only while someone waits, so a fair lock nobody waits for reads as a
-    /// [`Mutex`](LockKind::Mutex) unless the handle asked is a fair lock.
+    /// A fair lock ([`LockClient::fair_lock`](crate::LockClient::fair_lock)). On Redis a fair
+    /// lock is the mutex's hash plus a queue that exists only while someone waits, so a fair
+    /// lock nobody waits for reads as a [`Mutex`](LockKind::Mutex) unless the handle asked is a
+    /// fair lock.
     Fair,
     /// A read/write lock ([`RwLock`](crate::RwLock)).
     ReadWrite,
@@ -92,8 +93,8 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The id of the [`LockClient`] that holds it (see [`LockClient::id`]), when the owner id
-    /// has the runtime's form.
+    /// The id of the [`LockClient`](crate::LockClient) that holds it (see
+    /// [`LockClient::id`](crate::LockClient::id)), when the owner id has the runtime's form.
     ///
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
@@ -279,8 +280,8 @@ impl Lock {
     /// when nobody holds it. One round trip, read atomically; nothing is changed.
     ///
     /// Works for every member of the family whatever the handle (a
-    /// [`lock`](LockClient::lock) handle on a semaphore's name reports the semaphore), on every
-    /// topology. [`LockError::ForeignData`] when the key holds data of another type.
+    /// [`lock`](crate::LockClient::lock) handle on a semaphore's name reports the semaphore), on
+    /// every topology. [`LockError::ForeignData`] when the key holds data of another type.
     ///
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {

@@ -6,7 +6,7 @@
 //! with `FCALL`; elsewhere (a cluster, a server before Redis 7, a proxy or ACL that refuses
 //! functions) they go as `EVALSHA`. A [`Call`] is one invocation with its keys and arguments,
 //! built in `call.rs` and nowhere else, by a `match` on the lock's scheme; its reply is read in
-//! `reply.rs`. The Redis backend (`topology/operations.rs`) sends calls, followed by `WAIT`
+//! `reply.rs`. The Redis backend sends calls (`topology/call.rs`), followed by `WAIT`
 //! when replicas must acknowledge, and reloads a script or the library the server lost
 //! (`SCRIPT FLUSH`, `FUNCTION FLUSH`, a restart, a failover to a replica that never saw it).
 //!

@@ -10,7 +10,7 @@
 
 #![cfg(feature = "axum")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

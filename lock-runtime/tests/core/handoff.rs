@@ -1,0 +1,540 @@
+//! Local hand-off: a release grants the lock straight to a waiting task of the same client, in
+//! one round trip, fairly, without starving other processes, and without leaking a grant when
+//! the waiter is gone.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_tests::{RedisServer, TcpProxy};
+
+fn wait(d: Duration) -> LockOptions {
+    LockOptions::new().wait(d)
+}
+
+/// Subscribes to the lock's unlock channel with a plain connection, to see what is published.
+async fn listen(redis: &RedisServer, channel: &str) -> redis::aio::PubSub {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiting_task_without_letting_it_fall_free() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let first = locks.lock("h").acquire().await.unwrap();
+    let mut unlocks = listen(&redis, "lock:{h}:unlock").await;
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let guard = locks
+                .lock("h")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            let owner = guard.owner().to_owned();
+            let token = guard.fencing_token();
+            (guard, owner, token)
+        }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(2), || redis
+            .pubsub_channels("lock:*")
+            .iter()
+            .any(|c| c == "lock:{h}:unlock"))
+        .await
+    );
+    // Give the waiter time to queue after its first attempt.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    let (guard, owner, token) = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("handed over at once")
+        .unwrap();
+    assert!(token > first_token, "{token} > {first_token}");
+    // Redis holds it for the waiter's owner id, with the waiter's lease.
+    let fields = redis.cmd(&["HKEYS", "lock:{h}"]);
+    assert_eq!(fields.items().len(), 1);
+    assert_eq!(fields.items()[0].text(), Some(owner.as_str()));
+    let pttl = redis.cmd(&["PTTL", "lock:{h}"]).int().unwrap();
+    assert!(pttl > 25_000, "the waiter's own 30 s lease: {pttl}");
+    let stats = locks.stats();
+    assert_eq!(stats.handoffs, 1, "{stats:?}");
+    assert_eq!(stats.acquisitions, 2, "{stats:?}");
+    // The lock never fell free: nothing was published for the hand-over.
+    let mut messages = unlocks.on_message();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err(),
+        "no unlock message for a hand-over"
+    );
+    // With nobody waiting, the release lets it fall free and publishes.
+    guard.release().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), messages.next())
+            .await
+            .is_ok()
+    );
+    assert_eq!(redis.cmd(&["EXISTS", "lock:{h}"]).int(), Some(0));
+    drop(messages);
+    drop(unlocks);
+    common::assert_unsubscribed(&redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_hands_over_through_the_background_releaser() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let first = locks.lock("d").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("d")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(first);
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("handed over at once")
+        .unwrap()
+        .unwrap();
+    assert_eq!(locks.stats().handoffs, 1);
+    assert!(!guard.is_lost());
+}
+
+/// Tasks of one client are served in the order they queued, and each hand-over is a real
+/// owner change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_served_first_come_first_served() {
+    let redis = RedisServer::start();
+    let locks = lock_tests::client_with(&redis, |b| b.handoff_limit(100)).await;
+    let first = locks.lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let locks = locks.clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locks
+                .lock("fifo")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.unwrap();
+        }));
+        // Queue one after the other.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(locks.stats().handoffs, 5);
+}
+
+/// Four tasks of `client` taking lock `name` in a loop, holding it `hold` each time, until
+/// `stop`; `rounds` counts their acquisitions.
+fn keep_busy(
+    client: &LockClient,
+    name: &'static str,
+    hold: Duration,
+    stop: &Arc<AtomicBool>,
+    rounds: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|_| {
+            let (client, stop, rounds) = (client.clone(), stop.clone(), rounds.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = client
+                        .lock(name)
+                        .acquire_with(
+                            LockOptions::new()
+                                .lease(Duration::from_secs(10))
+                                .wait(Duration::from_secs(10)),
+                        )
+                        .await
+                        .unwrap();
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(hold).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
+/// How long `client` (another process than the busy one) waits for lock `name`, ten times,
+/// holding it only to release it, then pausing `pause` before the next.
+async fn waits_of(client: &LockClient, name: &str, pause: Duration) -> Vec<Duration> {
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let guard = client
+            .lock(name)
+            .acquire_with(wait(Duration::from_secs(5)))
+            .await
+            .expect("another process gets its turn");
+        waits.push(start.elapsed());
+        guard.release().await.unwrap();
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    waits
+}
+
+/// The cohorting bound: a client whose tasks keep a lock busy passes it on locally at most
+/// `limit` times in a row while another process waits; then it falls free and is kept from the
+/// busy client for a moment, so the other process gets its turn (here within a second each
+/// time, ten times, although the lock is never idle and its lease is 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
+    let redis = RedisServer::start();
+    let busy = lock_tests::client_with(&redis, |b| b.handoff_limit(4)).await;
+    let other = common::client(&redis).await;
+    let (stop, rounds) = (Arc::default(), Arc::default());
+    let hammer = keep_busy(&busy, "hot", Duration::from_millis(1), &stop, &rounds);
+    assert!(
+        common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
+            > 50)
+        .await
+    );
+    let waits = waits_of(&other, "hot", Duration::ZERO).await;
+    stop.store(true, Ordering::Relaxed);
+    eprintln!("another process waited {waits:?}");
+    for h in hammer {
+        h.await.unwrap();
+    }
+    let stats = busy.stats();
+    assert!(stats.handoffs > 0, "{stats:?}");
+    assert!(
+        waits.iter().all(|w| *w < Duration::from_secs(1)),
+        "{waits:?}"
+    );
+}
+
+/// A turn is bounded in time too: with critical sections of 3 ms, a client whose tasks keep a
+/// lock busy lets another process in after a few milliseconds of its turn, long before its
+/// hand-off limit (64 by default: about 200 ms of 3 ms sections) would end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_ends_after_its_time_with_long_critical_sections() {
+    let redis = RedisServer::start();
+    let busy = common::client(&redis).await;
+    let other = common::client(&redis).await;
+    let (stop, rounds) = (Arc::default(), Arc::default());
+    let hammer = keep_busy(&busy, "long", Duration::from_millis(3), &stop, &rounds);
+    assert!(
+        common::eventually(Duration::from_secs(5), || rounds.load(Ordering::Relaxed)
+            > 20)
+        .await
+    );
+    // Back among the waiters only after the busy client had a turn again.
+    let mut waits = waits_of(&other, "long", Duration::from_millis(20)).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in hammer {
+        h.await.unwrap();
+    }
+    assert!(busy.stats().handoffs > 0);
+    waits.sort();
+    // A turn of 2 ms ends at the first release after it: a 3 ms section, plus the one in
+    // progress when the other process asked. The median leaves room for a slow machine.
+    assert!(waits[5] < Duration::from_millis(60), "{waits:?}");
+}
+
+/// Clients hammering one lock as several processes would (each client has its own connections
+/// and subscription): each with its number of tasks, in a loop with an empty critical section,
+/// until `total` acquisitions or `run` passed. Returns which client held the lock, in holding
+/// order.
+async fn hammer(clients: &[(&LockClient, usize)], total: usize, run: Duration) -> Vec<usize> {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let until = Instant::now() + run;
+    let mut handles = Vec::new();
+    for (c, &(client, tasks)) in clients.iter().enumerate() {
+        for _ in 0..tasks {
+            let (client, order) = (client.clone(), order.clone());
+            handles.push(tokio::spawn(async move {
+                while Instant::now() < until && order.lock().unwrap().len() < total {
+                    let guard = client
+                        .lock("turns")
+                        .acquire_with(wait(Duration::from_secs(10)))
+                        .await
+                        .unwrap();
+                    // Inside the critical section: the pushes are in holding order.
+                    order.lock().unwrap().push(c);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    Arc::try_unwrap(order).unwrap().into_inner().unwrap()
+}
+
+/// The turns in a holding order: (client, acquisitions in a row).
+fn turns(order: &[usize]) -> Vec<(usize, usize)> {
+    let mut turns: Vec<(usize, usize)> = Vec::new();
+    for &c in order {
+        match turns.last_mut() {
+            Some((last, n)) if *last == c => *n += 1,
+            _ => turns.push((c, 1)),
+        }
+    }
+    turns
+}
+
+/// Clients of several processes that all wait for a busy lock take turns in a fixed cycle: after
+/// a client's turn (its hand-off limit), the client whose last turn is longest ago goes next,
+/// whatever order Redis delivers the unlock message in, so no process is served twice while
+/// another waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_clients_of_several_processes_take_turns_in_order() {
+    let redis = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(lock_tests::client_with(&redis, |b| b.handoff_limit(2)).await);
+    }
+    let each: Vec<_> = clients.iter().map(|c| (c, 3)).collect();
+    let order = hammer(&each, 3_000, Duration::from_secs(3)).await;
+    let turns = turns(&order);
+    // The middle of the run, when every client has tasks waiting (its start and end are ragged).
+    let middle = &turns[turns.len() / 10..turns.len() * 9 / 10];
+    // Out of order: a client holding again while one of the others waited since before its
+    // last turn, i.e. one of the two turns before it was its own.
+    let out_of_order = middle
+        .windows(3)
+        .filter(|w| w[2].0 == w[0].0 || w[2].0 == w[1].0)
+        .count();
+    let mut per_client = [0usize; 3];
+    for &c in &order {
+        per_client[c] += 1;
+    }
+    eprintln!(
+        "{} acquisitions, {} turns, {out_of_order} out of order, per client {per_client:?}",
+        order.len(),
+        turns.len()
+    );
+    assert!(middle.len() >= 30, "{turns:?}");
+    assert!(
+        out_of_order * 10 <= middle.len(),
+        "turns out of order: {out_of_order} of {}",
+        middle.len()
+    );
+    let (min, max) = (
+        per_client.iter().min().unwrap(),
+        per_client.iter().max().unwrap(),
+    );
+    assert!(min * 10 >= max * 8, "per client {per_client:?}");
+}
+
+/// A client that takes the lock again and again on its own (no local waiters, so it never
+/// hands on, and never yields) does not keep a client that ended its turn waiting: a new turn
+/// ends the one before it, so the two alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retaking_the_lock_alone_takes_turns_with_a_client_that_yielded() {
+    let redis = RedisServer::start();
+    let busy = lock_tests::client_with(&redis, |b| b.handoff_limit(2)).await;
+    let alone = common::client(&redis).await;
+    let order = hammer(&[(&busy, 4), (&alone, 1)], 2_000, Duration::from_secs(2)).await;
+    let turns = turns(&order);
+    let busy_turns = turns.iter().filter(|t| t.0 == 0).count();
+    let alone_turns = turns.len() - busy_turns;
+    eprintln!(
+        "{} acquisitions: {busy_turns} turns of the busy client, {alone_turns} of the other",
+        order.len()
+    );
+    assert!(alone_turns >= 10, "{turns:?}");
+    // Alternating: the busy client gets (about) one turn per turn of the other.
+    assert!(busy_turns * 10 >= alone_turns * 8, "{turns:?}");
+}
+
+/// Turns are for clients that wait: once the others stopped waiting, a client whose turn
+/// just ended takes the free lock at once (no waiting for the turn mark to lapse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_nobody_else_waits_a_client_whose_turn_ended_takes_the_lock_at_once() {
+    let redis = RedisServer::start();
+    let a = lock_tests::client_with(&redis, |b| b.handoff_limit(1)).await;
+    let b = lock_tests::client_with(&redis, |b| b.handoff_limit(1)).await;
+    for round in 0..20 {
+        let order = hammer(&[(&a, 3), (&b, 3)], 60, Duration::from_secs(5)).await;
+        assert!(turns(&order).len() > 2, "{order:?}");
+        // Nobody waits once both clients unsubscribed (a client counts its unsubscription when
+        // Redis confirmed it), which takes well under the mark's 5 ms: ask right then.
+        let unsubscribed = Instant::now() + Duration::from_secs(2);
+        while a.subscribed_channels() + b.subscribed_channels() > 0 {
+            assert!(
+                Instant::now() < unsubscribed,
+                "round {round}: still subscribed"
+            );
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        for client in [&a, &b] {
+            let guard = client
+                .lock("turns")
+                .try_acquire(Duration::ZERO)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+/// With nobody else waiting, the limit costs nothing: the hand-offs go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nobody_else_waiting_hand_offs_go_on_past_the_limit() {
+    let redis = RedisServer::start();
+    let locks = lock_tests::client_with(&redis, |b| b.handoff_limit(2)).await;
+    let first = locks.lock("alone").acquire().await.unwrap();
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let guard = locks
+                    .lock("alone")
+                    .acquire_with(wait(Duration::from_secs(10)))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.release().await.unwrap();
+            })
+        })
+        .collect();
+    assert!(common::eventually(Duration::from_secs(2), || locks.subscribed_channels() == 1).await);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(locks.stats().handoffs, 10, "{:?}", locks.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_zero_turns_hand_off_off() {
+    let redis = RedisServer::start();
+    let locks = lock_tests::client_with(&redis, |b| b.handoff_limit(0)).await;
+    let first = locks.lock("off").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("off")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(locks.stats().handoffs, 0);
+    guard.release().await.unwrap();
+}
+
+/// A waiter that gives up while the release handing it the lock is in flight: the grant
+/// that arrives for nobody is released in the background at once, not held for its 30 s
+/// lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
+    let redis = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let locks = LockClient::connect(&proxy.url()).await.unwrap();
+    let other = common::client(&redis).await;
+    let first = locks.lock("gone").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("gone")
+                .acquire_with(wait(Duration::from_secs(30)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every request and reply through the proxy now takes 300 ms each way.
+    proxy.set_latency(Duration::from_millis(300));
+    let release = tokio::spawn(async move { first.release().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let start = Instant::now();
+    let guard = other
+        .lock("gone")
+        .acquire_with(wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    release.await.unwrap().unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "released in the background, not after the lease: {waited:?}"
+    );
+    // Counted once its reply is back through the slow proxy.
+    assert!(
+        common::eventually(Duration::from_secs(3), || locks.stats().background_releases
+            >= 1)
+        .await
+    );
+    guard.release().await.unwrap();
+}
+
+/// The hand-off's grant keeps the fencing promise: tokens increase across a wiped counter, and
+/// foreign data at the counter is reported to the waiter, with nothing overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let spawn_waiter = |name: &'static str| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .lock(name)
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+        })
+    };
+
+    let first = locks.lock("wiped").acquire().await.unwrap();
+    let waiter = spawn_waiter("wiped");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.cmd(&["DEL", "lock:{wiped}:fence"]);
+    let t1 = first.fencing_token();
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fencing_token() > t1);
+    assert_eq!(locks.stats().handoffs, 1);
+
+    let first = locks.lock("foreign").acquire().await.unwrap();
+    let waiter = spawn_waiter("foreign");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.cmd(&["SET", "lock:{foreign}:fence", "not a counter"]);
+    first.release().await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("told at once")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, LockError::ForeignData { .. }), "{err:?}");
+    assert_eq!(
+        redis.cmd(&["GET", "lock:{foreign}:fence"]).text(),
+        Some("not a counter")
+    );
+    assert_eq!(redis.cmd(&["EXISTS", "lock:{foreign}"]).int(), Some(0));
+    drop(second);
+}

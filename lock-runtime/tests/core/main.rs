@@ -1,0 +1,23 @@
+//! The lock against a real `redis-server` (one per test, on a free loopback port): fencing,
+//! reentrancy, waiting, leases, the watchdog, cancellation, names, connecting, robustness,
+//! clients made from the application's redis client, inspection, local hand-off, the function
+//! library and group commit. Each module was a test binary of its own; its tests start their
+//! own servers, so they run side by side here.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cancellation;
+mod connect;
+mod exclusion;
+mod functions;
+mod group_commit;
+mod handoff;
+mod inspect;
+mod leases;
+mod managed;
+mod names;
+mod reentrancy;
+mod robustness;
+mod waiting;
+mod watchdog;

@@ -1,0 +1,267 @@
+//! Clients built from the application's own `redis::Client` or `ConnectionInfo`, and Redis 7
+//! ACL users with exactly the commands the crate docs list.
+
+use crate::common;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError};
+use lock_tests::{RedisServer, Resp};
+
+/// The ACL rules of the crate docs' "Redis ACLs" section, for the default prefix.
+const LOCK_USER_RULES: &[&str] = &[
+    "~lock:*",
+    "&lock:*",
+    "-@all",
+    "+fcall",
+    "+function|load",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+scan",
+    "+del",
+    "+exists",
+    "+get",
+    "+set",
+    "+type",
+    "+pexpire",
+    "+pttl",
+    "+time",
+    "+publish",
+    "+pubsub|numsub",
+    "+hdel",
+    "+hexists",
+    "+hgetall",
+    "+hlen",
+    "+hscan",
+    "+hset",
+    "+zadd",
+    "+zcard",
+    "+zcount",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
+];
+
+/// Creates the user `name` (password `pw`) with `rules`, after `reset on >pw`.
+fn create_user(redis: &RedisServer, name: &str, rules: &[&str]) {
+    let mut args = vec!["ACL", "SETUSER", name, "reset", "on", ">pw"];
+    args.extend_from_slice(rules);
+    let reply = redis.cmd(&args);
+    assert!(
+        matches!(reply, Resp::Simple(ref ok) if ok == "OK"),
+        "{reply:?}"
+    );
+}
+
+fn user_url(redis: &RedisServer, name: &str) -> String {
+    format!("redis://{name}:pw@127.0.0.1:{}", redis.port())
+}
+
+/// The ACL log (denied commands, keys and channels) as text.
+fn acl_log(redis: &RedisServer) -> String {
+    format!("{:?}", redis.cmd(&["ACL", "LOG"]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_from_the_applications_redis_client_locks_contends_and_wakes() {
+    let redis = RedisServer::start();
+    let app = redis::Client::open(redis.url()).unwrap();
+    let a = LockClient::builder_from_client(&app)
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let b = LockClient::connect(&redis.url()).await.unwrap();
+    assert_eq!(a.watchdog_timeout(), Duration::from_secs(3));
+    assert_eq!(a.prefix(), "lock");
+    // The same deployment identity as a client from the URL, so MultiLocks order alike.
+    assert_eq!(a.deployment_id(), b.deployment_id());
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", redis.port()));
+    common::contend_and_wake(&a, &b, "from-client").await;
+    common::contend_and_wake(&b, &a, "from-client").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_info_carries_its_credentials_and_database_over() {
+    let redis = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = redis.port();
+    let info = redis::IntoConnectionInfo::into_connection_info(format!(
+        "redis://:s3cret@127.0.0.1:{port}/3"
+    ))
+    .unwrap();
+    let a = LockClient::builder_from_connection_info(info.clone())
+        .prefix("shop")
+        .build()
+        .await
+        .unwrap();
+    let b = LockClient::builder_from_connection_info(info)
+        .prefix("shop")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(a.prefix(), "shop");
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{port}/3"));
+    assert!(!format!("{a:?}").contains("s3cret"), "{a:?}");
+
+    let held = a.lock("db3").acquire().await.unwrap();
+    let ttl = redis.cmd(&["PTTL", "shop:{db3}"]).int().unwrap();
+    assert_eq!(ttl, -2, "the lock is in database 3, not 0");
+    held.release().await.unwrap();
+    common::contend_and_wake(&a, &b, "db3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
+    let redis = RedisServer::start();
+    create_user(&redis, "locker", LOCK_USER_RULES);
+    let url = user_url(&redis, "locker");
+    let connect = || {
+        LockClient::builder(&url)
+            .watchdog_timeout(Duration::from_millis(300))
+            .build()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+
+    common::contend_and_wake(&a, &b, "acl").await;
+
+    // Renewal: the watchdog keeps a 300 ms lease alive well past its end.
+    let held = a.lock("renewed").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(a.stats().renewal_round_trips > 0, "{:?}", a.stats());
+    let info = a.lock("renewed").info().await.unwrap();
+    assert!(info.is_some(), "still held after three leases");
+    held.release().await.unwrap();
+
+    // An explicit lease, a busy try, the rest of the family, inspection.
+    let opts = lock_runtime::LockOptions::new()
+        .wait(Duration::ZERO)
+        .lease(Duration::from_secs(5));
+    let leased = a.lock("leased").acquire_with(opts).await.unwrap();
+    let busy = b.lock("leased").acquire_with(opts).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy:?}");
+    leased.release().await.unwrap();
+
+    let permit = a.semaphore("sem", 2).acquire().await.unwrap();
+    assert_eq!(b.semaphore("sem", 2).available().await.unwrap(), 1);
+    permit.release().await.unwrap();
+    let read = a.rw_lock("rw").read().acquire().await.unwrap();
+    read.release().await.unwrap();
+    let write = b.rw_lock("rw").write().acquire().await.unwrap();
+    write.release().await.unwrap();
+    common::contend_and_wake(&a, &b, "fair").await;
+    let fair = a.fair_lock("fair").acquire().await.unwrap();
+    let names = b.scan("fai*").collect_up_to(10).await.unwrap();
+    assert_eq!(names, ["fair"]);
+    fair.release().await.unwrap();
+
+    assert_eq!(acl_log(&redis), "Array(Some([]))", "nothing was denied");
+}
+
+/// Acquires a lock as a user with `rules` (the documented rules changed by the test), which
+/// must fail with a backend error: its message.
+async fn refused_acquire(redis: &RedisServer, user: &str, rules: &[&str]) -> String {
+    create_user(redis, user, rules);
+    let locks = LockClient::connect(&user_url(redis, user)).await.unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::NoPermission { .. }), "{err:?}");
+    err.to_string()
+}
+
+/// The documented rules without `rule`.
+fn rules_without(rule: &str) -> Vec<&'static str> {
+    rules_without_any(&[rule])
+}
+
+fn rules_without_any(rules: &[&str]) -> Vec<&'static str> {
+    LOCK_USER_RULES
+        .iter()
+        .copied()
+        .filter(|r| !rules.contains(r))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_evalsha_gets_an_error_naming_it() {
+    let redis = RedisServer::start();
+    // Without `fcall` the client falls back to scripts, which this user may not run either.
+    let rules = rules_without_any(&["+evalsha", "+fcall"]);
+    let message = refused_acquire(&redis, "no-evalsha", &rules).await;
+    assert!(
+        message.contains("may not use the `evalsha` command") && message.contains("NoPerm"),
+        "{message}"
+    );
+    assert!(redis.keys("lock:*").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_command_the_scripts_call_gets_an_error_naming_it() {
+    let redis = RedisServer::start();
+    // PEXPIRE runs inside the acquire script, PUBLISH inside the release script.
+    for (rule, command) in [("+pexpire", "pexpire"), ("+publish", "publish")] {
+        let user = format!("no-{command}");
+        create_user(&redis, &user, &rules_without(rule));
+        let locks = LockClient::connect(&user_url(&redis, &user)).await.unwrap();
+        let err = match command {
+            "pexpire" => locks.lock("x").acquire().await.unwrap_err(),
+            _ => {
+                let admin = common::client(&redis).await;
+                let guard = admin.lock("y").acquire().await.unwrap();
+                drop(guard);
+                locks
+                    .lock("y")
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+                    .unwrap_err()
+            }
+        };
+        let LockError::NoPermission { denied, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(
+            denied,
+            &format!("the `{command}` command (called by a lock script)")
+        );
+        // The ACL log agrees.
+        let log = acl_log(&redis);
+        assert!(log.contains(command) && log.contains(&user), "{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_access_to_the_prefix_gets_an_error_naming_the_keys() {
+    let redis = RedisServer::start();
+    let rules: Vec<&str> = LOCK_USER_RULES
+        .iter()
+        .map(|r| if *r == "~lock:*" { "~app:*" } else { r })
+        .collect();
+    let message = refused_acquire(&redis, "no-keys", &rules).await;
+    assert!(
+        message.contains("may not use the lock's keys") && message.contains("NoPerm"),
+        "{message}"
+    );
+}
+
+/// The TLS settings of the application's client (here: a private CA as the only root) carry
+/// over; a client from the bare `rediss://` URL could not verify the server.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_from_a_tls_redis_client_keeps_its_root_certificate() {
+    let tls = lock_tests::TlsRedisServer::start();
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(tls.ca_pem()),
+    };
+    let app = redis::Client::build_with_tls(tls.url(), certs).unwrap();
+
+    let a = LockClient::builder_from_client(&app).build().await.unwrap();
+    let b = LockClient::builder_from_client(&app).build().await.unwrap();
+    assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", tls.tls_port()));
+    common::contend_and_wake(&a, &b, "tls").await;
+}

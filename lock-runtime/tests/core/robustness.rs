@@ -1,0 +1,245 @@
+//! Bad input and a misbehaving Redis: typed errors, nothing lost, nothing panics.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError, LossReason, MAX_NAME_LEN};
+use lock_tests::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_flushed_mid_run_are_reloaded() {
+    let redis = RedisServer::start();
+    // The watchdog reloads its script too.
+    common::lock_through_flushes(&redis, &["SCRIPT", "FLUSH"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_while_held_reports_lost_and_locking_works_again() {
+    let mut redis = RedisServer::start();
+    let locks = LockClient::builder(&redis.url())
+        .watchdog_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let guard = locks.lock("restart").acquire().await.unwrap();
+    redis.restart();
+    let err = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() fires");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LossReason::Deleted | LossReason::RenewalFailed,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Acquiring works again once Redis is back (the connection is re-established).
+    let mut got = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_none() && Instant::now() < deadline {
+        match locks
+            .lock("restart")
+            .try_acquire(Duration::from_millis(500))
+            .await
+        {
+            Ok(g) => got = Some(g),
+            Err(e) => {
+                assert!(e.is_unavailable(), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let g = got.expect("acquire works after the restart");
+    assert!(
+        g.fencing_token() > guard.fencing_token(),
+        "tokens increase across a restart"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_at_a_lock_key_is_a_typed_error_and_is_left_alone() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    redis.cmd(&["SET", "lock:{foreign}", "not a lock"]);
+    let err = locks
+        .lock("foreign")
+        .try_acquire(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::ForeignData { key, found } if key == "lock:{foreign}" && found == "string"),
+        "{err:?}"
+    );
+    assert!(matches!(
+        locks.lock("foreign").is_locked().await,
+        Err(LockError::ForeignData { .. })
+    ));
+    assert!(matches!(
+        locks.lock("foreign").force_unlock().await,
+        Err(LockError::ForeignData { .. })
+    ));
+    assert_eq!(
+        redis.cmd(&["GET", "lock:{foreign}"]).text(),
+        Some("not a lock")
+    );
+}
+
+/// A hold whose key was overwritten with foreign data while it was held: the release reports
+/// the data's type and leaves it alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_lock_overwritten_with_foreign_data_is_a_typed_error() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    for (kind, write) in [
+        ("string", vec!["SET", "lock:{overwritten}", "not a lock"]),
+        ("list", vec!["RPUSH", "lock:{overwritten}", "not a lock"]),
+    ] {
+        let guard = locks.lock("overwritten").acquire().await.unwrap();
+        redis.cmd(&["DEL", "lock:{overwritten}"]);
+        redis.cmd(&write);
+        let err = guard.release().await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::ForeignData { key, found } if key == "lock:{overwritten}" && found == kind),
+            "{err:?}"
+        );
+        assert_eq!(
+            redis.cmd(&["TYPE", "lock:{overwritten}"]).text(),
+            Some(kind)
+        );
+        redis.cmd(&["DEL", "lock:{overwritten}"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_hash_without_ttl_does_not_make_waiting_unbounded() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    redis.cmd(&["HSET", "lock:{immortal}", "someone-else", "1"]);
+    let start = Instant::now();
+    let err = locks
+        .lock("immortal")
+        .try_acquire(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy());
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(locks.lock("immortal").remaining_ttl().await.unwrap(), None);
+    // A waiter without a deadline still retries on its own (bounded sleeps), so it gets the
+    // lock once the foreign hash is removed even without an unlock message.
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("immortal").acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    redis.cmd(&["DEL", "lock:{immortal}"]);
+    let g = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_within_the_connect_timeout() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    drop(redis); // nothing listens there any more
+    let start = Instant::now();
+    let err = LockClient::builder(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_gives_unavailable_errors_not_panics() {
+    let mut redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    redis.stop();
+    let err = locks
+        .lock("down")
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the redis error is kept as source"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_names_and_settings_are_rejected_clearly() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    for name in [
+        String::new(),
+        "x".repeat(MAX_NAME_LEN + 1),
+        "bad\nname".into(),
+    ] {
+        let err = locks.lock(&name).acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidName { .. }), "{err:?}");
+        assert!(matches!(
+            locks.lock(&name).is_locked().await,
+            Err(LockError::InvalidName { .. })
+        ));
+    }
+    let err = locks
+        .lock("ok")
+        .acquire_with(lock_runtime::LockOptions::new().lease(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    for builder in [
+        LockClient::builder(&redis.url()).prefix("a{b}"),
+        LockClient::builder(&redis.url()).watchdog_timeout(Duration::from_millis(1)),
+        LockClient::builder("not a url"),
+    ] {
+        let err = builder.build().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    }
+    assert!(redis.keys("*").is_empty(), "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_acquire_is_reconciled_not_reported_as_not_acquired() {
+    let redis = RedisServer::start();
+    let locks = LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_millis(150))
+        .build()
+        .await
+        .unwrap();
+    // Freeze Redis so the first attempt times out; it runs once Redis thaws, and the retry
+    // with the same owner id must recognise the hold as ours.
+    redis.freeze();
+    let acquire = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("reconcile").acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    redis.thaw();
+    let guard = tokio::time::timeout(Duration::from_secs(3), acquire)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("reconciled into a hold");
+    let fields = redis.cmd(&["HKEYS", "lock:{reconcile}"]);
+    let owners: Vec<_> = fields.items().iter().filter_map(|f| f.text()).collect();
+    assert_eq!(owners, vec![guard.owner()], "exactly our one hold");
+    guard.release().await.unwrap();
+    assert!(redis.keys("lock:{reconcile}").is_empty());
+}

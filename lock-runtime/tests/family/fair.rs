@@ -1,0 +1,181 @@
+//! Fair locks against a real redis-server: a queue that heals itself (dead and cancelled
+//! waiters), directed wake-ups. First come, first served across clients with increasing tokens
+//! is a shared behaviour test (`behaviour/family.rs`).
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockError, LockOptions};
+use lock_tests::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_only_the_next_waiter_and_at_once() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let held = a.fair_lock("turn").acquire().await.unwrap();
+    let before = redis.script_calls();
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let lock = b.fair_lock("turn");
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            let at = Instant::now();
+            (g, at)
+        }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let queued = redis.script_calls();
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (next, at) = tokio::time::timeout(Duration::from_secs(2), waiters.remove(0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        at - released < Duration::from_secs(1),
+        "{:?}",
+        at - released
+    );
+    // The release and the one waiter whose turn it was: nobody else woke to try.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = redis.script_calls();
+    assert!(queued - before >= 5);
+    assert!(
+        after - queued <= 3,
+        "{} scripts for one hand-over",
+        after - queued
+    );
+    drop(next);
+    for waiter in waiters {
+        drop(waiter.await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiters_place_expires_and_the_queue_moves_on() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    // A waiter that queued and died: its place ends in 1 s and nobody refreshes it.
+    let now_ms = redis.time_ms();
+    redis.cmd(&["ZADD", "lock:{jam}:queue", "1", "dead:1"]);
+    redis.cmd(&[
+        "ZADD",
+        "lock:{jam}:places",
+        &(now_ms + 1000).to_string(),
+        "dead:1",
+    ]);
+    let start = Instant::now();
+    let guard = a
+        .fair_lock("jam")
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(800), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    guard.release().await.unwrap();
+    assert!(
+        redis
+            .keys("lock:{jam}:*")
+            .iter()
+            .all(|k| k.ends_with(":fence"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let c = common::client(&redis).await;
+    let held = a.fair_lock("line").acquire().await.unwrap();
+    let first = tokio::spawn(async move { b.fair_lock("line").acquire().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let timed_out = c
+        .fair_lock("line")
+        .try_acquire(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(timed_out.is_busy());
+    let last = {
+        let c = c.clone();
+        tokio::spawn(async move { c.fair_lock("line").acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.abort();
+    let _ = first.await;
+    assert!(
+        common::eventually(Duration::from_secs(1), || redis
+            .cmd(&["ZCARD", "lock:{line}:queue"])
+            .int()
+            == Some(1))
+        .await,
+        "only the last waiter is left in the queue"
+    );
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(2), last)
+        .await
+        .expect("the next live waiter gets it")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(1));
+    guard.release().await.unwrap();
+    assert_eq!(c.held_locks(), 0);
+    common::assert_unsubscribed(&redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_keeps_its_place() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let c = common::client(&redis).await;
+    let held = a.fair_lock("long").acquire().await.unwrap();
+    let early = tokio::spawn(async move { b.fair_lock("long").acquire().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late = tokio::spawn(async move { c.fair_lock("long").acquire().await.unwrap() });
+    // Longer than a place lasts unless refreshed (5 s).
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    held.release().await.unwrap();
+    let early = tokio::time::timeout(Duration::from_secs(2), early)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!late.is_finished(), "the later waiter stays behind");
+    early.release().await.unwrap();
+    let late = tokio::time::timeout(Duration::from_secs(2), late)
+        .await
+        .unwrap()
+        .unwrap();
+    late.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_the_queue_is_a_typed_error() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    redis.cmd(&["SET", "lock:{odd}:queue", "mine"]);
+    let err = a
+        .fair_lock("odd")
+        .acquire_with(LockOptions::new().wait(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::ForeignData { found, .. } if found == "string"),
+        "{err:?}"
+    );
+    assert_eq!(redis.cmd(&["GET", "lock:{odd}:queue"]).text(), Some("mine"));
+    // A plain mutex and a fair lock of one name exclude each other.
+    let fair = a.fair_lock("both").acquire().await.unwrap();
+    assert!(
+        a.lock("both")
+            .try_acquire(Duration::ZERO)
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    fair.release().await.unwrap();
+}

@@ -1,0 +1,268 @@
+//! Replica acknowledgement (`LockClientBuilder::replica_ack`): `WAIT n timeout` after acquire,
+//! renew and release, against a real master and replica.
+
+use crate::common;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LossReason};
+use lock_tests::topology::ReplicatedPair;
+
+const ACK_TIMEOUT: Duration = Duration::from_millis(200);
+
+async fn acked_client(pair: &ReplicatedPair, watchdog: Duration) -> LockClient {
+    LockClient::builder(&pair.master_url())
+        .replica_ack(1, ACK_TIMEOUT)
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn exists(pair: &ReplicatedPair, key: &str) -> bool {
+    pair.master().cmd(&["EXISTS", key]).int() == Some(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_wait_for_the_replica_and_fail_cleanly_without_it() {
+    let mut pair = ReplicatedPair::start();
+    let locks = acked_client(&pair, Duration::from_secs(30)).await;
+
+    // With the replica up: granted, and the grant is on the replica too.
+    let guard = locks
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("acquire with a live replica");
+    let key = guard.key().to_owned();
+    assert_eq!(
+        pair.replica().cmd(&["EXISTS", &key]).int(),
+        Some(1),
+        "WAIT returned, so the replica must have the grant"
+    );
+    guard.release().await.expect("acknowledged release");
+    assert!(!exists(&pair, &key));
+
+    // Replica stopped: the acquire is rolled back and fails with the typed error.
+    pair.replica_mut().stop();
+    let started = std::time::Instant::now();
+    let err = locks
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect_err("no replica can acknowledge");
+    match &err {
+        LockError::ReplicaAck {
+            op,
+            required,
+            acknowledged,
+            timeout,
+            ..
+        } => {
+            assert_eq!(*op, "acquire");
+            assert_eq!((*required, *acknowledged), (1, 0));
+            assert_eq!(*timeout, ACK_TIMEOUT);
+        }
+        other => panic!("expected ReplicaAck, got {other:?}"),
+    }
+    assert!(err.is_unavailable(), "an HTTP layer should answer 503");
+    assert!(
+        started.elapsed() >= ACK_TIMEOUT,
+        "WAIT must have waited for the acknowledgement"
+    );
+    assert!(
+        !exists(&pair, &key),
+        "the unacknowledged grant must be rolled back"
+    );
+    assert_eq!(locks.held_locks(), 0);
+    // Only the fencing counter remains, by design: tokens must never go backwards.
+    let left: Vec<String> = pair
+        .master()
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+
+    // Someone else can take it at once: nothing was left held.
+    let plain = common::client(pair.master()).await;
+    let other = plain
+        .lock("acked")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("free for a client that does not require acknowledgement");
+    drop(other);
+
+    // The replica is back: acknowledged writes work again.
+    pair.replica_mut().restart();
+    pair.wait_for_sync();
+    let guard = locks
+        .lock("acked")
+        .try_acquire(Duration::from_secs(2))
+        .await
+        .expect("acquire once the replica is back");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_renewals_and_releases_are_reported() {
+    let mut pair = ReplicatedPair::start();
+    let watchdog = Duration::from_millis(900);
+    let locks = acked_client(&pair, watchdog).await;
+
+    // Renewals keep working while the replica acknowledges them.
+    let guard = locks.lock("renewed").acquire().await.expect("acquire");
+    tokio::time::sleep(watchdog * 2).await;
+    assert!(!guard.is_lost(), "acknowledged renewals keep the lock");
+
+    // Without the replica, no renewal counts: the lock is declared lost before the lease the
+    // master knows could run out.
+    pair.replica_mut().stop();
+    let lost = tokio::time::timeout(watchdog * 2, guard.lost())
+        .await
+        .expect("lost within two leases once renewals go unacknowledged");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LossReason::RenewalFailed,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    drop(guard);
+
+    // A release that the replica cannot acknowledge is reported, and still done on the master.
+    pair.replica_mut().restart();
+    pair.wait_for_sync();
+    let guard = locks.lock("released").acquire().await.expect("acquire");
+    let key = guard.key().to_owned();
+    pair.replica_mut().stop();
+    let err = guard
+        .release()
+        .await
+        .expect_err("release cannot be acknowledged");
+    assert!(
+        matches!(err, LockError::ReplicaAck { op: "release", .. }),
+        "{err:?}"
+    );
+    assert!(!exists(&pair, &key), "released on the master anyway");
+}
+
+#[tokio::test]
+async fn bad_acknowledgement_timeouts_are_rejected() {
+    let pair = ReplicatedPair::start();
+    let err = LockClient::builder(&pair.master_url())
+        .replica_ack(1, Duration::ZERO)
+        .build()
+        .await
+        .expect_err("WAIT 1 0 would block forever");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    let err = LockClient::builder(&pair.master_url())
+        .response_timeout(Duration::from_secs(1))
+        .replica_ack(1, Duration::from_millis(800))
+        .build()
+        .await
+        .expect_err("an acknowledgement timeout near the response timeout");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+}
+
+/// Without acknowledgement a failover can lose a grant; the next grant must still carry a larger
+/// fencing token, even though the promoted replica's fencing counter lagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
+    let mut pair = ReplicatedPair::start();
+    let old = common::client(pair.master()).await;
+    let first = old.lock("fenced").acquire().await.expect("acquire");
+    let t0 = first.fencing_token();
+    first.release().await.expect("release");
+    pair.wait_for_sync();
+
+    // The replica stops replicating (as if the link broke) and is promoted; the master grants
+    // the lock once more before it dies, so that grant and its counter never reach the replica.
+    let promoted = pair.replica();
+    assert!(matches!(
+        promoted.cmd(&["REPLICAOF", "NO", "ONE"]),
+        lock_tests::Resp::Simple(_)
+    ));
+    let lost_grant = old.lock("fenced").acquire().await.expect("acquire");
+    let t1 = lost_grant.fencing_token();
+    assert!(t1 > t0);
+    pair.master_mut().kill();
+    let promoted = pair.replica();
+    assert_eq!(
+        promoted.cmd(&["EXISTS", lost_grant.key()]).int(),
+        Some(0),
+        "the promoted replica never saw the last grant"
+    );
+    let new = common::client(promoted).await;
+    let second =
+        new.lock("fenced").try_acquire(Duration::ZERO).await.expect(
+            "the promoted replica grants the lock again: the double grant fencing exists for",
+        );
+    assert!(
+        second.fencing_token() > t1,
+        "the later grant must carry the larger token: {} after {t1}",
+        second.fencing_token()
+    );
+    drop(lost_grant);
+}
+
+/// Semaphores, read/write and fair locks wait for the replica too, and an unacknowledged
+/// grant is rolled back with nothing left behind (no permit, hold, claim or queue place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_waits_for_the_replica_and_rolls_back_without_it() {
+    let mut pair = ReplicatedPair::start();
+    let locks = acked_client(&pair, Duration::from_secs(30)).await;
+    let permit = locks.semaphore("sem", 2).acquire().await.expect("permit");
+    let read = locks.rw_lock("rw").read().acquire().await.expect("read");
+    let fair = locks.fair_lock("fair").acquire().await.expect("fair");
+    for key in [permit.key(), read.key(), fair.key()] {
+        assert_eq!(pair.replica().cmd(&["EXISTS", key]).int(), Some(1), "{key}");
+    }
+    locks
+        .semaphore("sem", 2)
+        .set_capacity(3)
+        .await
+        .expect("acknowledged");
+    assert_eq!(
+        pair.replica().cmd(&["GET", "lock:{sem}:capacity"]).text(),
+        Some("3")
+    );
+    for guard in [permit, read, fair] {
+        guard.release().await.expect("acknowledged release");
+    }
+
+    pair.replica_mut().stop();
+    let tries = [
+        locks.semaphore("sem", 2).try_acquire(Duration::ZERO).await,
+        locks
+            .rw_lock("rw")
+            .write()
+            .try_acquire(Duration::ZERO)
+            .await,
+        locks.fair_lock("fair").try_acquire(Duration::ZERO).await,
+    ];
+    for result in tries {
+        let err = result.expect_err("no replica can acknowledge");
+        assert!(
+            matches!(err, LockError::ReplicaAck { op: "acquire", .. }),
+            "{err:?}"
+        );
+    }
+    let err = locks
+        .semaphore("sem", 2)
+        .set_capacity(1)
+        .await
+        .expect_err("unacknowledged");
+    assert!(matches!(err, LockError::ReplicaAck { .. }), "{err:?}");
+    assert_eq!(locks.held_locks(), 0);
+    let left: Vec<String> = pair
+        .master()
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with(":fence") && !k.ends_with(":capacity"))
+        .collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}

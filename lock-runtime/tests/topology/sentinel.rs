@@ -1,0 +1,277 @@
+//! Redis Sentinel (feature `sentinel`): 1 master + 1 replica + 3 sentinels, a failover while
+//! locks are held and waiters wait.
+#![cfg(feature = "sentinel")]
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError};
+use lock_tests::topology::SentinelGroup;
+
+async fn sentinel_client(group: &SentinelGroup, watchdog: Duration) -> LockClient {
+    LockClient::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .watchdog_timeout(watchdog)
+        .failover_grace(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect through the sentinels")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_recover_after_a_master_failover() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_test_writer()
+        .try_init();
+    let t = Instant::now();
+    let mut group = SentinelGroup::start(3);
+    eprintln!("sentinel group up in {:?}", t.elapsed());
+    let old_master = group.current_master_port();
+
+    let holder = sentinel_client(&group, Duration::from_secs(10)).await;
+    let waiters = sentinel_client(&group, Duration::from_secs(10)).await;
+    let guard = holder.lock("order:7").acquire().await.expect("hold");
+    let key = guard.key().to_owned();
+    assert_eq!(
+        group.server(old_master).cmd(&["EXISTS", &key]).int(),
+        Some(1),
+        "the lock lives on the master the sentinels named"
+    );
+
+    // Three waiters, each takes the lock once after the failover.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let (waiters, inside) = (waiters.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiters
+                .lock("order:7")
+                .try_acquire(Duration::from_secs(40))
+                .await
+                .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.release().await.expect("release");
+            Instant::now()
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiters.subscribed_channels()
+            == 1)
+        .await,
+        "waiters never subscribed"
+    );
+
+    let t = Instant::now();
+    let killed = group.kill_master();
+    assert_eq!(killed, old_master);
+    let new_master = group.wait_for_failover(killed);
+    eprintln!("failover to port {new_master} in {:?}", t.elapsed());
+    assert_ne!(new_master, old_master);
+    // The old master comes back at once, empty (no persistence), and says it is a master
+    // until the sentinels demote it: clients must not be fooled into using it.
+    group.server_mut(killed).restart();
+
+    // The holder either kept the lock (renewals moved to the new master) or was told it lost
+    // it; no waiter may have it meanwhile.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lost = guard.is_lost();
+    assert!(
+        lost || inside.load(Ordering::SeqCst) == 0,
+        "silent double hold after the failover"
+    );
+    let released = Instant::now();
+    let release = guard.release().await;
+    eprintln!("holder lost = {lost}, release = {release:?}");
+    if !lost {
+        release.expect("a lock kept across the failover releases cleanly");
+    }
+
+    let mut done = Vec::new();
+    for task in tasks {
+        done.push(task.await.expect("waiter"));
+    }
+    done.sort();
+    eprintln!(
+        "waiters done {:?} after the release",
+        done.iter()
+            .map(|d| d.saturating_duration_since(released))
+            .collect::<Vec<_>>()
+    );
+    // Woken by unlock messages on the new master, not by lease expiry (10 s).
+    let last = done
+        .last()
+        .expect("three waiters")
+        .saturating_duration_since(released);
+    assert!(
+        last < Duration::from_secs(5),
+        "waiters recovered only after {last:?}"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(3), || {
+            group.server(new_master).keys("lock:{order:7}").is_empty()
+        })
+        .await
+    );
+
+    // Fresh locks go to the new master.
+    let fresh = holder
+        .lock("order:8")
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect("lock on the new master");
+    assert_eq!(
+        group.server(new_master).cmd(&["EXISTS", fresh.key()]).int(),
+        Some(1)
+    );
+    fresh.release().await.expect("release");
+}
+
+/// A semaphore, a read/write lock and a fair lock held and waited for across a master failover:
+/// the waiters follow the new master and get their turn once the holders let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_follows_a_master_failover() {
+    let mut group = SentinelGroup::start(3);
+    let holder = sentinel_client(&group, Duration::from_secs(10)).await;
+    let waiters = sentinel_client(&group, Duration::from_secs(10)).await;
+    let permit = holder.semaphore("sem", 1).acquire().await.expect("permit");
+    let reader = holder.rw_lock("rw").read().acquire().await.expect("read");
+    let fair = holder.fair_lock("fair").acquire().await.expect("fair");
+    let wait = Duration::from_secs(40);
+    let tasks = vec![
+        tokio::spawn({
+            let sem = waiters.semaphore("sem", 1);
+            async move { sem.try_acquire(wait).await }
+        }),
+        tokio::spawn({
+            let rw = waiters.rw_lock("rw");
+            async move { rw.write().try_acquire(wait).await }
+        }),
+        tokio::spawn({
+            let lock = waiters.fair_lock("fair");
+            async move { lock.try_acquire(wait).await }
+        }),
+    ];
+    assert!(
+        common::eventually(Duration::from_secs(3), || waiters.subscribed_channels()
+            == 3)
+        .await,
+        "waiters never subscribed"
+    );
+    let killed = group.kill_master();
+    let new_master = group.wait_for_failover(killed);
+    group.server_mut(killed).restart();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for guard in [permit, reader, fair] {
+        // Kept across the failover (renewed on the new master) or reported lost: either way
+        // it lets go.
+        let lost = guard.is_lost();
+        let release = guard.release().await;
+        assert!(lost || release.is_ok(), "{release:?}");
+    }
+    for task in tasks {
+        let guard = task
+            .await
+            .expect("waiter")
+            .expect("the waiter got its turn");
+        // Granted on the new master, or (retried against the restarted old master before the
+        // sentinels demoted it) reported lost right after the switch, never silently stale.
+        let on_new = || group.server(new_master).cmd(&["EXISTS", guard.key()]).int() == Some(1);
+        let lost = guard.lost();
+        let told = tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .is_ok();
+        assert!(
+            told || on_new(),
+            "{}: held nowhere and not told",
+            guard.key()
+        );
+        let _ = guard.release().await;
+    }
+    // Once the dust settles, every primitive is taken on the new master.
+    let fresh = [
+        waiters.semaphore("sem", 1).try_acquire(wait).await,
+        waiters.rw_lock("rw").write().try_acquire(wait).await,
+        waiters.fair_lock("fair").try_acquire(wait).await,
+    ];
+    for guard in fresh {
+        let guard = guard.expect("taken after the failover");
+        assert!(!guard.is_lost());
+        assert_eq!(
+            group.server(new_master).cmd(&["EXISTS", guard.key()]).int(),
+            Some(1),
+            "{} is held on the new master",
+            guard.key()
+        );
+        guard.release().await.expect("release");
+    }
+    // A hold lost in the switch ends with its lease (10 s) at the latest.
+    assert!(
+        common::eventually(Duration::from_secs(12), || {
+            group
+                .server(new_master)
+                .keys("lock:*")
+                .iter()
+                .all(|k| k.ends_with(":fence"))
+        })
+        .await,
+        "{:?}",
+        group.server(new_master).keys("lock:*")
+    );
+}
+
+#[tokio::test]
+async fn bad_sentinel_settings_are_typed_errors() {
+    let empty: [&str; 0] = [];
+    let err = LockClient::sentinel_builder(empty, "mymaster")
+        .build()
+        .await
+        .expect_err("no sentinels");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+
+    let port = lock_tests::free_port();
+    let err = LockClient::sentinel_builder([format!("redis://127.0.0.1:{port}")], "mymaster")
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect_err("nobody listens there");
+    assert!(err.is_unavailable(), "{err:?}");
+
+    let err = LockClient::builder(&format!("redis://127.0.0.1:{port}"))
+        .master_credentials(None, "secret")
+        .build()
+        .await
+        .expect_err("credentials for a Sentinel master on a single-server client");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+}
+
+/// A grant the old master took with it is reported at once after the switch, not at the next
+/// scheduled renewal (a third of the 60 s lease after the grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_lost_in_the_failover_is_reported_right_after_the_switch() {
+    let mut group = SentinelGroup::start(3);
+    let holder = sentinel_client(&group, Duration::from_secs(60)).await;
+    let guard = holder.lock("order:9").acquire().await.expect("hold");
+    let key = guard.key().to_owned();
+    let killed_at = Instant::now();
+    let old = group.kill_master();
+    let new = group.wait_for_failover(old);
+    let failed_over = Instant::now();
+    // As if the grant had not reached the replica before the master died.
+    group.server(new).cmd(&["DEL", &key]);
+    // The client notices the new master within its 1 s check and renews at once; the next
+    // scheduled renewal would only come 20 s after the grant.
+    let lost = tokio::time::timeout_at((failed_over + Duration::from_secs(5)).into(), guard.lost())
+        .await
+        .expect("reported within 5 s of the failover, well before the next scheduled renewal");
+    eprintln!(
+        "failover took {:?}; lost {:?} after it: {lost}",
+        failed_over - killed_at,
+        failed_over.elapsed()
+    );
+    assert!(lost.is_lost(), "{lost:?}");
+}

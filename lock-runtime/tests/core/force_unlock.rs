@@ -3,8 +3,6 @@
 //! the keys are gone, the holder's guard reports the loss, and a waiter is woken by the lock's
 //! own message well before the holder's lease would have ended.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use lock_runtime::{HoldMode, Layout, LockClient, LockError, LockGuard, LockKind};

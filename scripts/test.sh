@@ -33,3 +33,21 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p lock-fence --all-features --no-deps -q
 cargo test -p lock-fence --all-features
 # The disk the build used, for the record (CI machines have had little to spare).
 du -sh target 2>/dev/null || true
+# Ready for crates.io (CHANGELOG.md; README, "Versioning" and "Minimum supported Rust version"):
+# - the dependency audit: licenses, sources (crates.io and path only) and duplicate versions
+#   against the exceptions in scripts/audit.toml, and the published crates' metadata;
+python3 scripts/audit.py
+# - the published libraries' docs as docs.rs builds them (features from their docs.rs metadata,
+#   --cfg docsrs for the feature badges, warnings denied; stable rustdoc with RUSTC_BOOTSTRAP=1,
+#   reusing the dependencies built above: see the script for why not nightly);
+bash scripts/docsrs.sh
+# - the MSRV: the published crates, with their features, checked with the rust-version they
+#   declare (the toolchain installed when missing; about 4 minutes cold, see the script);
+bash scripts/msrv.sh
+# - packaging, in dependency order through a temporary local registry: every published crate is
+#   packaged (nothing outside its directory) and built from its package alone, with little
+#   debug info (as the workspace's dev profile: a smaller, faster build); needs crates.io's index.
+cargo package -p lock-macros -p lock-runtime -p lock-fence -p lock-tower -p lockctl --allow-dirty -q \
+  --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
+ls -l target/package/*.crate
+du -sh target 2>/dev/null || true

@@ -131,6 +131,16 @@
 //! not: the second holder's read does not wait. Put the commit inside the lock anyway: the
 //! fence is the safety net for a lock lost without notice, not a replacement for the lock.
 //!
+//! # Which crate do I need
+//!
+//! | you want | crate |
+//! |---|---|
+//! | a distributed lock, semaphore, read/write or fair lock from code | [`lock-runtime`](https://docs.rs/lock-runtime) |
+//! | `#[distributed_lock]` on an `async fn` | [`lock-macros`](https://docs.rs/lock-macros), through `lock-runtime`'s default `macros` feature |
+//! | a lock (or *N* permits) per request in axum, tonic or any tower stack | [`lock-tower`](https://docs.rs/lock-tower) |
+//! | the store to refuse a stale holder's write (PostgreSQL, SQLite, Redis) | [`lock-fence`](https://docs.rs/lock-fence) |
+//! | to list, inspect or force-unlock locks from a shell | [`lockctl`](https://crates.io/crates/lockctl) (`cargo install lockctl`) |
+//!
 //! # Features
 //!
 //! None by default: `postgres` and `sqlite` (sqlx with the Tokio runtime; SQLite bundled) and

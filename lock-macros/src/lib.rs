@@ -5,7 +5,19 @@
 //! `macros` feature); this crate is its implementation. See [`distributed_lock`] for the
 //! options.
 //!
+//! # Which crate do I need
+//!
+//! | you want | crate |
+//! |---|---|
+//! | a distributed lock, semaphore, read/write or fair lock from code | [`lock-runtime`](https://docs.rs/lock-runtime) |
+//! | `#[distributed_lock]` on an `async fn` | [`lock-macros`](https://docs.rs/lock-macros), through `lock-runtime`'s default `macros` feature |
+//! | a lock (or *N* permits) per request in axum, tonic or any tower stack | [`lock-tower`](https://docs.rs/lock-tower) |
+//! | the store to refuse a stale holder's write (PostgreSQL, SQLite, Redis) | [`lock-fence`](https://docs.rs/lock-fence) |
+//! | to list, inspect or force-unlock locks from a shell | [`lockctl`](https://crates.io/crates/lockctl) (`cargo install lockctl`) |
+//!
 //! [lock-runtime]: https://docs.rs/lock-runtime
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attr;
 mod expand;

@@ -265,6 +265,16 @@
 //! `redisson_lock_token:*`, `redisson_lock_queue:*`, `redisson_lock_timeout:*`,
 //! `redisson_rwlock:*` and `redisson_sc:*`: give the user those patterns instead.
 //!
+//! # Which crate do I need
+//!
+//! | you want | crate |
+//! |---|---|
+//! | a distributed lock, semaphore, read/write or fair lock from code | [`lock-runtime`](https://docs.rs/lock-runtime) |
+//! | `#[distributed_lock]` on an `async fn` | [`lock-macros`](https://docs.rs/lock-macros), through `lock-runtime`'s default `macros` feature |
+//! | a lock (or *N* permits) per request in axum, tonic or any tower stack | [`lock-tower`](https://docs.rs/lock-tower) |
+//! | the store to refuse a stale holder's write (PostgreSQL, SQLite, Redis) | [`lock-fence`](https://docs.rs/lock-fence) |
+//! | to list, inspect or force-unlock locks from a shell | [`lockctl`](https://crates.io/crates/lockctl) (`cargo install lockctl`) |
+//!
 //! # Caveats
 //!
 //! - A lock on one Redis primary is as safe as that primary: a failover to a replica that had

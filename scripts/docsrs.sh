@@ -1,35 +1,38 @@
 #!/usr/bin/env bash
-# Builds each published library's docs the way docs.rs does: alone, with the features its
-# `[package.metadata.docs.rs]` lists (read from `cargo metadata`, so the list lives in one
-# place), `--cfg docsrs` for rustdoc (the feature badges of `doc_cfg`), `DOCS_RS=1`, and
-# warnings denied. Output: target/doc/<crate>/.
+# Builds the docs as docs.rs does: `--cfg docsrs` for rustdoc (the feature badges of `doc_cfg`),
+# every feature the published crates' `[package.metadata.docs.rs]` names, warnings denied.
+#
+#   bash scripts/docsrs.sh FEATURES   # FEATURES: the suite's feature set (scripts/test.sh)
+#
+# One `cargo doc --workspace` with the suite's feature set, not one per crate with its own list
+# as docs.rs runs them: each feature set is a check build of the dependencies of its own, and one
+# per crate cost minutes on a cold CI machine, while this one reuses what the lints just built.
+# The script checks that FEATURES covers every docs.rs list, so the docs shown here are the
+# docs.rs ones (what it gives up: a crate whose docs only build with a feature another crate
+# turns on would pass here and fail on docs.rs).
 #
 # Toolchain: the suite's stable one, with nightly features allowed for rustdoc alone
 # (scripts/rustdoc-bootstrap.sh sets RUSTC_BOOTSTRAP=1 for it), rather than nightly, which
-# docs.rs runs. The reason is cost: a CI machine starts cold every time, and a nightly build (or
-# RUSTC_BOOTSTRAP=1 for all of cargo, which build scripts such as proc-macro2's watch) compiles
-# every dependency again, about 300 MB and several minutes on two cores; this way the
-# dependencies the suite already built are reused and the step takes seconds. What it gives up:
-# a change in nightly rustdoc shows on docs.rs first (`doc_cfg` itself is checked here: its
-# badges appear on stable rustdoc as on nightly).
+# docs.rs runs: a nightly build (or RUSTC_BOOTSTRAP=1 for all of cargo, which build scripts
+# such as proc-macro2's watch) compiles every dependency again, several minutes on two cores.
+# `doc_cfg` itself is checked here: its badges appear on stable rustdoc as on nightly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export DOCS_RS=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" RUSTDOC="$PWD/scripts/rustdoc-bootstrap.sh"
-echo "docsrs: $(rustdoc --version), RUSTC_BOOTSTRAP=1 for rustdoc"
-# "<crate> <comma-separated features>" for each published library with docs.rs metadata.
-crates=$(cargo metadata --format-version 1 --no-deps --locked | python3 -c '
-import json, sys
+features=${1:?usage: docsrs.sh FEATURES}
+cargo metadata --format-version 1 --no-deps --locked | FEATURES="$features" python3 -c '
+import json, os, sys
 meta = json.load(sys.stdin)
+have = set(os.environ["FEATURES"].split(","))
 for p in meta["packages"]:
     docs = ((p.get("metadata") or {}).get("docs") or {}).get("rs")
-    if p["publish"] == [] or docs is None or not any("lib" in t["kind"] or "proc-macro" in t["kind"] for t in p["targets"]):
+    if p["publish"] == [] or docs is None:
         continue
     assert not docs.get("all-features"), p["name"] + ": name the features instead of all-features"
-    print(p["name"], ",".join(docs.get("features", [])) or "-")
-')
-while read -r crate features; do
-  args=(doc -p "$crate" --lib --no-deps -q)
-  [ "$features" = "-" ] || args+=(--features "$features")
-  echo "docsrs: $crate ${features/#-/(default features)}"
-  cargo "${args[@]}"
-done <<< "$crates"
+    default = set(p["features"].get("default", []))
+    missing = [f for f in docs.get("features", []) if f not in default and p["name"] + "/" + f not in have]
+    if missing:
+        sys.exit("docsrs: %s: docs.rs features %s are not in the suite feature set" % (p["name"], missing))
+'
+echo "docsrs: $(rustdoc --version), RUSTC_BOOTSTRAP=1 for rustdoc"
+RUSTDOCFLAGS="--cfg docsrs -D warnings" RUSTDOC="$PWD/scripts/rustdoc-bootstrap.sh" \
+  cargo doc --workspace --no-deps -q --features "$features"

@@ -1,53 +1,61 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, docs, and every test against real redis-server (and,
 # for lock-fence, PostgreSQL; for the Redisson interop tests, JVMs running Redisson) processes
-# that the tests start on free loopback ports.
+# that the tests start on free loopback ports; then what publishing needs (MSRV, packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A suite run builds once from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=0
+started=$SECONDS
+step() { echo "== $* ($((SECONDS - started)) s)"; }
 bash scripts/ensure-deps.sh openssl postgres java
 redis-server --version
+
+step "what the tree says about itself (no build)"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
-# The library without the optional topologies (the workspace build turns cluster and sentinel on).
-cargo clippy -p lock-runtime --lib --no-default-features -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
-cargo test --workspace --all-targets
-cargo test --workspace --doc
-# lock-runtime's optional features, built once together:
-# - tls: rediss:// against a TLS redis-server with a private CA, also behind Sentinel
-#   (certificates made with openssl, which ensure-deps.sh installed above);
-# - memory: MemoryLocks, the shared behaviour tests under paused time (behaviour_redis, the same
-#   list against redis-server, is one of the workspace tests above), the hooks, the docs;
-# - metrics: the `metrics` facade, read back with metrics-util's debugging recorder.
-features=tls,sentinel,memory,metrics
-cargo clippy -p lock-runtime --features "$features" --all-targets -- -D warnings
-cargo test -p lock-runtime --features "$features" --test tls --test behaviour_memory --test metrics
-cargo test -p lock-runtime --features "$features" --doc memory
-RUSTDOCFLAGS="-D warnings" cargo doc -p lock-runtime --features "$features" --no-deps -q
-# lock-fence with every store it supports (PostgreSQL and SQLite through sqlx, Redis), each test
-# against a real server or database file it makes itself; its stores are optional features.
-cargo clippy -p lock-fence --all-features --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc -p lock-fence --all-features --no-deps -q
-cargo test -p lock-fence --all-features
+# The README's map of lock-runtime against the module docs; the tests SAFETY.md and
+# TOPOLOGIES.md name against the tests that exist; the dependency audit (licenses, sources,
+# duplicate versions; exceptions in scripts/audit.toml).
+python3 scripts/module-map.py --check
+python3 scripts/promise-map.py
+python3 scripts/audit.py
+
+# Every crate with every optional feature, in one feature set, so that the lints, the docs and
+# the tests all reuse one build of the workspace (each feature set is a build of its own: the
+# suite used to build lock-runtime and its dependents three times):
+# - lock-runtime's tls (rediss:// against a TLS redis-server with a private CA, certificates made
+#   with openssl), memory (MemoryLocks; the shared behaviour tests run against it under paused
+#   time, behaviour_redis runs the same list against redis-server), metrics (read back with
+#   metrics-util's debugging recorder), cluster and sentinel;
+# - lock-fence's stores: PostgreSQL and SQLite through sqlx, and Redis;
+# - lock-tower's axum and json (its defaults).
+# It is also every feature the published crates' docs.rs metadata names.
+features=lock-runtime/tls,lock-runtime/cluster,lock-runtime/sentinel,lock-runtime/memory
+features+=,lock-runtime/metrics,lock-fence/postgres,lock-fence/sqlite,lock-fence/redis
+step "lints"
+cargo clippy --workspace --all-targets --features "$features" -- -D warnings
+# The libraries without their optional parts: code that only a feature uses must be gated.
+cargo clippy -p lock-runtime -p lock-fence --lib --no-default-features -- -D warnings
+step "docs, as docs.rs builds them"
+bash scripts/docsrs.sh "$features"
+step "tests"
+cargo test --workspace --all-targets --features "$features"
+step "doc tests"
+cargo test --workspace --doc --features "$features"
 # The disk the build used, for the record (CI machines have had little to spare).
 du -sh target 2>/dev/null || true
+
 # Ready for crates.io (CHANGELOG.md; README, "Versioning" and "Minimum supported Rust version"):
-# - the dependency audit: licenses, sources (crates.io and path only) and duplicate versions
-#   against the exceptions in scripts/audit.toml, and the published crates' metadata;
-python3 scripts/audit.py
-# - the published libraries' docs as docs.rs builds them (features from their docs.rs metadata,
-#   --cfg docsrs for the feature badges, warnings denied; stable rustdoc with RUSTC_BOOTSTRAP=1,
-#   reusing the dependencies built above: see the script for why not nightly);
-bash scripts/docsrs.sh
 # - the MSRV: the published crates, with their features, checked with the rust-version they
 #   declare (the toolchain installed when missing; about 4 minutes cold, see the script);
+step "MSRV"
 bash scripts/msrv.sh
 # - packaging, in dependency order through a temporary local registry: every published crate is
 #   packaged (nothing outside its directory) and built from its package alone, with little
 #   debug info (as the workspace's dev profile: a smaller, faster build); needs crates.io's index.
+step "packages"
 cargo package -p lock-macros -p lock-runtime -p lock-fence -p lock-tower -p lockctl --allow-dirty -q \
   --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
 ls -l target/package/*.crate
 du -sh target 2>/dev/null || true
+step "done"

@@ -4,6 +4,10 @@ cycles, and the longest functions.
 
     python3 scripts/structure.py [N]     # N longest functions (default 15)
 
+It also counts lock-runtime's branch sites on the key layout outside `keys/`: each `match`,
+`if` or `matches!` whose arms or condition name `Layout::Native`, `Layout::Redisson` or a
+`Scheme::Redisson…` (or compare a layout), counted once however many of its arms do.
+
 Imports are read as text: every `crate::a::…` path, and every module named
 inside a `use crate::{…}` group, counts as an arrow from the file to module
 `a` (a folder module counts as one node). `super::` arrows inside a folder
@@ -167,6 +171,33 @@ def functions():
     return sorted(found, reverse=True)
 
 
+LAYOUT_TEST = re.compile(r"Layout::(Redisson|Native)|Scheme::Redisson|layout\(\) *[!=]=|\.layout *[!=]=")
+
+
+def layout_branch_sites():
+    """(file, line) of each branch on the layout in lock-runtime outside keys/ (see the docs)."""
+    sites = set()
+    crate = "lock-runtime/src"
+    for path in sources(crate):
+        if os.sep + "keys" + os.sep in path:
+            continue
+        lines = drop_test_mods(strip(open(path).read())).split("\n")
+        for i, line in enumerate(lines):
+            if not LAYOUT_TEST.search(line):
+                continue
+            indent = len(line) - len(line.lstrip())
+            site = None
+            for j in range(i, -1, -1):
+                text = lines[j]
+                lead = len(text) - len(text.lstrip())
+                if re.search(r"\bmatch\b|\bif\b|matches!\(", text) and (j == i or lead < indent):
+                    site = j
+                    break
+            if site is not None:
+                sites.add((os.path.relpath(path, ROOT), site + 1))
+    return sorted(sites)
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     for crate in CRATES:
@@ -176,6 +207,11 @@ def main():
             print(f"  {a} -> {', '.join(sorted(edges[a]))}")
         cyc = cycles(edges)
         print(f"  cycles: {len(cyc)}" + "".join(f"\n    {' <-> '.join(c)}" for c in cyc))
+    sites = layout_branch_sites()
+    files = sorted({f for f, _ in sites})
+    print(f"\n== branch sites on the layout outside lock-runtime/src/keys/: {len(sites)} in {len(files)} files ==")
+    for f, line in sites:
+        print(f"  {f}:{line}")
     print(f"\n== longest functions (top {n}) ==")
     for length, path, line, name in functions()[:n]:
         print(f"  {length:4}  {path}:{line}  {name}")

@@ -362,3 +362,36 @@ async fn lost_wakes_at_the_deadline_by_its_own_timer() {
     assert!(start.elapsed() >= Duration::from_millis(800));
     assert_eq!(signal.get(), Some(LossReason::RenewalFailed));
 }
+
+/// The family shares the clock-based look: a `MultiLockGuard` (and so the macro's held body
+/// and lock-tower's held bodies, which run under `run`/`lost_owned` of these guards) reports
+/// the loss of a member past its deadline before the watchdog task runs.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_past_a_deadline_is_lost_before_the_watchdog_runs() {
+    use futures_util::FutureExt;
+    let locks = client(
+        granting(|c| async move { Ok(renewed(&c)) }),
+        Duration::from_secs(1),
+    );
+    let multi = crate::MultiLock::new([locks.lock("a"), locks.lock("b")])
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lost_owned = multi.lost_owned();
+    tokio::pin!(lost_owned);
+    assert!(lost_owned.as_mut().now_or_never().is_none());
+    assert!(!multi.is_lost());
+    advance_without_yielding(Duration::from_secs(1));
+    assert!(multi.is_lost());
+    let lost = lost_owned
+        .now_or_never()
+        .expect("lost_owned() resolves at once");
+    assert_eq!(reason(lost), LossReason::RenewalFailed);
+    let run = multi
+        .run(async {})
+        .now_or_never()
+        .expect("run() ends at once");
+    assert_eq!(reason(run.unwrap_err()), LossReason::RenewalFailed);
+    assert!(multi.lost().now_or_never().is_some());
+}

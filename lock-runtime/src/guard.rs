@@ -130,7 +130,12 @@ impl LockGuard {
         })
     }
 
-    /// Whether the lock is known to be lost.
+    /// Whether the lock is known to be lost: declared lost, or past its local deadline (the
+    /// lease confirmed so far, counted from when its request was sent, minus the safety margin)
+    /// by this process's clock, even if the watchdog task has not run since (a process resumed
+    /// after a pause: see SAFETY.md, "Paused processes"). Cheap: one atomic read and a clock
+    /// read. [`lost`](LockGuard::lost), [`run`](LockGuard::run) and
+    /// [`remaining_validity`](LockGuard::remaining_validity) agree with it.
     pub fn is_lost(&self) -> bool {
         self.held.signal.get().is_some()
     }
@@ -140,7 +145,9 @@ impl LockGuard {
     /// With the watchdog this fires before the lease could expire when renewal cannot be
     /// confirmed, and at the next renewal when the lock was deleted or taken over; with an
     /// explicit lease it fires a safety margin before the lease ends (a tenth of it, at least
-    /// 5 ms), so the holder is told before Redis can let a rival take the lock.
+    /// 5 ms), so the holder is told before Redis can let a rival take the lock. It wakes at the
+    /// local deadline by its own timer and looks at the clock at every poll, so it does not
+    /// depend on the watchdog task having run (see [`is_lost`](LockGuard::is_lost)).
     pub async fn lost(&self) -> LockError {
         let reason = self.held.signal.wait().await;
         self.lost_error(reason)

@@ -80,6 +80,16 @@ impl Entry {
         };
         self.confirmed_until.checked_sub(margin)
     }
+
+    /// The reason a hold past its deadline is lost with: the renewal was not confirmed in
+    /// time, or the explicit lease ran out.
+    fn expiry(&self) -> LossReason {
+        if self.renew {
+            LossReason::RenewalFailed
+        } else {
+            LossReason::LeaseExpired
+        }
+    }
 }
 
 impl Watchdog {
@@ -110,15 +120,15 @@ impl Watchdog {
     pub(crate) fn register(&self, id: u64, entry: Entry) {
         let now = Instant::now();
         let deadline = entry.loss_deadline(self.shared.margin);
+        let reason = entry.expiry();
+        // From here on every look at the hold compares the clock with its deadline, so the
+        // loss is seen on time even when this task cannot run (a resumed process, a starved
+        // runtime).
+        entry.signal.arm(&entry.names, deadline, reason);
         if deadline.is_none_or(|d| now >= d) {
             // The grant's answer came so late (a stalled connection, a paused server, a
             // starved process) that its lease may be over, or is within the safety margin of
             // it: lost before the holder runs anything under it.
-            let reason = if entry.renew {
-                LossReason::RenewalFailed
-            } else {
-                LossReason::LeaseExpired
-            };
             entry.signal.declare(&entry.names.name, reason);
             return;
         }
@@ -140,8 +150,14 @@ impl Watchdog {
         self.shared.lock().remove(&id).is_some()
     }
 
+    /// How many tracked holds are not lost (one past its deadline may still be tracked until
+    /// the task comes round, but its holder is told already).
     pub(crate) fn len(&self) -> usize {
-        self.shared.lock().len()
+        self.shared
+            .lock()
+            .values()
+            .filter(|e| e.signal.get().is_none())
+            .count()
     }
 
     /// Until when the lease of acquisition `id` is confirmed, or `None` once it is no longer
@@ -168,13 +184,11 @@ impl Shared {
                 releases.push(ReleaseJob::new(&e.names, &e.owner, e.confirmed_until));
                 Some(LossReason::MaxHoldExceeded)
             } else if now >= deadline {
-                Some(if e.renew {
-                    LossReason::RenewalFailed
-                } else {
-                    LossReason::LeaseExpired
-                })
+                Some(e.expiry())
             } else {
-                None
+                // Declared by a look of the holder's (past the deadline as the signal knew it)
+                // before this task came round: stop renewing it.
+                e.signal.get()
             };
             match reason {
                 Some(reason) => {
@@ -355,6 +369,9 @@ fn apply(
         match result {
             Some(true) => {
                 entry.confirmed_until = confirmed;
+                if let Some(deadline) = entry.loss_deadline(shared.margin) {
+                    entry.signal.extend(deadline);
+                }
                 renewed += 1;
             }
             Some(false) => {

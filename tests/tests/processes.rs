@@ -320,3 +320,109 @@ async fn a_fair_waiter_killed_with_sigkill_stops_blocking_the_queue_within_its_p
     );
     g.release().await.unwrap();
 }
+
+/// SAFETY.md "Paused processes": a process stopped (`SIGSTOP`) past its 1 s lease while a
+/// rival takes its mutex, its semaphore permit and the write side over its read hold never
+/// acts on the lost holds once resumed (`SIGCONT`): none of its tasks, which check
+/// `is_lost()` before every use, sees a hold as held at a check made after the rival's grant,
+/// even when they run before its watchdog task does; `lost()` resolves too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_process_never_acts_on_a_lost_hold() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    const ROUNDS: usize = 5;
+    const TASKS: usize = 16;
+    let redis = RedisServer::start();
+    let rival = LockClient::connect(&redis.url()).await.unwrap();
+    let mut failed_rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let prefix = format!("paused{round}");
+        let mut child = Command::new(WORKER)
+            .args(["paused", &redis.url(), &prefix, "1000"])
+            .arg(TASKS.to_string())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn lock-worker");
+        let pid = Pid::from_raw(child.id().unwrap() as i32);
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(next_line(&mut lines).await, "held");
+        // Let the tasks use the holds for a moment (they spin: kept short, the machine is shared).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        kill(pid, Signal::SIGSTOP).unwrap();
+
+        // The rival gets each of them once the stopped process' leases ran out in Redis.
+        let (lock, sem, rw) = (
+            rival.lock(format!("{prefix}:mutex")),
+            rival.semaphore(format!("{prefix}:sem"), 1),
+            rival.rw_lock(format!("{prefix}:rw")),
+        );
+        let (mutex, permit, write) = tokio::join!(
+            rival_grant(lock.acquire()),
+            rival_grant(sem.acquire()),
+            rival_grant(rw.write().acquire()),
+        );
+        let granted = |kind: &str| match kind {
+            "mutex" => mutex.1,
+            "permit" => permit.1,
+            _ => write.1,
+        };
+        kill(pid, Signal::SIGCONT).unwrap();
+
+        let (mut tasks, mut signals, mut violations) = (0, 0, Vec::new());
+        loop {
+            let line = next_line(&mut lines).await;
+            let fields: Vec<&str> = line.split(' ').collect();
+            match fields.as_slice() {
+                ["done"] => break,
+                ["uses", kind, last_held, first_lost] => {
+                    tasks += 1;
+                    let last_held: u64 = last_held.parse().unwrap();
+                    let first_lost: u64 = first_lost.parse().unwrap();
+                    assert!(first_lost > 0);
+                    if last_held > granted(kind) {
+                        violations.push(format!(
+                            "{kind}: held at a check {} µs after the rival's grant",
+                            (last_held - granted(kind)) / 1000
+                        ));
+                    }
+                }
+                ["signal", _, _] => signals += 1,
+                _ => panic!("unexpected line {line:?}"),
+            }
+        }
+        assert_eq!(tasks, 3 * TASKS);
+        assert_eq!(signals, 3, "lost() resolved for each hold");
+        tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .expect("the worker exits")
+            .unwrap();
+        for (guard, _) in [mutex, permit, write] {
+            guard.release().await.unwrap();
+        }
+        if !violations.is_empty() {
+            eprintln!(
+                "round {round}: {} stale checks, first: {}",
+                violations.len(),
+                violations[0]
+            );
+            failed_rounds.push(round);
+        }
+    }
+    assert!(
+        failed_rounds.is_empty(),
+        "rounds {failed_rounds:?} of {ROUNDS} acted on a lost hold"
+    );
+}
+
+/// The rival's grant, stamped after it: a check stamped later came after it.
+async fn rival_grant(
+    acquire: impl std::future::Future<Output = Result<lock_runtime::LockGuard, lock_runtime::LockError>>,
+) -> (lock_runtime::LockGuard, u64) {
+    let guard = tokio::time::timeout(Duration::from_secs(10), acquire)
+        .await
+        .expect("the rival's grant in time")
+        .unwrap();
+    (guard, lock_tests::mono_ns())
+}

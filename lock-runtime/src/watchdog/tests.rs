@@ -278,3 +278,120 @@ async fn a_hold_registered_past_its_deadline_is_lost_at_once() {
     assert_eq!(signal.get(), Some(LossReason::LeaseExpired));
     assert_eq!(locks.held_locks(), 0);
 }
+
+/// Moves the paused clock forward without yielding, so no other task (the watchdog) runs.
+fn advance_without_yielding(d: Duration) {
+    let mut advance = std::pin::pin!(tokio::time::advance(d));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // The clock moves on the first poll; what is left is a yield, dropped here.
+    let _ = advance.as_mut().poll(&mut cx);
+}
+
+/// SAFETY.md "Paused processes": a holder that runs before the watchdog task (a process
+/// resumed after `SIGSTOP`, a starved runtime) still sees the loss once its clock is past the
+/// hold's local deadline; every way of asking agrees, and renewals had moved that deadline.
+#[tokio::test(start_paused = true)]
+async fn a_check_past_the_deadline_reports_the_loss_before_the_watchdog_runs() {
+    use futures_util::FutureExt;
+    let locks = client(
+        granting(|c| async move { Ok(renewed(&c)) }),
+        Duration::from_secs(1),
+    );
+    let renewed_lock = locks.lock("renewed").acquire().await.unwrap();
+    let leased = locks
+        .lock("leased")
+        .acquire_with(LockOptions::new().lease(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // Renewals every third of the watchdog timeout keep it held well past its first lease.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!renewed_lock.is_lost());
+    let left = renewed_lock.remaining_validity();
+    assert!(left > Duration::ZERO);
+    // Frozen past the last confirmed lease; the watchdog task does not get to run.
+    advance_without_yielding(left);
+    assert!(renewed_lock.is_lost());
+    assert_eq!(renewed_lock.valid_until(), None);
+    assert_eq!(renewed_lock.remaining_validity(), Duration::ZERO);
+    let lost = renewed_lock
+        .lost()
+        .now_or_never()
+        .expect("lost() resolves at once");
+    assert_eq!(reason(lost), LossReason::RenewalFailed);
+    let run = renewed_lock
+        .run(async {})
+        .now_or_never()
+        .expect("run() ends at once");
+    assert_eq!(reason(run.unwrap_err()), LossReason::RenewalFailed);
+    // The explicit lease, 2 s from its end, is still held; past its margin it is not.
+    assert!(!leased.is_lost());
+    assert!(leased.lost_owned().now_or_never().is_none());
+    advance_without_yielding(
+        Duration::from_secs(2) - crate::options::loss_margin(Duration::from_secs(5)),
+    );
+    let owned = leased
+        .lost_owned()
+        .now_or_never()
+        .expect("lost_owned() resolves at once");
+    assert_eq!(reason(owned), LossReason::LeaseExpired);
+    assert!(leased.is_lost());
+    assert_eq!(locks.held_locks(), 0);
+}
+
+/// `lost()` wakes at the local deadline by its own timer, with no watchdog to declare it, and
+/// a confirmed renewal (`extend`) moves that wake-up forward.
+#[tokio::test(start_paused = true)]
+async fn lost_wakes_at_the_deadline_by_its_own_timer() {
+    let signal = crate::hold::LossSignal::new(crate::metrics::Group::resolve(None, "x"));
+    let names = Arc::new(crate::keys::LockNames::new("lock", "alone").unwrap());
+    let start = Instant::now();
+    signal.arm(
+        &names,
+        Some(start + Duration::from_millis(500)),
+        LossReason::RenewalFailed,
+    );
+    assert_eq!(signal.get(), None);
+    let wait = signal.wait();
+    tokio::pin!(wait);
+    tokio::select! {
+        _ = &mut wait => panic!("lost before its deadline"),
+        _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+    }
+    signal.extend(start + Duration::from_millis(800));
+    assert_eq!(wait.await, LossReason::RenewalFailed);
+    assert!(start.elapsed() >= Duration::from_millis(800));
+    assert_eq!(signal.get(), Some(LossReason::RenewalFailed));
+}
+
+/// The family shares the clock-based look: a `MultiLockGuard` (and so the macro's held body
+/// and lock-tower's held bodies, which run under `run`/`lost_owned` of these guards) reports
+/// the loss of a member past its deadline before the watchdog task runs.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_past_a_deadline_is_lost_before_the_watchdog_runs() {
+    use futures_util::FutureExt;
+    let locks = client(
+        granting(|c| async move { Ok(renewed(&c)) }),
+        Duration::from_secs(1),
+    );
+    let multi = crate::MultiLock::new([locks.lock("a"), locks.lock("b")])
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let lost_owned = multi.lost_owned();
+    tokio::pin!(lost_owned);
+    assert!(lost_owned.as_mut().now_or_never().is_none());
+    assert!(!multi.is_lost());
+    advance_without_yielding(Duration::from_secs(1));
+    assert!(multi.is_lost());
+    let lost = lost_owned
+        .now_or_never()
+        .expect("lost_owned() resolves at once");
+    assert_eq!(reason(lost), LossReason::RenewalFailed);
+    let run = multi
+        .run(async {})
+        .now_or_never()
+        .expect("run() ends at once");
+    assert_eq!(reason(run.unwrap_err()), LossReason::RenewalFailed);
+    assert!(multi.lost().now_or_never().is_some());
+}

@@ -15,6 +15,13 @@
 //!     takes <name> as <kind> (`semaphore:<capacity>`, `read`, `write`, `fair`) with the
 //!     watchdog, prints `held <fencing-token>`, then sleeps until killed; if it has to wait,
 //!     it prints `waiting` first.
+//! lock-worker paused <redis-url> <prefix> <watchdog-ms> <tasks>
+//!     holds `<prefix>:mutex` (a lock), a permit of `<prefix>:sem` (a semaphore of 1) and the
+//!     read side of `<prefix>:rw`, each with <tasks> tasks that check `is_lost()` before every
+//!     "use" (yielding between uses) and one task waiting in `lost()`; prints `held`, then, once every
+//!     task saw the loss, one line per task, `uses <kind> <last-held-check-ns>
+//!     <first-lost-check-ns>` and `signal <kind> <lost()-resolved-ns>` (CLOCK_MONOTONIC; the
+//!     timestamps are taken just *before* the check), then `done`. For SIGSTOP/SIGCONT tests.
 //! lock-worker family-chaos <redis-url> <duration-ms> <watchdog-ms> <out>
 //!     the lock family under faults: six tasks, two on a semaphore of 2 permits, two on a
 //!     read/write lock (one section in four writes), two on a fair lock, each taking it again
@@ -103,12 +110,74 @@ async fn run(args: Vec<&str>) {
         ["family-chaos", url, ms, watchdog_ms, out] => {
             family::chaos(url, ms, watchdog_ms, out).await;
         }
+        ["paused", url, prefix, watchdog_ms, tasks] => {
+            paused(url, prefix, watchdog_ms, tasks).await;
+        }
         ["chaos", rest @ ..] => chaos::workload(rest).await,
         _ => {
             eprintln!("usage: lock-worker count … | hold … | chaos … | block … (see the source)");
             std::process::exit(2);
         }
     }
+}
+
+/// The `paused` mode: see the module docs.
+async fn paused(url: &str, prefix: &str, watchdog_ms: &str, tasks: &str) {
+    use std::sync::Arc;
+
+    use lock_tests::mono_ns;
+
+    let tasks: usize = tasks.parse().expect("tasks");
+    let locks = LockClient::builder(url)
+        .watchdog_timeout(Duration::from_millis(watchdog_ms.parse().expect("ms")))
+        .build()
+        .await
+        .expect("connect");
+    let holds = [
+        (
+            "mutex",
+            locks.lock(format!("{prefix}:mutex")).acquire().await,
+        ),
+        (
+            "permit",
+            locks.semaphore(format!("{prefix}:sem"), 1).acquire().await,
+        ),
+        (
+            "read",
+            locks.rw_lock(format!("{prefix}:rw")).read().acquire().await,
+        ),
+    ];
+    let mut handles = Vec::new();
+    for (kind, guard) in holds {
+        let guard = Arc::new(guard.expect("acquire"));
+        for _ in 0..tasks {
+            let guard = guard.clone();
+            handles.push(tokio::spawn(async move {
+                let mut last_held = 0;
+                loop {
+                    // Taken before the check: a check after the rival's grant has a later stamp.
+                    let at = mono_ns();
+                    if guard.is_lost() {
+                        return format!("uses {kind} {last_held} {at}");
+                    }
+                    // The "use" of the resource would be here.
+                    last_held = at;
+                    // Busy tasks, as on a loaded runtime: after a pause they are ready to run
+                    // before the timer driver (and the watchdog task) gets a turn.
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        handles.push(tokio::spawn(async move {
+            let _ = guard.lost().await;
+            format!("signal {kind} {}", mono_ns())
+        }));
+    }
+    println!("held");
+    for handle in handles {
+        println!("{}", handle.await.expect("task"));
+    }
+    println!("done");
 }
 
 mod family {

@@ -37,6 +37,27 @@ pub enum Layout {
     /// Fencing tokens keep increasing across both sides, provided the Java side takes the lock
     /// as an `RFencedLock` (a plain `RLock` excludes just the same but does not advance the
     /// token).
+    /// - **Tokens are `long`s.** A Rust grant takes the larger of the counter plus one and the
+    ///   Redis server's clock in microseconds, so after the first Rust grant the counter is
+    ///   about 1.8·10¹⁵ and Java's `getToken()` returns values that far: Java code that keeps
+    ///   a token in an `int` (or a 32-bit database column) breaks; keep it in a `long`
+    ///   (`BIGINT`).
+    /// - **Fencing needs the counter to survive.** If `redisson_lock_token:{N}` is lost (a
+    ///   restart without persistence, a failover to a replica that had not got it, a `FLUSHALL`),
+    ///   Java's next `RFencedLock` grant `INCR`s it from nothing and gets token 1, below every
+    ///   token a Rust holder already has: a fence then refuses the legitimate Java holder and
+    ///   still admits a stale Rust one with its old, larger token, until a Rust grant brings the
+    ///   counter back up to the clock. (A Rust grant alone never goes back: it starts from the
+    ///   clock.) This is Java's `INCR`, not something this crate can change: with Java grants
+    ///   in the fleet, keep the counter persistent (AOF with `appendfsync always`, replicas
+    ///   acknowledged with `WAIT`), or fence on the tokens of Rust holders only.
+    /// - **A hot mutex favours whoever just released it.** Redisson's `RLock` is not fair: the
+    ///   unlock message wakes waiters that then race for the lock, and a client that releases
+    ///   and acquires again at once usually wins that race against a waiter still waking up.
+    ///   Measured on a lock contended in a loop by both languages, the Java side got 11–29 %
+    ///   of the holds. Where a mixed fleet needs each
+    ///   side served in turn, use the [fair lock](crate::LockClient::fair_lock) on both sides
+    ///   (Java's `getFairLock(N)`).
     ///
     /// What differs from [`Native`](Layout::Native):
     /// - the [prefix](crate::LockClientBuilder::prefix) is not used, and
@@ -61,11 +82,14 @@ pub enum Layout {
     ///   ahead of the clock while it waits, so it keeps its place however long the lock is held,
     ///   and when a Java waiter ahead is granted with a wait of up to 300 s. A Java `tryLock`
     ///   with a longer wait (or a larger `fairLockWaitTimeout`) ahead of it may cost it its place.
+    ///   While it keeps its own deadline ahead, it moves every deadline behind it by as much,
+    ///   so a Java waiter behind it keeps its place too, when the Rust waiter is granted or
+    ///   gives up and takes its 300 s off the deadlines behind, as Redisson's waiters do.
     /// - A Rust waiter that times out or is cancelled leaves the queue at once (Redisson's
     ///   give-up), and wakes the next waiter if the lock is free. One killed while queued holds
     ///   up the waiters behind it as a killed Java `lock()` waiter does: until its deadline,
     ///   at most about 305 s (plus what was left of the holder's lease when the queue formed)
-    ///   after the lock falls free with it first.
+    ///   after the lock falls free with it first, wherever it was in the queue.
     /// - Fencing tokens come from `redisson_lock_token:{N}` and rise with Rust grants only
     ///   (Java's `RFairLock` has no token).
     ///

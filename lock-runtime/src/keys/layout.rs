@@ -64,8 +64,10 @@ pub enum Layout {
     ///   [`LockClient::scan`](crate::LockClient::scan) has nothing to scan under;
     /// - names must keep the lock and its channel in one cluster slot, as Redisson needs:
     ///   a name with a `{` or `}` must contain a well-formed, non-empty hash tag (`a{b`, `a}b`
-    ///   and `{}x` are refused with [`LockError::InvalidName`]), and names that are a Redisson
-    ///   channel or token key are refused too;
+    ///   and `{}x` are refused with [`LockError::InvalidName`]), and names that are a key or
+    ///   channel of another Redisson object (a channel, a fencing counter, a fair lock's queue
+    ///   or deadlines, a semaphore's lease set or hold, a read hold's timeout key, an unlock
+    ///   latch) are refused too, whatever the primitive;
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
     /// - each primitive follows Redisson's rules where they differ from the native layout's

@@ -201,6 +201,18 @@ async fn names_and_primitives_redisson_cannot_share_are_typed_errors() {
         .await
         .unwrap_err();
     assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
+    // Another fair lock's queue is refused to a mutex too: taking it would make fair lock `x`
+    // fail with foreign data.
+    let e = locks
+        .lock("redisson_lock_queue:{x}")
+        .try_acquire(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
+    assert_eq!(
+        redis.cmd(&["EXISTS", "redisson_lock_queue:{x}"]).int(),
+        Some(0)
+    );
     // Another semaphore's lease set (`suffixName("x:{t}", "timeout")`).
     let e = locks
         .semaphore("x:{t}:timeout", 2)

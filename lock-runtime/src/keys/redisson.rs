@@ -204,6 +204,10 @@ pub(crate) fn rw_timeout_prefix(names: &LockNames) -> String {
     }
 }
 
+/// The most permits one `RPermitExpirableSemaphore` hold may take: its owner id carries one
+/// 33-byte id per permit (33 KiB at this cap).
+pub(crate) const MAX_PERMITS_PER_HOLD: u32 = 1024;
+
 /// The owner id of an `RPermitExpirableSemaphore` acquisition of `n` permits:
 /// `permits:<id>[,<id>…]#<n>`, one fresh id per permit, each 32 lower-case hex chars (16
 /// random bytes, a v4 UUID's, decoded to the 16 raw bytes Redisson stores by the scripts).

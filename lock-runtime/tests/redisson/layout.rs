@@ -283,3 +283,74 @@ async fn a_plain_semaphore_gives_each_permit_back_once() {
     assert_eq!(count().as_deref(), Some("2"));
     assert!(redis.keys("{exports}:plain:*").is_empty());
 }
+
+/// The bytes Redis received so far (`INFO stats`).
+fn input_bytes(redis: &RedisServer) -> u64 {
+    let info = redis.cmd(&["INFO", "stats"]);
+    let text = info.text().unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_input_bytes")
+}
+
+/// An `RPermitExpirableSemaphore` hold's owner id carries one 16-byte id per permit, so a
+/// request for more permits than the capacity is refused before that id is built and sent
+/// (`acquire_many(1_000_000)` used to send a 33 MB id for the script to answer "exceeds"),
+/// and a hold is capped at `MAX_PERMITS_PER_HOLD` permits whatever the capacity.
+#[tokio::test]
+async fn permits_beyond_the_capacity_are_refused_before_an_id_is_sent() {
+    let redis = RedisServer::start();
+    let locks = redisson_client(&redis, Duration::from_secs(30)).await;
+    let sem = locks.semaphore("bulk", 3);
+    let before = input_bytes(&redis);
+    let e = sem.acquire_many(1_000_000, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 1_000_000,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    let sent = input_bytes(&redis) - before;
+    assert!(sent < 100_000, "{sent} bytes sent to refuse it");
+    // Above the capacity in force: refused, with that capacity.
+    let e = sem.acquire_many(5, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 5,
+                capacity: 3,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    // A capacity raised in Redis (Java's `setPermits`) is the one in force: within it, granted.
+    sem.set_capacity(10).await.unwrap();
+    let g = sem.acquire_many(5, Default::default()).await.unwrap();
+    assert_eq!(g.permits(), 5);
+    g.release().await.unwrap();
+    // Above the cap per hold, refused even within the capacity.
+    let big = locks.semaphore("huge", 100_000);
+    let e = big.acquire_many(50_000, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 50_000,
+                capacity: 1024,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    assert!(redis.keys("{huge}:timeout").is_empty());
+}

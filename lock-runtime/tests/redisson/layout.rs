@@ -354,3 +354,44 @@ async fn permits_beyond_the_capacity_are_refused_before_an_id_is_sent() {
     );
     assert!(redis.keys("{huge}:timeout").is_empty());
 }
+
+/// After Java's `drainPermits()` (or `addPermits(-k)`) leaves fewer permits than asked for and
+/// none leased, a Rust `acquire()` waits, as Java's does, and is woken by Java's
+/// `addPermits` (its message on `redisson_sc:{N}`), instead of failing with `InvalidPermits`.
+/// A request above the handle's capacity as well is still refused.
+#[tokio::test]
+async fn a_drained_semaphore_makes_acquire_wait_not_fail() {
+    let redis = RedisServer::start();
+    let locks = redisson_client(&redis, Duration::from_secs(30)).await;
+    let sem = locks.semaphore("drained", 3);
+    assert_eq!(sem.available().await.unwrap(), 3);
+    // Java's drainPermits(): N = 0, nothing leased.
+    redis.cmd(&["SET", "drained", "0"]);
+    let e = sem.try_acquire(Duration::ZERO).await.unwrap_err();
+    assert!(e.is_busy(), "{e:?}");
+    let e = sem.acquire_many(4, Default::default()).await.unwrap_err();
+    assert!(
+        matches!(e, LockError::InvalidPermits { requested: 4, .. }),
+        "{e:?}"
+    );
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "{:?}",
+        waiter.await.map(|r| r.map(|g| g.permits()))
+    );
+    // Java's addPermits(1): INCRBY and the new count on the channel.
+    redis.cmd(&["INCRBY", "drained", "1"]);
+    redis.cmd(&["PUBLISH", "redisson_sc:{drained}", "1"]);
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("granted once Java added a permit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.permits(), 1);
+    g.release().await.unwrap();
+}

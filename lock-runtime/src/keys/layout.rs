@@ -113,6 +113,17 @@ pub enum Layout {
     /// inside a writer's scope re-enters, a write inside a reader's scope is
     /// [`LockError::WouldDeadlock`].
     ///
+    /// **Keep the Rust [watchdog timeout](crate::LockClientBuilder::watchdog_timeout) well
+    /// below three times Java's `lockWatchdogTimeout`** (the defaults, 30 s on both sides,
+    /// leave 20 s of margin). Java's read-lock renewal sets the hash's TTL to *its* watchdog timeout, which
+    /// may shorten it (Redisson 3.x also re-arms every reader's timeout key, ours included, to
+    /// it), and our watchdog renews every third of ours. If a Java reader's renewal shortens
+    /// the hash to less than a Rust renewal period and that Java reader then dies (or, on 3.x,
+    /// unlocks), the hash expires under the Rust reader: a writer on either side gets in
+    /// before the Rust reader's next renewal reports the hold lost. With a Java
+    /// `lockWatchdogTimeout` of 10 s, a Rust watchdog timeout of 30 s or more is unsafe; with
+    /// Java's default, one of 90 s or more.
+    ///
     /// A [semaphore](crate::Semaphore) is Redisson's `RPermitExpirableSemaphore`
     /// (`getPermitExpirableSemaphore(N)`): `N` holds the available count, `{N}:timeout` each
     /// permit's 16-byte id and lease end, and the channel is `redisson_sc:{N}`. Permits are
@@ -125,13 +136,20 @@ pub enum Layout {
     ///   [`reset_capacity`](crate::Semaphore::reset_capacity) sets the handle's own capacity
     ///   again, and [`force_release_all`](crate::Semaphore::force_release_all) takes every
     ///   leased permit back (each holder's `lost()` fires).
+    /// - A request is refused ([`LockError::InvalidPermits`]) only above both the capacity in
+    ///   force and the handle's own: after Java's `drainPermits()` or `addPermits(-k)` a Rust
+    ///   [`acquire`](crate::Semaphore::acquire) waits for permits to come back, as Java's
+    ///   does. A hold is at most 1024 permits (its owner id carries one id per permit).
     /// - A guard's [`owner`](crate::LockGuard::owner) lists its permit ids
     ///   (`permits:<id>,…#n`); a Java `release(id)` of one of them fires the guard's `lost()`.
     /// - Lease ends are epoch milliseconds: Rust uses the Redis server's clock, Java its own,
     ///   so the Java hosts' clocks must agree with Redis's (as they must among Java clients).
     /// - For Java's plain `RSemaphore` (`getSemaphore(N)`), use
     ///   [`without_leases`](crate::Semaphore::without_leases). Its permits have no owner: a
-    ///   holder that dies keeps them for ever (Java's and ours alike), and `capacity()` and
+    ///   holder that dies keeps them for ever (Java's and ours alike; for a Rust hold also
+    ///   one frozen longer than its lease, and a cancelled acquire whose request took the
+    ///   permits while Redis stayed unreachable longer than the lease, since its clean-up is
+    ///   retried only until then), and `capacity()` and
     ///   `force_release_all()` are [`LockError::Unsupported`]. Both sides must use the same
     ///   kind for a name.
     ///

@@ -692,6 +692,72 @@ async fn a_rust_waiter_that_outlives_its_deadline_keeps_the_java_waiter_behind_i
     eprintln!("after the Rust grant the Java waiter behind it had {left} ms left as head");
 }
 
+/// With real Redisson: a Java `lock()` waiter queued behind a Rust waiter that outlives its
+/// Redisson deadline (both deadlines set as if they had queued minutes ago) keeps its place:
+/// the Rust waiter is granted, holds past its original deadline, releases, and the Java
+/// waiter gets the lock woken by that release's message. Before, the Rust grant left the
+/// Java deadline in the past, the release's purge dropped the Java waiter, and it got the lock
+/// only when its retry timer fired (review M3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_behind_a_rust_waiter_that_outlived_its_deadline_keeps_its_place() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    for version in REDISSON_VERSIONS {
+        let java = Redisson::start(version, &redis.url(), Duration::from_secs(30));
+        let name = format!("fair-outlived:{version}");
+        let t = timeout_key(&name);
+        java_fair_lock(&java, "w1", &name).await;
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let rust_waiter = {
+            let (rust, name) = (rust.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = rust.fair_lock(&name).acquire().await.expect("fair acquire");
+                released.await.unwrap();
+                guard.release().await.unwrap();
+            })
+        };
+        let r = queued(&redis, &name, 1).await.remove(0);
+        let w2_sent = mono_ns();
+        let w2 = java.send(&format!("fairlock w2 {name} -1"));
+        let w2_owner = queued(&redis, &name, 2).await.remove(1);
+        // As if both had queued minutes ago: R's deadline nearly due, w2's 300 s after it.
+        let d_r = redis.time_ms() + 2_000;
+        redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r]);
+        redis.cmd(&["ZADD", &t, "XX", &(d_r + 300_000).to_string(), &w2_owner]);
+        // R's next attempt (woken at once by a stray message) raises its deadline.
+        let channel = format!("redisson_lock__channel:{{{name}}}:{r}");
+        redis.cmd(&["PUBLISH", &channel, "0"]);
+        let until = Instant::now() + Duration::from_secs(20);
+        while deadline(&redis, &name, &r) == Some(d_r as i64) {
+            assert!(
+                Instant::now() < until,
+                "the Rust waiter never raised its deadline"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // w1 unlocks: R is granted, and holds until its original deadline has passed.
+        java_fair_unlock(&java, "w1", &name).await;
+        let until = Instant::now() + Duration::from_secs(20);
+        while redis.cmd(&["HEXISTS", &name, &r]).int() != Some(1) {
+            assert!(Instant::now() < until, "the Rust waiter was never granted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        while redis.time_ms() <= d_r {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(queue(&redis, &name), [w2_owner.as_str()], "{version}");
+        release.send(()).unwrap();
+        rust_waiter.await.unwrap();
+        let w2_granted = ok_ns(&w2.reply().await);
+        woken_by_the_message(version, w2_sent, w2_granted);
+        java_fair_unlock(&java, "w2", &name).await;
+        eprintln!(
+            "redisson {version}: the Java waiter behind a Rust waiter that outlived its deadline got the lock {:.0} ms after it queued",
+            ms(w2_granted - w2_sent)
+        );
+    }
+}
+
 /// A Rust waiter that dies deep in the queue (here: written as a Rust waiter queues, never
 /// refreshed) reaches the head with the deadline of the last live waiter granted ahead of it:
 /// at most `wait` + `PLACE_TTL` (305 s) plus the lease left when the queue formed, however many

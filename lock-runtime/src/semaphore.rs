@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
-use crate::keys::{Family, Mode};
+use crate::keys::{Family, Mode, Scheme, redisson};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
 /// Why a plain `RSemaphore` has no capacity calls.
@@ -217,7 +217,11 @@ impl Semaphore {
     /// Takes `permits` permits at once (all or none) with explicit options.
     ///
     /// [`LockError::InvalidPermits`] when `permits` is 0 or above the capacity in force
-    /// (nothing is taken, nothing waits). Waiting for several permits wakes on every release
+    /// (nothing is taken, nothing waits). With [`Layout::Redisson`](crate::Layout::Redisson)
+    /// (an `RPermitExpirableSemaphore`, whose hold carries one permit id per permit) a hold
+    /// is at most 1024 permits (above that, `InvalidPermits` gives 1024 as the capacity), and
+    /// a request above the handle's capacity asks Redis for the capacity in force first, so
+    /// no oversized request is ever sent. Waiting for several permits wakes on every release
     /// and takes them once enough are free together.
     pub async fn acquire_many(
         &self,
@@ -233,6 +237,24 @@ impl Semaphore {
                 requested: 0,
                 capacity: self.capacity,
             });
+        }
+        if matches!(self.lock.names()?.scheme, Scheme::RedissonPermits { .. }) {
+            // The owner id carries one 16-byte permit id per permit: refuse before building
+            // and sending one above the cap per hold, or for more than the capacity in force.
+            let capacity = if permits > redisson::MAX_PERMITS_PER_HOLD {
+                redisson::MAX_PERMITS_PER_HOLD
+            } else if permits > self.capacity {
+                self.capacity_call(CapacityOp::Capacity).await?
+            } else {
+                permits
+            };
+            if permits > capacity {
+                return Err(LockError::InvalidPermits {
+                    name: self.name().to_owned(),
+                    requested: permits,
+                    capacity,
+                });
+            }
         }
         self.lock
             .with_mode(Mode::Permits(permits))

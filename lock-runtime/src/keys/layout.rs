@@ -37,14 +37,37 @@ pub enum Layout {
     /// Fencing tokens keep increasing across both sides, provided the Java side takes the lock
     /// as an `RFencedLock` (a plain `RLock` excludes just the same but does not advance the
     /// token).
+    /// - **Tokens are `long`s.** A Rust grant takes the larger of the counter plus one and the
+    ///   Redis server's clock in microseconds, so after the first Rust grant the counter is
+    ///   about 1.8·10¹⁵ and Java's `getToken()` returns values that far: Java code that keeps
+    ///   a token in an `int` (or a 32-bit database column) breaks; keep it in a `long`
+    ///   (`BIGINT`).
+    /// - **Fencing needs the counter to survive.** If `redisson_lock_token:{N}` is lost (a
+    ///   restart without persistence, a failover to a replica that had not got it, a `FLUSHALL`),
+    ///   Java's next `RFencedLock` grant `INCR`s it from nothing and gets token 1, below every
+    ///   token a Rust holder already has: a fence then refuses the legitimate Java holder and
+    ///   still admits a stale Rust one with its old, larger token, until a Rust grant brings the
+    ///   counter back up to the clock. (A Rust grant alone never goes back: it starts from the
+    ///   clock.) This is Java's `INCR`, not something this crate can change: with Java grants
+    ///   in the fleet, keep the counter persistent (AOF with `appendfsync always`, replicas
+    ///   acknowledged with `WAIT`), or fence on the tokens of Rust holders only.
+    /// - **A hot mutex favours whoever just released it.** Redisson's `RLock` is not fair: the
+    ///   unlock message wakes waiters that then race for the lock, and a client that releases
+    ///   and acquires again at once usually wins that race against a waiter still waking up.
+    ///   Measured on a lock contended in a loop by both languages, the Java side got 11–29 %
+    ///   of the holds. Where a mixed fleet needs each
+    ///   side served in turn, use the [fair lock](crate::LockClient::fair_lock) on both sides
+    ///   (Java's `getFairLock(N)`).
     ///
     /// What differs from [`Native`](Layout::Native):
     /// - the [prefix](crate::LockClientBuilder::prefix) is not used, and
     ///   [`LockClient::scan`](crate::LockClient::scan) has nothing to scan under;
     /// - names must keep the lock and its channel in one cluster slot, as Redisson needs:
     ///   a name with a `{` or `}` must contain a well-formed, non-empty hash tag (`a{b`, `a}b`
-    ///   and `{}x` are refused with [`LockError::InvalidName`]), and names that are a Redisson
-    ///   channel or token key are refused too;
+    ///   and `{}x` are refused with [`LockError::InvalidName`]), and names that are a key or
+    ///   channel of another Redisson object (a channel, a fencing counter, a fair lock's queue
+    ///   or deadlines, a semaphore's lease set or hold, a read hold's timeout key, an unlock
+    ///   latch) are refused too, whatever the primitive;
     /// - local hand-off is off (each release publishes, so Java waiters get their turn):
     ///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) is ignored;
     /// - each primitive follows Redisson's rules where they differ from the native layout's
@@ -61,11 +84,14 @@ pub enum Layout {
     ///   ahead of the clock while it waits, so it keeps its place however long the lock is held,
     ///   and when a Java waiter ahead is granted with a wait of up to 300 s. A Java `tryLock`
     ///   with a longer wait (or a larger `fairLockWaitTimeout`) ahead of it may cost it its place.
+    ///   While it keeps its own deadline ahead, it moves every deadline behind it by as much,
+    ///   so a Java waiter behind it keeps its place too, when the Rust waiter is granted or
+    ///   gives up and takes its 300 s off the deadlines behind, as Redisson's waiters do.
     /// - A Rust waiter that times out or is cancelled leaves the queue at once (Redisson's
     ///   give-up), and wakes the next waiter if the lock is free. One killed while queued holds
     ///   up the waiters behind it as a killed Java `lock()` waiter does: until its deadline,
     ///   at most about 305 s (plus what was left of the holder's lease when the queue formed)
-    ///   after the lock falls free with it first.
+    ///   after the lock falls free with it first, wherever it was in the queue.
     /// - Fencing tokens come from `redisson_lock_token:{N}` and rise with Rust grants only
     ///   (Java's `RFairLock` has no token).
     ///
@@ -87,6 +113,17 @@ pub enum Layout {
     /// inside a writer's scope re-enters, a write inside a reader's scope is
     /// [`LockError::WouldDeadlock`].
     ///
+    /// **Keep the Rust [watchdog timeout](crate::LockClientBuilder::watchdog_timeout) well
+    /// below three times Java's `lockWatchdogTimeout`** (the defaults, 30 s on both sides,
+    /// leave 20 s of margin). Java's read-lock renewal sets the hash's TTL to *its* watchdog timeout, which
+    /// may shorten it (Redisson 3.x also re-arms every reader's timeout key, ours included, to
+    /// it), and our watchdog renews every third of ours. If a Java reader's renewal shortens
+    /// the hash to less than a Rust renewal period and that Java reader then dies (or, on 3.x,
+    /// unlocks), the hash expires under the Rust reader: a writer on either side gets in
+    /// before the Rust reader's next renewal reports the hold lost. With a Java
+    /// `lockWatchdogTimeout` of 10 s, a Rust watchdog timeout of 30 s or more is unsafe; with
+    /// Java's default, one of 90 s or more.
+    ///
     /// A [semaphore](crate::Semaphore) is Redisson's `RPermitExpirableSemaphore`
     /// (`getPermitExpirableSemaphore(N)`): `N` holds the available count, `{N}:timeout` each
     /// permit's 16-byte id and lease end, and the channel is `redisson_sc:{N}`. Permits are
@@ -99,13 +136,20 @@ pub enum Layout {
     ///   [`reset_capacity`](crate::Semaphore::reset_capacity) sets the handle's own capacity
     ///   again, and [`force_release_all`](crate::Semaphore::force_release_all) takes every
     ///   leased permit back (each holder's `lost()` fires).
+    /// - A request is refused ([`LockError::InvalidPermits`]) only above both the capacity in
+    ///   force and the handle's own: after Java's `drainPermits()` or `addPermits(-k)` a Rust
+    ///   [`acquire`](crate::Semaphore::acquire) waits for permits to come back, as Java's
+    ///   does. A hold is at most 1024 permits (its owner id carries one id per permit).
     /// - A guard's [`owner`](crate::LockGuard::owner) lists its permit ids
     ///   (`permits:<id>,…#n`); a Java `release(id)` of one of them fires the guard's `lost()`.
     /// - Lease ends are epoch milliseconds: Rust uses the Redis server's clock, Java its own,
     ///   so the Java hosts' clocks must agree with Redis's (as they must among Java clients).
     /// - For Java's plain `RSemaphore` (`getSemaphore(N)`), use
     ///   [`without_leases`](crate::Semaphore::without_leases). Its permits have no owner: a
-    ///   holder that dies keeps them for ever (Java's and ours alike), and `capacity()` and
+    ///   holder that dies keeps them for ever (Java's and ours alike; for a Rust hold also
+    ///   one frozen longer than its lease, and a cancelled acquire whose request took the
+    ///   permits while Redis stayed unreachable longer than the lease, since its clean-up is
+    ///   retried only until then), and `capacity()` and
     ///   `force_release_all()` are [`LockError::Unsupported`]. Both sides must use the same
     ///   kind for a name.
     ///

@@ -35,6 +35,8 @@ const SEMAPHORE_CHANNEL: &str = "redisson_sc";
 const QUEUE: &str = "redisson_lock_queue";
 /// `RFairLock`'s waiters' deadlines.
 const TIMEOUT: &str = "redisson_lock_timeout";
+/// Redisson 4's unlock latch of a lock (`redisson_unlock_latch:{N}:<request id>`).
+const UNLOCK_LATCH: &str = "redisson_unlock_latch";
 
 /// The suffix of a writer's field in Redisson's `RReadWriteLock` (`<owner>:write`).
 pub(crate) const WRITER: &str = ":write";
@@ -70,26 +72,12 @@ pub(crate) fn names(name: &str, family: Family) -> Result<LockNames, LockError> 
             "with the Redisson layout a name with `{` or `}` needs a well-formed, non-empty hash tag, or its lock and channel land in different cluster slots",
         ));
     }
-    if is_role(name, &[CHANNEL, TOKEN, RWLOCK_CHANNEL]) {
-        return Err(LockError::invalid_name(
-            name,
-            "with the Redisson layout this name is another lock's channel or fencing counter",
-        ));
-    }
+    check_not_a_role(name)?;
     let scheme = Scheme::of(crate::Layout::Redisson, family);
     let (key, channel) = match scheme {
-        Scheme::RedissonFair => {
-            if is_role(name, &[QUEUE, TIMEOUT]) {
-                return Err(LockError::invalid_name(
-                    name,
-                    "with the Redisson layout this name is another fair lock's queue or deadlines",
-                ));
-            }
-            (name.to_owned(), prefixed(CHANNEL, name))
-        }
+        Scheme::RedissonFair => (name.to_owned(), prefixed(CHANNEL, name)),
         Scheme::RedissonReadWrite => (name.to_owned(), prefixed(RWLOCK_CHANNEL, name)),
         Scheme::RedissonPermits { .. } | Scheme::RedissonPlain { .. } => {
-            check_semaphore_name(name)?;
             // `key` is what the watchdog renews: the lease set of an expirable semaphore, the
             // count of a plain one (its holds' markers are renewed with it, see
             // `plain_semaphore.lua`).
@@ -118,8 +106,27 @@ fn is_role(name: &str, roles: &[&str]) -> bool {
     })
 }
 
-/// Refuses the names that are another semaphore's lease set or hold marker.
-fn check_semaphore_name(name: &str) -> Result<(), LockError> {
+/// Refuses the names that are a key or channel of another Redisson object, whatever the
+/// primitive asking: a lock of one kind taking another object's key would make that object
+/// fail with foreign data (or write into it).
+fn check_not_a_role(name: &str) -> Result<(), LockError> {
+    if is_role(
+        name,
+        &[
+            CHANNEL,
+            TOKEN,
+            RWLOCK_CHANNEL,
+            SEMAPHORE_CHANNEL,
+            QUEUE,
+            TIMEOUT,
+            UNLOCK_LATCH,
+        ],
+    ) {
+        return Err(LockError::invalid_name(
+            name,
+            "with the Redisson layout this name is another lock's channel, fencing counter, fair queue, deadlines or unlock latch",
+        ));
+    }
     if name.contains('{') && name.ends_with(":timeout") {
         // `suffixName(x, "timeout")` of another name `x`: its lease zset.
         return Err(LockError::invalid_name(
@@ -133,6 +140,13 @@ fn check_semaphore_name(name: &str) -> Result<(), LockError> {
         return Err(LockError::invalid_name(
             name,
             "with the Redisson layout this name is a hold of another semaphore (`…{…}…:plain:…`)",
+        ));
+    }
+    if name.contains('{') && name.contains(":rwlock_timeout:") {
+        // `{x}:<reader>:rwlock_timeout:<n>`: a read hold's timeout key of read/write lock `x`.
+        return Err(LockError::invalid_name(
+            name,
+            "with the Redisson layout this name is a read hold of another read/write lock (`…{…}…:rwlock_timeout:…`)",
         ));
     }
     Ok(())
@@ -189,6 +203,10 @@ pub(crate) fn rw_timeout_prefix(names: &LockNames) -> String {
         format!("{{{}}}", names.name)
     }
 }
+
+/// The most permits one `RPermitExpirableSemaphore` hold may take: its owner id carries one
+/// 33-byte id per permit (33 KiB at this cap).
+pub(crate) const MAX_PERMITS_PER_HOLD: u32 = 1024;
 
 /// The owner id of an `RPermitExpirableSemaphore` acquisition of `n` permits:
 /// `permits:<id>[,<id>…]#<n>`, one fresh id per permit, each 32 lower-case hex chars (16
@@ -293,6 +311,55 @@ mod tests {
                 .names("lock", "redisson_lock_tokens", Family::Mutex)
                 .is_ok()
         );
+    }
+
+    /// Every key another Redisson object keeps (a fair lock's queue and deadlines, a
+    /// semaphore's lease set and hold markers, a read hold's timeout key, an unlock latch, a
+    /// channel, a fencing counter) is refused as a name, whichever primitive asks: taking a
+    /// mutex named `redisson_lock_queue:{x}` would make fair lock `x` fail with foreign data.
+    #[test]
+    fn every_role_is_refused_for_every_family() {
+        let families = [
+            Family::Mutex,
+            Family::Fair,
+            Family::ReadWrite,
+            Family::Semaphore {
+                capacity: 2,
+                leases: true,
+            },
+            Family::Semaphore {
+                capacity: 2,
+                leases: false,
+            },
+        ];
+        let roles = [
+            "redisson_lock__channel:{x}",
+            "redisson_lock_token:{x}",
+            "redisson_rwlock:{x}",
+            "redisson_sc:{x}",
+            "redisson_lock_queue:{x}",
+            "redisson_lock_timeout:x",
+            "redisson_unlock_latch:{x}:0b1c2d3e",
+            "{x}:timeout",
+            "a:{x}:timeout",
+            "{x}:plain:c:1",
+            "{x}:0b1c2d3e-0000-4000-8000-000000000001:1:rwlock_timeout:1",
+        ];
+        for family in families {
+            for name in roles {
+                let e = Layout::Redisson.names("lock", name, family).unwrap_err();
+                assert!(
+                    matches!(e, LockError::InvalidName { .. }),
+                    "{family:?} {name}: {e:?}"
+                );
+            }
+            for name in ["x", "stock:{x}", "redisson_lock_queues", "{x}:timeouts"] {
+                assert!(
+                    Layout::Redisson.names("lock", name, family).is_ok(),
+                    "{family:?} {name}"
+                );
+            }
+        }
     }
 
     #[test]

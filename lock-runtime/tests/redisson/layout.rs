@@ -201,6 +201,18 @@ async fn names_and_primitives_redisson_cannot_share_are_typed_errors() {
         .await
         .unwrap_err();
     assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
+    // Another fair lock's queue is refused to a mutex too: taking it would make fair lock `x`
+    // fail with foreign data.
+    let e = locks
+        .lock("redisson_lock_queue:{x}")
+        .try_acquire(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, LockError::InvalidName { .. }), "{e:?}");
+    assert_eq!(
+        redis.cmd(&["EXISTS", "redisson_lock_queue:{x}"]).int(),
+        Some(0)
+    );
     // Another semaphore's lease set (`suffixName("x:{t}", "timeout")`).
     let e = locks
         .semaphore("x:{t}:timeout", 2)
@@ -270,4 +282,116 @@ async fn a_plain_semaphore_gives_each_permit_back_once() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(count().as_deref(), Some("2"));
     assert!(redis.keys("{exports}:plain:*").is_empty());
+}
+
+/// The bytes Redis received so far (`INFO stats`).
+fn input_bytes(redis: &RedisServer) -> u64 {
+    let info = redis.cmd(&["INFO", "stats"]);
+    let text = info.text().unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_input_bytes")
+}
+
+/// An `RPermitExpirableSemaphore` hold's owner id carries one 16-byte id per permit, so a
+/// request for more permits than the capacity is refused before that id is built and sent
+/// (`acquire_many(1_000_000)` used to send a 33 MB id for the script to answer "exceeds"),
+/// and a hold is capped at `MAX_PERMITS_PER_HOLD` permits whatever the capacity.
+#[tokio::test]
+async fn permits_beyond_the_capacity_are_refused_before_an_id_is_sent() {
+    let redis = RedisServer::start();
+    let locks = redisson_client(&redis, Duration::from_secs(30)).await;
+    let sem = locks.semaphore("bulk", 3);
+    let before = input_bytes(&redis);
+    let e = sem.acquire_many(1_000_000, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 1_000_000,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    let sent = input_bytes(&redis) - before;
+    assert!(sent < 100_000, "{sent} bytes sent to refuse it");
+    // Above the capacity in force: refused, with that capacity.
+    let e = sem.acquire_many(5, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 5,
+                capacity: 3,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    // A capacity raised in Redis (Java's `setPermits`) is the one in force: within it, granted.
+    sem.set_capacity(10).await.unwrap();
+    let g = sem.acquire_many(5, Default::default()).await.unwrap();
+    assert_eq!(g.permits(), 5);
+    g.release().await.unwrap();
+    // Above the cap per hold, refused even within the capacity.
+    let big = locks.semaphore("huge", 100_000);
+    let e = big.acquire_many(50_000, Default::default()).await;
+    assert!(
+        matches!(
+            e,
+            Err(LockError::InvalidPermits {
+                requested: 50_000,
+                capacity: 1024,
+                ..
+            })
+        ),
+        "{:?}",
+        e.map(|g| g.permits())
+    );
+    assert!(redis.keys("{huge}:timeout").is_empty());
+}
+
+/// After Java's `drainPermits()` (or `addPermits(-k)`) leaves fewer permits than asked for and
+/// none leased, a Rust `acquire()` waits, as Java's does, and is woken by Java's
+/// `addPermits` (its message on `redisson_sc:{N}`), instead of failing with `InvalidPermits`.
+/// A request above the handle's capacity as well is still refused.
+#[tokio::test]
+async fn a_drained_semaphore_makes_acquire_wait_not_fail() {
+    let redis = RedisServer::start();
+    let locks = redisson_client(&redis, Duration::from_secs(30)).await;
+    let sem = locks.semaphore("drained", 3);
+    assert_eq!(sem.available().await.unwrap(), 3);
+    // Java's drainPermits(): N = 0, nothing leased.
+    redis.cmd(&["SET", "drained", "0"]);
+    let e = sem.try_acquire(Duration::ZERO).await.unwrap_err();
+    assert!(e.is_busy(), "{e:?}");
+    let e = sem.acquire_many(4, Default::default()).await.unwrap_err();
+    assert!(
+        matches!(e, LockError::InvalidPermits { requested: 4, .. }),
+        "{e:?}"
+    );
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "{:?}",
+        waiter.await.map(|r| r.map(|g| g.permits()))
+    );
+    // Java's addPermits(1): INCRBY and the new count on the channel.
+    redis.cmd(&["INCRBY", "drained", "1"]);
+    redis.cmd(&["PUBLISH", "redisson_sc:{drained}", "1"]);
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("granted once Java added a permit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(g.permits(), 1);
+    g.release().await.unwrap();
 }

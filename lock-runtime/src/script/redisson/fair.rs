@@ -27,22 +27,27 @@
 //!   the past, and the next purge (any client's script) would drop a live waiter from the queue.
 //!
 //! A live Rust waiter also raises (never lowers) its own deadline at each attempt (every
-//! `PLACE_TTL / 3` at most): to `now + PLACE_TTL` at the head, to `ahead + wait + PLACE_TTL`
-//! behind another waiter whose deadline is `ahead`, so it keeps its place however long the
-//! holder keeps the lock, and survives the lowering by a Java waiter's grant (whose wait is at
-//! most 300 000 ms: Java `tryLock` waits above that, or a larger `fairLockWaitTimeout`, ahead of
-//! a Rust waiter can still make it lose its place). Raising its own deadline only lengthens
-//! the deadlines later waiters chain from it, so no live Java waiter loses its place to it.
+//! `PLACE_TTL / 3` at most) to at least `now + wait + PLACE_TTL`, and every deadline behind it
+//! in the queue by as much. So it keeps its place however long the holder keeps the lock, and
+//! survives the lowering by a Java waiter's grant ahead of it (whose wait is at most
+//! 300 000 ms: Java `tryLock` waits above that, or a larger `fairLockWaitTimeout`, ahead of a
+//! Rust waiter can still make it lose its place). Moving the deadlines behind by as much keeps
+//! the chain Redisson relies on (each waiter `wait` after the one ahead): when the Rust waiter
+//! is granted or leaves and takes `wait` off them, no Java waiter behind is left with a
+//! deadline in the past, so none loses its place to a live Rust waiter. Only the first two
+//! waiters ever raise (deeper ones are a `wait` beyond the one ahead already): an attempt
+//! costs O(1) deeper in the queue, O(queue) when it raises.
 //!
 //! **A Rust waiter that dies** (killed, frozen) without leaving stalls the waiters behind it
 //! the way a dead Java `lock()` waiter does: once it is first and the lock is free, until its
-//! deadline passes. That deadline is the chain's (each grant ahead of it takes off what it
-//! added), so the stall is at most `wait` + `PLACE_TTL` (305 s) plus what was left of the lease
-//! of the holder when the queue formed (a dead Java `lock()` waiter: 300 s plus the same).
-//! Lowering our own deadline to stall less is not safe: later Java waiters chain from it, and
-//! our grant takes `wait` off theirs, which would leave them a deadline in the past. A Rust
-//! waiter that times out or is cancelled leaves at once, and if it was first while the lock is
-//! free, the next waiter is told so at once (Redisson's own give-up does not publish).
+//! deadline passes. That deadline is the chain's (each grant ahead of it takes off what each
+//! link added), so the stall is at most `wait` + `PLACE_TTL` (305 s) plus what was left of the
+//! lease of the holder when the queue formed, wherever it was in the queue (a dead Java
+//! `lock()` waiter: 300 s plus the same). Lowering our own deadline to stall less is not safe:
+//! later Java waiters chain from it, and our grant takes `wait` off theirs, which would leave
+//! them a deadline in the past. A Rust waiter that times out or is cancelled leaves at once,
+//! and if it was first while the lock is free, the next waiter is told so at once (Redisson's
+//! own give-up does not publish).
 
 use std::sync::LazyLock;
 

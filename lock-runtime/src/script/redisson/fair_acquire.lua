@@ -1,3 +1,29 @@
+-- Raises `owner`'s deadline to `floor` if it is lower, and every deadline behind it in the
+-- queue by as much, so that the differences Redisson chains deadlines by are kept. Looks
+-- through the queue only when it raises (at the head, or second behind a Java head): a waiter
+-- deeper in the queue is at least one `wait` further than the one ahead of it, so O(1).
+-- A waiter in the set but not in the queue (nothing of Redisson's leaves it so) queues again.
+local function raise(queue, timeout, owner, deadline, floor)
+  if deadline >= floor then
+    return
+  end
+  local by = string.format('%d', floor - deadline)
+  local behind = false
+  for _, waiter in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+    if behind then
+      if redis.call('ZSCORE', timeout, waiter) then
+        redis.call('ZINCRBY', timeout, by, waiter)
+      end
+    elseif waiter == owner then
+      behind = true
+    end
+  end
+  if not behind then
+    redis.call('RPUSH', queue, owner)
+  end
+  redis.call('ZADD', timeout, string.format('%d', floor), owner)
+end
+
 -- Take Redisson's fair lock when it is free and our turn, or keep our place in its queue.
 --
 -- KEYS[1]  lock hash N            KEYS[2]  fencing counter (redisson_lock_token:{N})
@@ -12,13 +38,18 @@
 -- re-take our own hold; else queue at the back with Redisson's deadline (the tail's deadline,
 -- or now + the holder's PTTL, plus `wait`).
 --
--- One addition for a waiter already queued: it raises (never lowers) its own deadline, so that
--- a live waiter never expires and loses its place, however long the holder keeps the lock:
--- at the head, to at least now + place (nothing lowers the head's deadline); behind another
--- waiter, to at least that waiter's deadline + wait + place, so that when the one ahead is
--- granted and lowers every deadline by its own wait (at most `wait`, Redisson's 300000 ms
--- default), ours is still `place` ahead of now. Raising our own deadline only ever lengthens
--- the deadlines chained from it, so it never costs a live Java waiter its place.
+-- One addition: a live waiter raises (never lowers) its own deadline, at each attempt, to at
+-- least now + wait + place, and every deadline behind it by as much (`raise`). So it never
+-- expires and loses its place, however long the holder keeps the lock: at the head; and
+-- second behind a Java head, whose grant lowers every deadline by its own wait (at most `wait`,
+-- Redisson's 300000 ms default) and leaves ours still `place` ahead of now. Moving everyone
+-- behind by as much keeps the differences Redisson chains deadlines by (each waiter `wait`
+-- after the one ahead), so when we are granted or leave and take `wait` off them, every Java
+-- waiter behind keeps at least the deadline it would have had behind a Java waiter: a live
+-- Rust waiter never costs a Java waiter its place. And a waiter that dies reaches the head
+-- with about the deadline of the last live waiter granted ahead of it (each grant takes off
+-- what each link added): it stalls the queue at most about wait + place (305 s), wherever it
+-- was in the queue, as a dead Java `lock()` waiter does (300 s).
 --
 -- Returns {1, token} when taken, {0, ms} when not (the holder's PTTL, or until the first
 -- waiter's deadline when the lock is free but not ours), {-1, type} for foreign data.
@@ -54,32 +85,6 @@ local function acquire(lock, fence, queue, timeout, owner, lease_ms, retention_m
   end
 
   local deadline = redis.call('ZSCORE', timeout, owner)
-  if deadline then
-    local waiters = redis.call('LRANGE', queue, 0, -1)
-    local at = nil
-    for i, waiter in ipairs(waiters) do
-      if waiter == owner then
-        at = i
-        break
-      end
-    end
-    if at then
-      local floor = now + place
-      if at > 1 then
-        local ahead = redis.call('ZSCORE', timeout, waiters[at - 1])
-        if ahead then
-          floor = math.max(floor, tonumber(ahead) + wait + place)
-        end
-      end
-      if tonumber(deadline) < floor then
-        redis.call('ZADD', timeout, string.format('%d', floor), owner)
-      end
-    else
-      -- In the set but not the queue (nothing of Redisson's leaves it so): queue again.
-      redis.call('ZREM', timeout, owner)
-      deadline = nil
-    end
-  end
   if not deadline then
     local last = redis.call('LINDEX', queue, -1)
     local ttl = nil
@@ -92,10 +97,11 @@ local function acquire(lock, fence, queue, timeout, owner, lease_ms, retention_m
     if not ttl then
       ttl = redis.call('PTTL', lock)
     end
-    if redis.call('ZADD', timeout, string.format('%d', ttl + wait + now), owner) == 1 then
-      redis.call('RPUSH', queue, owner)
-    end
+    deadline = ttl + wait + now
+    redis.call('ZADD', timeout, string.format('%d', deadline), owner)
+    redis.call('RPUSH', queue, owner)
   end
+  raise(queue, timeout, owner, tonumber(deadline), now + wait + place)
 
   if held then
     return {0, redis.call('PTTL', lock)}

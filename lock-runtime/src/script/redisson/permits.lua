@@ -116,7 +116,10 @@ local function acquire(timeout, count, channel, fence, owner, lease_ms, retentio
   reclaim(timeout, count, channel, now, #ids)
   local free = available(count)
   local total = free + redis.call('ZCARD', timeout)
-  if #ids > total then
+  -- Refused only above both the capacity in force and the handle's: below the handle's, a
+  -- count that Java drained (`drainPermits`, `addPermits(-k)`) makes us wait for permits to
+  -- come back, as Java's `acquire` does.
+  if #ids > total and #ids > tonumber(capacity) then
     return {3, math.max(0, total)}
   end
   if free >= #ids then

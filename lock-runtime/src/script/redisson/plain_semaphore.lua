@@ -8,7 +8,9 @@
 -- gives the permits back only when it deletes the marker, so a retried, cancelled or repeated
 -- release (the watchdog's at `max_hold`, then the guard's) never adds permits twice. A hold
 -- whose marker expired (its process froze longer than the lease) keeps its permits taken, as
--- a holder that died does.
+-- a holder that died does. So does a cancelled acquire whose request took the permits (DECRBY)
+-- while Redis was unreachable for longer than the lease: its clean-up is retried in the
+-- background only until that lease ends, and finds the marker gone after it.
 --
 -- KEYS[1]  N: the available permits, a decimal string
 -- KEYS[2]  redisson_sc:{N}: the channel; a release publishes the new available count (a Java

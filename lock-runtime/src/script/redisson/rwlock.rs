@@ -23,6 +23,14 @@
 //!   left in read mode. A reader of ours therefore writes its key with its lease, and the
 //!   watchdog renews it together with the hash (`renew.lua`), so a Java reader's unlock never
 //!   frees the lock under a Rust reader.
+//! - **Watchdogs must match.** Java's read renewal sets `N`'s TTL to Java's
+//!   `lockWatchdogTimeout` with a plain `PEXPIRE` (3.x also re-arms every reader's timeout key
+//!   to it, ours included), which can shorten what our last renewal set. A Rust reader is safe
+//!   only while our renewal period (watchdog timeout / 3) is below Java's watchdog timeout:
+//!   otherwise a Java reader that dies (3.x: or unlocks) right after its renewal lets `N`
+//!   expire under a Rust reader that has not been told, and a writer gets in (review M1).
+//!   Documented on `Layout::Redisson`; enforcing it (renewing Redisson readers more often, or
+//!   reporting a reader lost from its own timeout key) is for `renew.lua` and the watchdog.
 //! - **Wake-ups.** A write unlock publishes `1`, which wakes every Java waiter; the client reads a
 //!   `1` on this channel as "wake every waiter" too (`demux::WakeRule`). A read unlock publishes
 //!   `0`, which wakes one waiter per process; a reader of ours that gets in after it wakes the

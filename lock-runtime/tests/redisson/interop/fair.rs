@@ -222,8 +222,24 @@ async fn one_fifo_queue_across_the_languages() {
     }
 }
 
+/// A queued Java waiter sent its `fairlock` at `sent` and was granted at `granted`: it was woken
+/// by the unlock message on its channel, not by its retry timer. That timer is set at each of
+/// its attempts (none after it queued, unless woken) to the hint the script returned: the
+/// holder's PTTL (Redisson 3.32+), at least 20 s under a 30 s watchdog that renews every 10 s,
+/// or its deadline less its wait (before 3.32), minutes here. So a grant earlier than 20 s after
+/// it was sent came from the message, however slow the machine.
+fn woken_by_the_message(version: &str, sent: u64, granted: u64) {
+    let after = granted.saturating_sub(sent);
+    assert!(
+        after < 20_000_000_000,
+        "{version}: granted {} ms after it queued: by its retry timer, not the message",
+        ms(after)
+    );
+}
+
 /// A Rust waiter that times out, or whose acquire is cancelled, leaves the queue at once (with
-/// Redisson's give-up), and the Java waiter behind it gets the lock as soon as it is free.
+/// Redisson's give-up), and the Java waiter behind it gets the lock when it is free, woken by
+/// the unlock message (its place and its deadline intact: it was not dropped and queued again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
     let redis = RedisServer::start();
@@ -243,6 +259,7 @@ async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
             })
         };
         let a = queued(&redis, &name, 1).await.remove(0);
+        let w2_sent = mono_ns();
         let w2 = java.send(&format!("fairlock w2 {name} -1"));
         let w2_owner = queued(&redis, &name, 2).await.remove(1);
         let before = deadline(&redis, &name, &w2_owner).unwrap();
@@ -260,8 +277,9 @@ async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
         );
         let unlocked = mono_ns();
         java_fair_unlock(&java, "w1", &name).await;
-        let w2_wait = ok_ns(&w2.reply().await).saturating_sub(unlocked);
-        assert!(w2_wait < 2_000_000_000, "{version}: {} ms", ms(w2_wait));
+        let w2_granted = ok_ns(&w2.reply().await);
+        let w2_wait = w2_granted.saturating_sub(unlocked);
+        woken_by_the_message(version, w2_sent, w2_granted);
 
         // Cancelled: w2 holds; Rust B queues, Java w3 behind it; B's acquire is dropped.
         let cancelled = {
@@ -269,6 +287,7 @@ async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
             tokio::spawn(async move { rust.fair_lock(&name).acquire().await })
         };
         queued(&redis, &name, 1).await;
+        let w3_sent = mono_ns();
         let w3 = java.send(&format!("fairlock w3 {name} -1"));
         let w3_owner = queued(&redis, &name, 2).await.remove(1);
         cancelled.abort();
@@ -277,8 +296,9 @@ async fn a_rust_waiter_that_gives_up_leaves_the_queue_at_once() {
         let cancelled_left_after = aborted.elapsed();
         let unlocked = mono_ns();
         java_fair_unlock(&java, "w2", &name).await;
-        let w3_wait = ok_ns(&w3.reply().await).saturating_sub(unlocked);
-        assert!(w3_wait < 2_000_000_000, "{version}: {} ms", ms(w3_wait));
+        let w3_granted = ok_ns(&w3.reply().await);
+        let w3_wait = w3_granted.saturating_sub(unlocked);
+        woken_by_the_message(version, w3_sent, w3_granted);
         java_fair_unlock(&java, "w3", &name).await;
         eprintln!(
             "redisson {version} fair lock: a timed-out Rust waiter left the queue within {left_after:?}, a cancelled one within {cancelled_left_after:?}; the Java waiters behind got the lock {:.2} / {:.2} ms after the unlock",
@@ -615,6 +635,178 @@ async fn a_rust_waiter_keeps_its_place_when_a_java_head_lowers_the_deadlines() {
         "a Java head's grant left the Rust waiter behind it {left} ms; it kept its place through {} ms of Java purges",
         left + 1_500
     );
+}
+
+/// The waiter behind a Rust waiter that outlived its Redisson deadline (a holder kept the lock
+/// longer than the deadline the queue gave it): the Rust waiter raised its own deadline to stay,
+/// and raised the Java `lock()` waiter's behind it by as much, so its grant (which takes its
+/// 300 s off every deadline, as Redisson's does) leaves the Java waiter a deadline still ahead
+/// and its place. Without the second raise, the grant put the Java deadline in the past and the
+/// next purge dropped it from the queue (review M3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_waiter_that_outlives_its_deadline_keeps_the_java_waiter_behind_it() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    let name = "outlived";
+    let (q, t) = (queue_key(name), timeout_key(name));
+    let purge = |now: u64| {
+        redis.cmd(&["EVAL", JAVA_PURGE, "2", &q, &t, &now.to_string()]);
+    };
+    let holder = "0b1c2d3e-0000-4000-8000-000000000008:1";
+    redis.cmd(&["HSET", name, holder, "1"]);
+    redis.cmd(&["PEXPIRE", name, "30000"]);
+    let waiter = rust_turn(&rust, name, Duration::ZERO);
+    let r = queued(&redis, name, 1).await.remove(0);
+    // As if R had queued minutes ago: its deadline is nearly due. A Java `lock()` waiter J
+    // queues behind it as Redisson does: R's deadline plus its 300 s.
+    let d_r = redis.time_ms() + 2_000;
+    redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r]);
+    let j = "0b1c2d3e-0000-4000-8000-000000000009:1";
+    redis.cmd(&["RPUSH", &q, j]);
+    redis.cmd(&["ZADD", &t, &(d_r + 300_000).to_string(), j]);
+    // R's next attempt (woken at once by a stray message) raises its deadline: it lives on.
+    let channel = format!("redisson_lock__channel:{{{name}}}:{r}");
+    redis.cmd(&["PUBLISH", &channel, "0"]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while deadline(&redis, name, &r) == Some(d_r as i64) {
+        assert!(
+            Instant::now() < until,
+            "the Rust waiter never raised its deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(queue(&redis, name), [r.as_str(), j]);
+    // Java's unlock: DEL, `0` on the first waiter's channel. R is granted and takes 300 s off J.
+    redis.cmd(&["DEL", name]);
+    redis.cmd(&["PUBLISH", &channel, "0"]);
+    waiter.await.unwrap();
+    // A Java purge, once R's original deadline has passed.
+    while redis.time_ms() <= d_r {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = redis.time_ms();
+    purge(now);
+    assert_eq!(queue(&redis, name), [j], "the Java waiter lost its place");
+    let left = deadline(&redis, name, j).unwrap() - now as i64;
+    assert!(left > 0, "{left}");
+    eprintln!("after the Rust grant the Java waiter behind it had {left} ms left as head");
+}
+
+/// With real Redisson: a Java `lock()` waiter queued behind a Rust waiter that outlives its
+/// Redisson deadline (both deadlines set as if they had queued minutes ago) keeps its place:
+/// the Rust waiter is granted, holds past its original deadline, releases, and the Java
+/// waiter gets the lock woken by that release's message. Before, the Rust grant left the
+/// Java deadline in the past, the release's purge dropped the Java waiter, and it got the lock
+/// only when its retry timer fired (review M3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_behind_a_rust_waiter_that_outlived_its_deadline_keeps_its_place() {
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    for version in REDISSON_VERSIONS {
+        let java = Redisson::start(version, &redis.url(), Duration::from_secs(30));
+        let name = format!("fair-outlived:{version}");
+        let t = timeout_key(&name);
+        java_fair_lock(&java, "w1", &name).await;
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let rust_waiter = {
+            let (rust, name) = (rust.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = rust.fair_lock(&name).acquire().await.expect("fair acquire");
+                released.await.unwrap();
+                guard.release().await.unwrap();
+            })
+        };
+        let r = queued(&redis, &name, 1).await.remove(0);
+        let w2_sent = mono_ns();
+        let w2 = java.send(&format!("fairlock w2 {name} -1"));
+        let w2_owner = queued(&redis, &name, 2).await.remove(1);
+        // As if both had queued minutes ago: R's deadline nearly due, w2's 300 s after it.
+        let d_r = redis.time_ms() + 2_000;
+        redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r]);
+        redis.cmd(&["ZADD", &t, "XX", &(d_r + 300_000).to_string(), &w2_owner]);
+        // R's next attempt (woken at once by a stray message) raises its deadline.
+        let channel = format!("redisson_lock__channel:{{{name}}}:{r}");
+        redis.cmd(&["PUBLISH", &channel, "0"]);
+        let until = Instant::now() + Duration::from_secs(20);
+        while deadline(&redis, &name, &r) == Some(d_r as i64) {
+            assert!(
+                Instant::now() < until,
+                "the Rust waiter never raised its deadline"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // w1 unlocks: R is granted, and holds until its original deadline has passed.
+        java_fair_unlock(&java, "w1", &name).await;
+        let until = Instant::now() + Duration::from_secs(20);
+        while redis.cmd(&["HEXISTS", &name, &r]).int() != Some(1) {
+            assert!(Instant::now() < until, "the Rust waiter was never granted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        while redis.time_ms() <= d_r {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(queue(&redis, &name), [w2_owner.as_str()], "{version}");
+        release.send(()).unwrap();
+        rust_waiter.await.unwrap();
+        let w2_granted = ok_ns(&w2.reply().await);
+        woken_by_the_message(version, w2_sent, w2_granted);
+        java_fair_unlock(&java, "w2", &name).await;
+        eprintln!(
+            "redisson {version}: the Java waiter behind a Rust waiter that outlived its deadline got the lock {:.0} ms after it queued",
+            ms(w2_granted - w2_sent)
+        );
+    }
+}
+
+/// A Rust waiter that dies deep in the queue (here: written as a Rust waiter queues, never
+/// refreshed) reaches the head with the deadline of the last live waiter granted ahead of it:
+/// at most `wait` + `PLACE_TTL` (305 s) plus the lease left when the queue formed, however many
+/// waiters were ahead of it. Before,
+/// each live waiter ahead kept its deadline 305 s after the one ahead while each grant took off
+/// 300 s, so the stall grew by 5 s per position (about 350 s behind 70; review M4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_rust_waiter_stalls_the_queue_no_longer_deep_in_it() {
+    const AHEAD: usize = 70;
+    let redis = RedisServer::start();
+    let rust = rust_client(&redis.url(), Duration::from_secs(30)).await;
+    let name = "dead-deep";
+    let t = timeout_key(name);
+    let holder = "0b1c2d3e-0000-4000-8000-00000000000b:1";
+    redis.cmd(&["HSET", name, holder, "1"]);
+    redis.cmd(&["PEXPIRE", name, "30000"]);
+    let mut live = Vec::new();
+    for k in 1..=AHEAD {
+        live.push(rust_turn(&rust, name, Duration::ZERO));
+        queued(&redis, name, k).await;
+    }
+    // Give every live waiter one more attempt (each raises what it raises), then let the dead
+    // one queue behind the tail as fair_acquire.lua queues: the tail's deadline plus 300 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tail = queue(&redis, name).pop().unwrap();
+    let dead = "dead-rust-waiter";
+    let d = deadline(&redis, name, &tail).unwrap() + 300_000;
+    redis.cmd(&["RPUSH", &queue_key(name), dead]);
+    redis.cmd(&["ZADD", &t, &d.to_string(), dead]);
+    // Java's unlock: the live waiters are granted in turn, each waking the next.
+    let head = queue(&redis, name).remove(0);
+    redis.cmd(&["DEL", name]);
+    redis.cmd(&[
+        "PUBLISH",
+        &format!("redisson_lock__channel:{{{name}}}:{head}"),
+        "0",
+    ]);
+    for waiter in live {
+        waiter.await.unwrap();
+    }
+    assert_eq!(queue(&redis, name), [dead]);
+    let stall = deadline(&redis, name, dead).unwrap() - redis.time_ms() as i64;
+    // 300 s of `wait`, 5 s of `PLACE_TTL`, and the 30 s the holder's lease had left when the
+    // queue formed (the first waiter's deadline came from it, as Redisson's does).
+    assert!(
+        stall <= 335_000,
+        "a dead waiter behind {AHEAD} stalls the free lock {stall} ms"
+    );
+    eprintln!("a dead Rust waiter behind {AHEAD} live ones, at the head: {stall} ms until purged");
 }
 
 /// On a Redis 7 cluster Redisson tells each fair waiter its turn with `SPUBLISH` on the waiter's

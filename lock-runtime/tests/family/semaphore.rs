@@ -194,7 +194,7 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
 }
 
 /// The library function whose name ends in `_{stem}` (a client loaded the library first).
-fn function_named(redis: &RedisServer, stem: &str) -> String {
+pub(crate) fn function_named(redis: &RedisServer, stem: &str) -> String {
     fn find(resp: &lock_tests::Resp, suffix: &str) -> Option<String> {
         if let Some(text) = resp.text() {
             return text.ends_with(suffix).then(|| text.to_owned());

@@ -27,7 +27,7 @@ local function release(lock, channel, queue, places, owner)
   redis.call('ZREM', queue, owner)
   redis.call('ZREM', places, owner)
   if (removed == 1 or turn_moved) and redis.call('EXISTS', lock) == 0 then
-    redis.call('PUBLISH', channel, queue_head(queue, places, now) or '1')
+    wake(channel, queue_head(queue, places, now) or '1')
   end
   if removed == 1 then
     return {1, 0}

@@ -13,5 +13,5 @@ if kind ~= 'hash' and kind ~= 'zset' then
   return {-1, kind}
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], ARGV[1] or '*')
+wake(KEYS[2], ARGV[1] or '*')
 return {1, 0}

@@ -320,7 +320,9 @@ pub use client::{
 };
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
-pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
+pub use inspect::{
+    ForceUnlock, HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters,
+};
 pub use keys::Layout;
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;

@@ -392,7 +392,7 @@ async fn a_name_that_starts_with_variable_data_falls_into_the_other_group() {
         .unwrap();
     let values = label_values();
     for i in 0..20 {
-        for prefix in [format!("{i}7"), format!("{{muser"), format!("morder-{i}")] {
+        for prefix in [format!("{i}7"), "{muser".to_owned(), format!("morder-{i}")] {
             assert!(
                 !values.contains(&prefix),
                 "variable data {prefix:?} is a group: {values:?}"

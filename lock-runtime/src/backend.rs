@@ -204,7 +204,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'a, RedisResult<Vec<Option<bool>>>>;
 
     /// Deletes the lock whoever holds it and wakes a waiter: `Done` when a lock was deleted.
-    fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>>;
+    /// With `held_by` (this crate's layout only), only if its live holders are exactly those
+    /// owner ids, checked and deleted in one step: `NotDone(1)` when they are not (nothing
+    /// changed), `NotDone(0)` when nobody holds it.
+    fn force_unlock<'a>(
+        &'a self,
+        names: &'a LockNames,
+        held_by: Option<&'a [String]>,
+    ) -> BoxFuture<'a, RedisResult<Reply>>;
 
     /// The lock's state (holders, fencing token, waiters), listing at most `max_holders`
     /// holders.

@@ -254,6 +254,11 @@
 //! Without `+fcall +function|load` the client runs its scripts with `EVALSHA` (and says so
 //! once, in a warning): it works, at more cost to the server per call.
 //!
+//! Without `+publish` (or `+spublish` on a cluster) releases, force-unlocks and capacity
+//! changes are still made and reported done, but wake nobody: waiters in other processes take
+//! their turn at their own retry timers (the lease end they read) instead of at once. Redis
+//! logs each refused wake-up (`lock script: no wake-up on <channel>`, and in its ACL log).
+//!
 //! A missing permission is a [`LockError::NoPermission`] that names what was refused: a
 //! command the client sends (`the `evalsha` command`), a command one of the scripts calls
 //! (`the `pexpire` command (called by a lock script)`: Redis 7.0 does not name it from inside a
@@ -325,7 +330,9 @@ pub use client::{
 };
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;
-pub use inspect::{HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters};
+pub use inspect::{
+    ForceUnlock, HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters,
+};
 pub use keys::Layout;
 pub use keys::MAX_NAME_LEN;
 pub use lock::Lock;

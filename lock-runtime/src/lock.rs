@@ -237,7 +237,7 @@ impl Lock {
             .client
             .inner
             .backend
-            .force_unlock(names)
+            .force_unlock(names, None)
             .await
             .map_err(|e| LockError::backend("force_unlock", e))?;
         tracing::info!(lock = %names.name, deleted = matches!(reply, Reply::Done(_)), "force unlock");

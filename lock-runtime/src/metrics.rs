@@ -27,8 +27,11 @@
 //!
 //! - the group given with [`Lock::group`](crate::Lock::group) (`#[distributed_lock]` and
 //!   lock-tower's layers give their key template, such as `stock:<id>`);
-//! - otherwise the lock name's text before its first `:` (`stock:42` → `stock`);
-//! - `other` for a name without a `:`, or one that starts with it.
+//! - otherwise the lock name's text before its first `:` when that is a word of ASCII letters,
+//!   `_` and `-` (at most 64): `stock:42` → `stock`, `user_cart:7` → `user_cart`;
+//! - `other` for a name without a `:`, one that starts with it, or one whose text before it
+//!   has anything else (digits, braces, …: `7:stock`, `{user:7}:cart`, `order-123:pay`), as that
+//!   is likely variable data, one time series per user or order.
 //!
 //! Only acquisitions from Redis are recorded: a re-entrant acquisition inside a guard's scope
 //! is not, nor an acquisition refused before it started (an invalid name or options), nor one
@@ -70,7 +73,8 @@ pub const LABEL_GROUP: &str = "group";
 pub const LABEL_OUTCOME: &str = "outcome";
 /// The label holding a loss's reason.
 pub const LABEL_REASON: &str = "reason";
-/// The group of a name without a `:` (or starting with one) and no explicit group.
+/// The group of a name without a `:`, or whose text before it is not a word (see
+/// [the `group` label](self#the-group-label)), and no explicit group.
 pub const OTHER_GROUP: &str = "other";
 
 /// How an acquisition ended.
@@ -113,11 +117,24 @@ fn reason_label(reason: LossReason) -> &'static str {
     }
 }
 
-/// The default group of a lock name: its text before the first `:`, or [`OTHER_GROUP`].
+/// The longest default group: a longer word before the first `:` is [`OTHER_GROUP`].
+const MAX_DEFAULT_GROUP: usize = 64;
+
+/// The default group of a lock name: its text before the first `:` when that is a word (ASCII
+/// letters, `_` and `-`, at most 64 of them), else [`OTHER_GROUP`]. A prefix with digits,
+/// braces or anything else is likely variable data (`7:stock`, `{user:7}:cart`,
+/// `order-123:pay`), one time series per value.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) fn default_group(name: &str) -> &str {
+    let word = |group: &str| {
+        !group.is_empty()
+            && group.len() <= MAX_DEFAULT_GROUP
+            && group
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'-')
+    };
     match name.split_once(':') {
-        Some((group, _)) if !group.is_empty() => group,
+        Some((group, _)) if word(group) => group,
         _ => OTHER_GROUP,
     }
 }
@@ -275,5 +292,10 @@ mod tests {
         assert_eq!(default_group("report"), OTHER_GROUP);
         assert_eq!(default_group(":x"), OTHER_GROUP);
         assert_eq!(default_group(""), OTHER_GROUP);
+        assert_eq!(default_group("user_cart-v:7"), "user_cart-v");
+        assert_eq!(default_group("7:stock"), OTHER_GROUP);
+        assert_eq!(default_group("{user:7}:cart"), OTHER_GROUP);
+        assert_eq!(default_group("order-123:pay"), OTHER_GROUP);
+        assert_eq!(default_group(&format!("{}:x", "a".repeat(65))), OTHER_GROUP);
     }
 }

@@ -358,3 +358,55 @@ async fn a_waiter_woken_by_another_clients_release_records_its_hand_over() {
     drop(taken);
     assert_no_name_labels(&["mwake:1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_starts_with_variable_data_falls_into_the_other_group() {
+    // One time series per user or order would grow for ever: the default group is the text
+    // before the first `:` only when it is a word (letters, `_`, `-`).
+    store();
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    for i in 0..20 {
+        for name in [
+            format!("{i}7:mvar"),
+            format!("{{muser:{i}}}:cart"),
+            format!("morder-{i}:pay"),
+        ] {
+            locks
+                .lock(&name)
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }
+    }
+    locks
+        .lock("m_word-group:42")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let values = label_values();
+    for i in 0..20 {
+        for prefix in [format!("{i}7"), "{muser".to_owned(), format!("morder-{i}")] {
+            assert!(
+                !values.contains(&prefix),
+                "variable data {prefix:?} is a group: {values:?}"
+            );
+        }
+    }
+    let word = [
+        (m::LABEL_GROUP, "m_word-group"),
+        (m::LABEL_OUTCOME, "acquired"),
+    ];
+    assert_eq!(counter(m::ACQUISITIONS_TOTAL, &word), 1);
+    let other = [
+        (m::LABEL_GROUP, m::OTHER_GROUP),
+        (m::LABEL_OUTCOME, "acquired"),
+    ];
+    assert!(counter(m::ACQUISITIONS_TOTAL, &other) >= 60);
+}

@@ -94,7 +94,8 @@ pub(crate) enum Command {
         /// The lock name (as the application gives it, without the prefix).
         name: String,
     },
-    /// Delete a lock whoever holds it and wake its waiters; asks first unless `--yes`.
+    /// Delete a lock if the holders shown still hold it and wake its waiters; asks first
+    /// unless `--yes`.
     ForceUnlock {
         /// The lock name.
         name: String,

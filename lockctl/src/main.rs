@@ -15,7 +15,7 @@
 //! ```text
 //! lockctl list [--pattern GLOB] [--limit N]       held locks: name, kind, holder(s), TTL, token, waiters
 //! lockctl inspect NAME                            everything about one lock
-//! lockctl force-unlock NAME [--yes]               delete it whoever holds it (asks first)
+//! lockctl force-unlock NAME [--yes]               delete it if the holders shown still hold it (asks first)
 //! lockctl top [--interval 1s] [--iterations N]    the busiest locks, refreshed
 //! ```
 //!
@@ -49,7 +49,11 @@
 //! ```
 //!
 //! The holder's guard learns of a force-unlock at its next renewal and reports the lock lost
-//! (`LockGuard::lost`).
+//! (`LockGuard::lost`). The lock is freed only if the holders shown (asked about) still hold it,
+//! in one compare-and-delete on Redis: one that changed hands before the answer is left alone,
+//! reported as an error (exit code 1) naming the new holders. With `--redisson` it is freed
+//! whoever holds it by then.
+
 //!
 //! # What the columns mean
 //!
@@ -72,7 +76,8 @@
 //! # Exit codes
 //!
 //! `0` done; `1` an error (Redis unreachable, data that is not a lock, a force-unlock not
-//! confirmed), printed as one line on standard error; `2` a usage error.
+//! confirmed, or of a lock that changed hands before it was confirmed), printed as one line on
+//! standard error; `2` a usage error.
 //!
 //! # Which crate do I need
 //!
@@ -94,7 +99,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use lock_runtime::{LockClient, LockError, LockInfo};
+use lock_runtime::{ForceUnlock, LockClient, LockError, LockInfo};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Connection, Listing};
@@ -166,7 +171,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List(listing) => list(&client, &listing, out).await,
         Command::Inspect { name } => inspect(&client, &name, out).await,
-        Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes, out).await,
+        Command::ForceUnlock { name, yes } => {
+            force_unlock(&client, &name, yes, cli.redisson, out).await
+        }
         Command::Top {
             listing,
             interval,
@@ -356,12 +363,16 @@ async fn inspect(client: &LockClient, name: &str, out: Output) -> Result<(), Fai
     }
 }
 
-/// Frees the lock the way its kind needs ([`LockClient::force_unlock`]: with `--redisson`, each
-/// kind wakes its waiters, Java's included, its own way), after asking unless `yes`.
+/// Frees the lock after asking unless `yes`: only while the holders shown still hold it
+/// ([`LockClient::force_unlock_held_by`], one compare-and-delete on Redis), so an answer given
+/// after the lock changed hands never frees the successor. With `--redisson`, the way its kind
+/// needs ([`LockClient::force_unlock`]: each kind wakes its waiters, Java's included, its own
+/// way), whoever holds it by then.
 async fn force_unlock(
     client: &LockClient,
     name: &str,
     yes: bool,
+    redisson: bool,
     out: Output,
 ) -> Result<(), Failure> {
     let info = client.info(name).await?;
@@ -383,7 +394,30 @@ async fn force_unlock(
             "force-unlock of {name} not confirmed; nothing changed (pass --yes to skip the question)"
         )));
     }
-    let deleted = client.force_unlock(name).await?.is_some();
+    let deleted = if redisson {
+        client.force_unlock(name).await?.is_some()
+    } else {
+        let shown: Vec<String> = info.holders.iter().map(|h| h.owner.clone()).collect();
+        match client.force_unlock_held_by(name, &shown).await? {
+            ForceUnlock::Freed => true,
+            ForceUnlock::HolderChanged => {
+                let now = match client.info(name).await {
+                    Ok(Some(now)) => now
+                        .holders
+                        .iter()
+                        .map(render::holder)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    _ => "others".to_owned(),
+                };
+                return Err(Failure(format!(
+                    "{name} changed hands since it was shown (held by {holders}, now by {now}); \
+                     nothing changed"
+                )));
+            }
+            _ => false,
+        }
+    };
     if out.json {
         let mut doc = json!({ "name": name, "was_held": true, "unlocked": deleted });
         doc["lock"] = render::lock_json(&info);

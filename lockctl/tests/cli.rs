@@ -638,3 +638,69 @@ async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
     }
     drop((writing, first));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_leaves_a_lock_that_changed_hands_before_the_answer() {
+    use std::io::Read;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let locks = lock_tests::client(&redis).await;
+    let first = locks.lock("stock:7").acquire().await.unwrap();
+    let shown = first.owner().to_owned();
+
+    // lockctl shows the first holder and waits for the answer; the answer comes only after the
+    // lock changed hands.
+    let (prompted_tx, prompted) = tokio::sync::oneshot::channel::<String>();
+    let (answer, answer_rx) = std::sync::mpsc::channel::<()>();
+    let run = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+            .args(["--url", &url, "force-unlock", "stock:7"])
+            .env_remove("LOCKCTL_URL")
+            .env_remove("REDIS_URL")
+            .env_remove("LOCKCTL_PREFIX")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lockctl");
+        let mut err = child.stderr.take().expect("stderr");
+        let mut question = Vec::new();
+        let mut byte = [0u8; 1];
+        while !question.ends_with(b"[y/N] ") {
+            if err.read(&mut byte).expect("read stderr") == 0 {
+                break;
+            }
+            question.push(byte[0]);
+        }
+        let _ = prompted_tx.send(String::from_utf8_lossy(&question).into_owned());
+        answer_rx.recv().expect("the answer");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"y\n").expect("write stdin");
+        drop(stdin);
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).expect("read stderr");
+        let out = child.wait_with_output().expect("run lockctl");
+        (out, rest)
+    });
+    let question = prompted.await.expect("lockctl asked");
+    assert!(question.contains(&shown), "{question}");
+    first.release().await.unwrap();
+    let successor = locks.lock("stock:7").acquire().await.unwrap();
+    answer.send(()).unwrap();
+    let (out, rest) = run.await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {}\nstderr: {rest}",
+        stdout(&out)
+    );
+    assert!(
+        rest.contains("changed hands") && rest.contains(successor.owner()),
+        "{rest}"
+    );
+    // The successor still holds, untouched.
+    let info = locks.lock("stock:7").info().await.unwrap().expect("held");
+    assert_eq!(info.holders[0].owner, successor.owner());
+    assert!(!successor.is_lost());
+    successor.release().await.unwrap();
+}

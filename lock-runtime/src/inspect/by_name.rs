@@ -8,8 +8,23 @@
 //! lock publishes on its own channel; a fair lock with waiters wakes the first of them on that
 //! waiter's channel.
 
+use crate::backend::Reply;
 use crate::keys::Layout;
 use crate::{LockClient, LockError, LockInfo, LockKind};
+
+/// What [`LockClient::force_unlock_held_by`] did: the lock was freed only if its holders were
+/// still the ones the caller had seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForceUnlock {
+    /// Freed: exactly the given holders held it, and its waiters were woken.
+    Freed,
+    /// Nobody held it (it was released, or its lease ended): nothing to do.
+    NotHeld,
+    /// Others hold it than the given holders (it changed hands, or holders came or went):
+    /// nothing changed.
+    HolderChanged,
+}
 
 /// Which handle read a name.
 enum Found {
@@ -72,6 +87,74 @@ impl LockClient {
             Found::Lock => self.lock(name).force_unlock().await?,
         };
         Ok(freed.then_some(info))
+    }
+
+    /// Frees the lock named `name` only if its holders are exactly `holders` (owner ids, as
+    /// [`LockInfo::holders`] lists them), checked and deleted in one step on Redis: the
+    /// compare-and-delete an operator's tool needs between showing a lock and freeing it, so a
+    /// successor that took the lock meanwhile is never freed in its place
+    /// ([`ForceUnlock::HolderChanged`]). Waiters are woken as by
+    /// [`Lock::force_unlock`](crate::Lock::force_unlock), and the holders' guards report the
+    /// loss at their next renewal.
+    ///
+    /// This crate's layout only: with [`Layout::Redisson`] it is [`LockError::Unsupported`]
+    /// (nothing sent); [`LockError::ForeignData`] when the key holds data of another type.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::ForceUnlock;
+    ///
+    /// if let Some(info) = locks.info("stock:42").await? {
+    ///     let shown: Vec<String> = info.holders.iter().map(|h| h.owner.clone()).collect();
+    ///     // … an operator confirms …
+    ///     match locks.force_unlock_held_by("stock:42", &shown).await? {
+    ///         ForceUnlock::Freed => println!("freed"),
+    ///         ForceUnlock::NotHeld => println!("released meanwhile"),
+    ///         ForceUnlock::HolderChanged => println!("changed hands meanwhile; left alone"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock_held_by(
+        &self,
+        name: impl AsRef<str>,
+        holders: &[String],
+    ) -> Result<ForceUnlock, LockError> {
+        let name = name.as_ref();
+        if self.inner.config.layout == Layout::Redisson {
+            return Err(LockError::Unsupported {
+                name: name.to_owned(),
+                reason: "freeing a lock only while given holders hold it is for this crate's \
+                         layout; in Redisson's use force_unlock",
+            });
+        }
+        let lock = self.lock(name);
+        let names = lock.names()?;
+        let reply = self
+            .inner
+            .backend
+            .force_unlock(names, Some(holders))
+            .await
+            .map_err(|e| LockError::backend("force_unlock", e))?;
+        tracing::info!(lock = %name, ?reply, "force unlock of given holders");
+        match reply {
+            Reply::Done(_) => Ok(ForceUnlock::Freed),
+            Reply::NotDone(0) => Ok(ForceUnlock::NotHeld),
+            Reply::NotDone(_) => Ok(ForceUnlock::HolderChanged),
+            Reply::Foreign(found) => Err(LockError::ForeignData {
+                key: names.key.clone(),
+                found,
+            }),
+            other => Err(LockError::Backend {
+                op: "force_unlock",
+                source: redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "unexpected force-unlock reply",
+                    format!("{other:?}"),
+                )),
+            }),
+        }
     }
 
     /// The lock named `name` as whatever it is, and which handle read it.

@@ -22,5 +22,6 @@ mod by_name;
 mod info;
 mod scan;
 
+pub use self::by_name::ForceUnlock;
 pub use self::info::{HoldMode, Holder, LockInfo, LockKind, MAX_LISTED_HOLDERS, Waiters};
 pub use self::scan::LockScan;

@@ -248,12 +248,27 @@ impl Call {
     }
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
-    pub(crate) fn force_unlock(publishing: Publishing, names: &LockNames) -> Call {
+    /// With `held_by` (this crate's layout only), only while its holders are exactly those
+    /// owner ids.
+    pub(crate) fn force_unlock(
+        publishing: Publishing,
+        names: &LockNames,
+        held_by: Option<&[String]>,
+    ) -> Call {
         let keys = [names.key.as_str(), &names.channel];
         match names.scheme {
-            // This crate's waiters read an empty payload as "free".
             Scheme::Mutex | Scheme::Fair | Scheme::ReadWrite | Scheme::Semaphore { .. } => {
-                Call::new(publishing.force_unlock, &keys, [])
+                match held_by {
+                    Some(owners) => Call::new(
+                        publishing.force_unlock,
+                        &keys,
+                        [Arg::Str("*"), Arg::Int(owners.len() as u64)]
+                            .into_iter()
+                            .chain(owners.iter().map(|o| Arg::Str(o))),
+                    ),
+                    // This crate's waiters read an empty payload as "free".
+                    None => Call::new(publishing.force_unlock, &keys, []),
+                }
             }
             // Redisson reads every payload as a number: `0` wakes a waiter per process, as
             // Java's own force unlock does (one suffices: the lock is free).

@@ -21,7 +21,7 @@ static SOURCES: LazyLock<HashMap<String, String>> = LazyLock::new(|| {
     for native in &super::NATIVE {
         let code = with_prelude(native.file);
         #[cfg(feature = "cluster")]
-        if code.contains("redis.call('PUBLISH'") || code.contains("'PUBSUB', 'NUMSUB'") {
+        if code.contains("'PUBLISH'") || code.contains("'PUBSUB', 'NUMSUB'") {
             let sharded = super::sharded(&code);
             sources.insert(Script::new(&sharded).get_hash().to_owned(), sharded);
         }
@@ -143,13 +143,13 @@ mod tests {
         let code = &super::super::functions::LIBRARY.code;
         let line = 1 + code
             .lines()
-            .position(|l| l.contains("redis.call('PUBLISH', channel"))
+            .position(|l| l.contains("redis.call('EXISTS', lock)"))
             .unwrap();
         let detail = format!(
             "The user executing the script can't run this command or subcommand script: {function}, on @user_function:{line}."
         );
         assert_eq!(script_line(&detail), Some((function, line)));
-        assert_eq!(command_at(function, line).as_deref(), Some("publish"));
+        assert_eq!(command_at(function, line).as_deref(), Some("exists"));
         assert_eq!(
             quoted("User u has no permissions to run the 'evalsha' command"),
             Some("evalsha")

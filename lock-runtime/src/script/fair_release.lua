@@ -17,11 +17,17 @@ local function release(lock, channel, queue, places, owner)
   if bad then
     return bad
   end
-  local was_first = redis.call('ZRANGE', queue, 0, 0)[1] == owner
-  local left = redis.call('ZREM', queue, owner)
+  -- The waiter whose turn it is: the head once waiters whose place ended are dropped (the raw
+  -- head may be one of them). When that turn moves on (this owner leaves it, or dropping the
+  -- dead ones gave it to a waiter nobody told), the new head is woken by name.
+  local now = now_ms()
+  local raw_first = redis.call('ZRANGE', queue, 0, 0)[1]
+  local first = queue_head(queue, places, now)
+  local turn_moved = first == owner or (raw_first ~= nil and raw_first ~= first)
+  redis.call('ZREM', queue, owner)
   redis.call('ZREM', places, owner)
-  if (removed == 1 or (left == 1 and was_first)) and redis.call('EXISTS', lock) == 0 then
-    redis.call('PUBLISH', channel, queue_head(queue, places, now_ms()) or '1')
+  if (removed == 1 or turn_moved) and redis.call('EXISTS', lock) == 0 then
+    wake(channel, queue_head(queue, places, now) or '1')
   end
   if removed == 1 then
     return {1, 0}

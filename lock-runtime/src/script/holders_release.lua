@@ -22,19 +22,19 @@ local function release(set, channel, writers, owner)
   if writers then
     left = redis.call('ZREM', writers, owner)
   end
-  local wake = nil
+  local message = nil
   if removed == 1 then
     local permits = string.match(owner, '#(%d+)$')
     if permits then
-      wake = permits
+      message = permits
     elseif redis.call('ZCARD', set) == 0 then
-      wake = '*'
+      message = '*'
     end
   elseif left == 1 and redis.call('ZCARD', writers) == 0 then
-    wake = '*'
+    message = '*'
   end
-  if wake then
-    redis.call('PUBLISH', channel, wake)
+  if message then
+    wake(channel, message)
   end
   if removed == 1 then
     return {1, 0}

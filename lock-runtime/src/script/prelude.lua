@@ -50,6 +50,18 @@ local function foreign(result, key)
   return nil
 end
 
+-- Publishes `message` on `channel` to wake waiters, after the change they are told about was
+-- made. A refusal (an ACL user without `publish`) is no error of the call: the release (or
+-- force-unlock, or capacity change) the caller asked for is done and stays done, and the
+-- waiters it would have woken take their turn at their own retry timers. The refusal is in the
+-- server's log (and its ACL log).
+local function wake(channel, message)
+  local sent = redis.pcall('PUBLISH', channel, message)
+  if type(sent) == 'table' and sent.err then
+    redis.log(redis.LOG_WARNING, 'lock script: no wake-up on ' .. channel .. ': ' .. sent.err)
+  end
+end
+
 -- Removes the holders (or waiters' places) of sorted set `set` whose lease (or place) ended.
 local function expire(set, now)
   redis.call('ZREMRANGEBYSCORE', set, '-inf', now)

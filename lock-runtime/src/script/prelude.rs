@@ -83,6 +83,7 @@ fn mentions(code: &str, name: &str) -> bool {
 pub(super) fn sharded(code: &str) -> String {
     let out = code
         .replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+        .replace("redis.pcall('PUBLISH'", "redis.pcall('SPUBLISH'")
         .replace(
             "redis.call('PUBSUB', 'NUMSUB'",
             "redis.call('PUBSUB', 'SHARDNUMSUB'",

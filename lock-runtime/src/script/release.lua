@@ -46,7 +46,7 @@ local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms
       end
       -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
     end
-    redis.call('PUBLISH', channel, '0')
+    wake(channel, '0')
   end
   return {1, 0}
 end

@@ -11,7 +11,8 @@
 --
 -- Holders whose lease ended are removed first: a crashed process's permits come back when its
 -- lease ends. Returns {1, token} when taken, {0, ms} when too few permits are free (ms: until
--- the first holder's lease ends), {3, capacity} when the request is larger than the capacity,
+-- the first holder's lease ends), {3, capacity} when the request is larger than the capacity
+-- (checked after the re-take: an owner still holding gets {1, token} whatever the capacity),
 -- {-1, type} when a key holds data that is not a semaphore (nothing written).
 local function acquire(set, fence, stored, owner, lease_ms, retention_ms, default_capacity)
   local bad = foreign(redis.pcall('ZSCORE', set, owner), set)
@@ -22,13 +23,15 @@ local function acquire(set, fence, stored, owner, lease_ms, retention_ms, defaul
   if not capacity then
     return reply
   end
-  local wanted = permits_of(owner)
-  if wanted > capacity then
-    return {3, capacity}
-  end
   local now = now_ms()
   expire(set, now)
+  -- A re-take (the same owner id, its lease not ended) needs no capacity: it is a retry of an
+  -- acquire that was granted, and must say so even after the capacity went down meanwhile.
   if not redis.call('ZSCORE', set, owner) then
+    local wanted = permits_of(owner)
+    if wanted > capacity then
+      return {3, capacity}
+    end
     if permits_held(set, now) + wanted > capacity then
       return {0, first_end(set, now) or 1}
     end

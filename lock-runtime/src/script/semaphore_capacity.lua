@@ -31,7 +31,7 @@ local function capacity(set, stored, channel, default_capacity, op, value)
     return {1, cap}
   end
   if op == 'set' or op == 'clear' then
-    redis.call('PUBLISH', channel, '*')
+    wake(channel, '*')
   end
   return {1, math.max(0, cap - permits_held(set, now_ms()))}
 end

@@ -9,8 +9,10 @@
 //!
 //! Order is kept: one request of this client's writes is in flight at a time, and a queue is
 //! sent in the order it was made, so a release queued after an acquire (a cancelled acquire's
-//! clean-up) never overtakes it. The writer whose request is in flight passes the queue on to a
-//! task when it is done, or when it is cancelled, so a queue never waits on a caller that left.
+//! clean-up) never overtakes it, also when some of its calls found no script and are sent
+//! again (`run`: every call from the first of them on goes again, in order). The writer whose
+//! request is in flight passes the queue on to a task when it is done, or when it is
+//! cancelled, so a queue never waits on a caller that left.
 //!
 //! Opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in flight for
 //! server CPU. Used on one server and behind Sentinel when replicas need not acknowledge (a
@@ -276,18 +278,26 @@ impl Drop for Drain {
     }
 }
 
-/// Runs `calls` in one pipeline; each gets its own reply or error. Calls the server had no
-/// script (or function) for are sent again, once, after loading what they use (the others are
-/// not repeated).
+/// Runs `calls` in one pipeline; each gets its own reply or error.
+///
+/// When some found no script (or function), what they use is loaded and every call from the
+/// first of them on is sent again, in order: the calls after it that ran meanwhile (the server
+/// can lose its scripts but keep its functions, so a batch script may find nothing while the
+/// function calls after it run) must not have overtaken it. A release of a cancelled acquire
+/// that ran before its acquire found nothing to release; run again after it, it releases. Our
+/// lock operations are idempotent per owner id (a re-take, a release of what is no longer
+/// held), so the second run ends in the state the queue's order gives. A call that had already
+/// succeeded the first time keeps that reply (a release handed over, an acquire granted; see
+/// [`first_or_again`]); the others get their second.
 async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisResult<Value>> {
     let cmds: Vec<redis::Cmd> = calls.iter().map(|c| dialect.cmd(c).into_owned()).collect();
     let mut results = send_pipeline(conn, &cmds).await;
     let missing: Vec<usize> = (0..results.len())
         .filter(|&i| matches!(&results[i], Err(e) if script::is_missing(e)))
         .collect();
-    if missing.is_empty() {
+    let Some(&from) = missing.first() else {
         return results;
-    }
+    };
     let errors: Vec<RedisError> = missing
         .iter()
         .filter_map(|&i| results[i].as_ref().err().cloned())
@@ -304,14 +314,48 @@ async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisRes
             return results;
         }
     }
-    let again: Vec<redis::Cmd> = missing
+    let again: Vec<redis::Cmd> = calls[from..]
         .iter()
-        .map(|&i| dialect.cmd(&calls[i]).into_owned())
+        .map(|call| dialect.cmd(call).into_owned())
         .collect();
-    for (i, result) in missing.into_iter().zip(send_pipeline(conn, &again).await) {
-        results[i] = result;
+    let seconds = send_pipeline(conn, &again).await;
+    for (i, second) in (from..).zip(seconds) {
+        let first = std::mem::replace(&mut results[i], Err(lost_reply()));
+        results[i] = if missing.contains(&i) {
+            second
+        } else {
+            first_or_again(first, second)
+        };
     }
     results
+}
+
+/// The reply to give a call that ran twice (see [`run`]): the first when it succeeded (`{1, …}`
+/// done, `{2, …}` handed over: the second run of an acquire granted is a re-take, of a release
+/// done finds nothing), else the second. A batch's replies are chosen one by one.
+fn first_or_again(first: RedisResult<Value>, second: RedisResult<Value>) -> RedisResult<Value> {
+    fn succeeded(reply: &Value) -> bool {
+        matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1 | 2))))
+    }
+    match (first, second) {
+        (Ok(Value::Array(firsts)), Ok(Value::Array(seconds)))
+            if firsts.len() == seconds.len()
+                && firsts
+                    .iter()
+                    .all(|r| matches!(r, Value::Array(_) | Value::ServerError(_))) =>
+        {
+            // A batch: one reply per operation.
+            Ok(Value::Array(
+                firsts
+                    .into_iter()
+                    .zip(seconds)
+                    .map(|(first, second)| if succeeded(&first) { first } else { second })
+                    .collect(),
+            ))
+        }
+        (Ok(first), _) if succeeded(&first) => Ok(first),
+        (_, second) => second,
+    }
 }
 
 /// One pipeline of `cmds`, a result per command (an error reply is that command's error; a

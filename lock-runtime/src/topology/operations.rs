@@ -220,8 +220,12 @@ impl Backend for RedisBackend {
         Box::pin(self.renew_all(locks, lease_ms, limit))
     }
 
-    fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
-        Box::pin(self.read(Call::force_unlock(self.publishing, names)))
+    fn force_unlock<'a>(
+        &'a self,
+        names: &'a LockNames,
+        held_by: Option<&'a [String]>,
+    ) -> BoxFuture<'a, RedisResult<Reply>> {
+        Box::pin(self.read(Call::force_unlock(self.publishing, names, held_by)))
     }
 
     fn inspect<'a>(

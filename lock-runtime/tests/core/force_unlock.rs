@@ -237,3 +237,74 @@ async fn data_of_another_type_is_reported_and_left_alone() {
     ));
     assert_eq!(redis.cmd(&["LLEN", "queue"]).int(), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_of_given_holders_leaves_a_lock_that_changed_hands() {
+    use lock_runtime::ForceUnlock;
+    let redis = RedisServer::start();
+    let locks = client(&redis, Layout::Native).await;
+    let owners = |guards: &[&LockGuard]| -> Vec<String> {
+        guards.iter().map(|g| g.owner().to_owned()).collect()
+    };
+
+    // A mutex shown held by `first`, taken by `successor` before the operator answered.
+    let first = locks.lock("m").acquire().await.unwrap();
+    let shown = owners(&[&first]);
+    first.release().await.unwrap();
+    let successor = locks.lock("m").acquire().await.unwrap();
+    assert_eq!(
+        locks.force_unlock_held_by("m", &shown).await.unwrap(),
+        ForceUnlock::HolderChanged
+    );
+    assert!(!successor.is_lost());
+    let info = locks.info("m").await.unwrap().expect("held");
+    assert_eq!(info.holders[0].owner, successor.owner());
+    // Its own holder is freed, and learns it.
+    assert_eq!(
+        locks
+            .force_unlock_held_by("m", &owners(&[&successor]))
+            .await
+            .unwrap(),
+        ForceUnlock::Freed
+    );
+    assert_lost(&successor, "mutex").await;
+    assert_eq!(
+        locks
+            .force_unlock_held_by("m", &owners(&[&successor]))
+            .await
+            .unwrap(),
+        ForceUnlock::NotHeld
+    );
+
+    // A semaphore: all shown holders and no other, or nothing.
+    let sem = locks.semaphore("s", 3);
+    let (a, b) = (sem.acquire().await.unwrap(), sem.acquire().await.unwrap());
+    for partial in [owners(&[&a]), owners(&[&a, &b, &a])] {
+        assert_eq!(
+            locks.force_unlock_held_by("s", &partial).await.unwrap(),
+            ForceUnlock::HolderChanged
+        );
+    }
+    let c = sem.acquire().await.unwrap();
+    assert_eq!(
+        locks
+            .force_unlock_held_by("s", &owners(&[&a, &b]))
+            .await
+            .unwrap(),
+        ForceUnlock::HolderChanged,
+        "a holder that came meanwhile"
+    );
+    assert_eq!(
+        locks
+            .force_unlock_held_by("s", &owners(&[&c, &a, &b]))
+            .await
+            .unwrap(),
+        ForceUnlock::Freed
+    );
+    assert!(locks.info("s").await.unwrap().is_none());
+
+    // Not in Redisson's layout (nothing sent).
+    let java = client(&redis, Layout::Redisson).await;
+    let err = java.force_unlock_held_by("m", &shown).await.unwrap_err();
+    assert!(matches!(err, LockError::Unsupported { .. }), "{err:?}");
+}

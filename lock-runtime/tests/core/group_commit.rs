@@ -242,3 +242,69 @@ async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
         holds(&redis)
     );
 }
+
+/// The script cache lost but not the function library (a restart with persistence, a Sentinel
+/// failover on Redis 7, an operator's `SCRIPT FLUSH`): the merged acquires (a script) find
+/// nothing while the calls after them (functions) run. A cancelled acquire's clean-up queued
+/// after them must still run after its acquire, or the acquire leaks a hold for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after_them() {
+    let redis = RedisServer::start();
+    let client = grouped(&redis).await;
+    distinct_keys(&client, 2, 1).await;
+    client
+        .semaphore("gc:sem", 1)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    redis.cmd(&["SCRIPT", "FLUSH"]);
+    // Nothing answers: a first write stays in flight, and the next ones queue behind it.
+    redis.freeze();
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { client.semaphore("gc:first", 2).set_capacity(3).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let spawn_acquire = |name: &'static str| {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock(name).acquire().await })
+    };
+    // Queue: [acquire gc:x, acquire gc:y] (one batch script), a semaphore acquire (a
+    // function), then the clean-up of gc:x (a function).
+    let x = spawn_acquire("gc:x");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let y = spawn_acquire("gc:y");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sem = {
+        let client = client.clone();
+        tokio::spawn(async move { client.semaphore("gc:sem", 1).acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    x.abort();
+    let _ = x.await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    redis.thaw();
+    first.await.unwrap().unwrap();
+    let y = lock_tests::granted(y).await;
+    let sem = lock_tests::granted(sem).await;
+    // Well before the 30 s lease the leaked hold would keep.
+    let freed = common::eventually(Duration::from_secs(3), || {
+        redis.cmd(&["EXISTS", "lock:{gc:x}"]).int() == Some(0)
+    })
+    .await;
+    assert!(
+        freed,
+        "the cancelled acquire's hold was left, PTTL {:?}",
+        redis.cmd(&["PTTL", "lock:{gc:x}"])
+    );
+    y.release().await.unwrap();
+    sem.release().await.unwrap();
+    assert!(
+        holds(&redis).iter().all(|k| k.contains("capacity")),
+        "{:?}",
+        holds(&redis)
+    );
+}

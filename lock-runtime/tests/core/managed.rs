@@ -200,38 +200,91 @@ async fn a_user_without_evalsha_gets_an_error_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_a_command_the_scripts_call_gets_an_error_naming_it() {
     let redis = RedisServer::start();
-    // PEXPIRE runs inside the acquire script, PUBLISH inside the release script.
-    for (rule, command) in [("+pexpire", "pexpire"), ("+publish", "publish")] {
-        let user = format!("no-{command}");
-        create_user(&redis, &user, &rules_without(rule));
-        let locks = LockClient::connect(&user_url(&redis, &user)).await.unwrap();
-        let err = match command {
-            "pexpire" => locks.lock("x").acquire().await.unwrap_err(),
-            _ => {
-                let admin = common::client(&redis).await;
-                let guard = admin.lock("y").acquire().await.unwrap();
-                drop(guard);
-                locks
-                    .lock("y")
-                    .acquire()
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-                    .unwrap_err()
-            }
-        };
-        let LockError::NoPermission { denied, .. } = &err else {
-            panic!("{err:?}");
-        };
-        assert_eq!(
-            denied,
-            &format!("the `{command}` command (called by a lock script)")
-        );
-        // The ACL log agrees.
-        let log = acl_log(&redis);
-        assert!(log.contains(command) && log.contains(&user), "{log}");
-    }
+    // PEXPIRE runs inside the acquire script.
+    let user = "no-pexpire";
+    create_user(&redis, user, &rules_without("+pexpire"));
+    let locks = LockClient::connect(&user_url(&redis, user)).await.unwrap();
+    let err = locks.lock("x").acquire().await.unwrap_err();
+    let LockError::NoPermission { denied, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(denied, "the `pexpire` command (called by a lock script)");
+    // The ACL log agrees.
+    let log = acl_log(&redis);
+    assert!(log.contains("pexpire") && log.contains(user), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_publish_releases_and_waiters_fall_back_to_their_timers() {
+    // PUBLISH runs inside the release scripts, after the hold is gone: the release the caller
+    // asked for is done, so it is no error; only the wake-up is missing (the server logs it).
+    // As functions (FCALL), and as scripts (EVALSHA) for a user without functions.
+    releases_without_publish(&["+publish"]).await;
+    releases_without_publish(&["+publish", "+fcall", "+function|load"]).await;
+}
+
+/// Every release script and force-unlock, as a user with the documented rules less `removed`
+/// (among them `+publish`).
+async fn releases_without_publish(removed: &[&str]) {
+    let redis = RedisServer::start();
+    let user = "no-publish";
+    create_user(&redis, user, &rules_without_any(removed));
+    let locks = LockClient::connect(&user_url(&redis, user)).await.unwrap();
+    let admin = common::client(&redis).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut unlocks = client.get_async_pubsub().await.unwrap();
+    unlocks.subscribe("lock:{y}:unlock").await.unwrap();
+
+    // A mutex with a short lease, and a waiter of another client sleeping on it.
+    let lease = Duration::from_millis(1500);
+    let guard = locks
+        .lock("y")
+        .acquire_with(lock_runtime::LockOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let admin = admin.clone();
+        async move { admin.lock("y").acquire().await }
+    });
+    // Subscribed: the waiter and this test.
+    let subscribers = || redis.cmd(&["PUBSUB", "NUMSUB", "lock:{y}:unlock"]).items()[1].int();
+    assert!(common::eventually(Duration::from_secs(5), || subscribers() == Some(2)).await);
+    guard.release().await.unwrap();
+    assert_eq!(redis.cmd(&["HLEN", "lock:{y}"]).int(), Some(0), "released");
+    // Nothing was published; the waiter takes the lock at its retry timer (the lease's end).
+    let taken = lock_tests::granted(waiter).await;
+    taken.release().await.unwrap();
+    let mut messages = unlocks.on_message();
+    let first = futures_util::StreamExt::next(&mut messages).await.unwrap();
+    assert_eq!(
+        first.get_payload::<String>().unwrap(),
+        "0",
+        "the first message is the admin's release, not the refused one"
+    );
+
+    // Every release script and force-unlock: the change is made and reported done.
+    let sem = locks.semaphore("s", 2);
+    sem.acquire().await.unwrap().release().await.unwrap();
+    sem.set_capacity(3).await.unwrap();
+    let rw = locks.rw_lock("rw");
+    rw.write().acquire().await.unwrap().release().await.unwrap();
+    let fair = locks.fair_lock("f");
+    fair.acquire().await.unwrap().release().await.unwrap();
+    let held = admin.lock("z").acquire().await.unwrap();
+    assert!(locks.lock("z").force_unlock().await.unwrap());
+    drop(held);
+    let left: Vec<String> = redis
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| !k.ends_with("fence") && !k.ends_with(":capacity"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The ACL log says what was refused.
+    let log = acl_log(&redis);
+    assert!(log.contains("publish") && log.contains(user), "{log}");
+    // Functions, or scripts for the user without them (the other client uses functions).
+    let scripts = removed.contains(&"+fcall");
+    assert_eq!(redis.command_calls("evalsha") > 0, scripts);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

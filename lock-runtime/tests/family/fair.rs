@@ -179,3 +179,66 @@ async fn foreign_data_in_the_queue_is_a_typed_error() {
     );
     fair.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_whose_turn_it_was_wakes_the_next_when_it_leaves_behind_a_dead_one() {
+    use futures_util::StreamExt;
+    // Queue: a dead waiter (its place ended) ahead of `turn`, then `next`; the lock is free.
+    // `turn` is the waiter whose turn it is; when it leaves, the release must wake `next` by
+    // name, not leave it to its refresh timer because the raw head of the queue was the dead one.
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    // Loads the library.
+    a.fair_lock("turns")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let now_ms = redis.time_ms();
+    let alive = (now_ms + 60_000).to_string();
+    redis.cmd(&[
+        "ZADD",
+        "lock:{turns}:queue",
+        "1",
+        "dead:1",
+        "2",
+        "turn:1",
+        "3",
+        "next:1",
+    ]);
+    redis.cmd(&[
+        "ZADD",
+        "lock:{turns}:places",
+        &(now_ms - 1).to_string(),
+        "dead:1",
+        &alive,
+        "turn:1",
+        &alive,
+        "next:1",
+    ]);
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut unlocks = client.get_async_pubsub().await.unwrap();
+    unlocks.subscribe("lock:{turns}:unlock").await.unwrap();
+    let function = crate::semaphore::function_named(&redis, "fair_release");
+    let reply = redis.cmd(&[
+        "FCALL",
+        &function,
+        "4",
+        "lock:{turns}",
+        "lock:{turns}:unlock",
+        "lock:{turns}:queue",
+        "lock:{turns}:places",
+        "turn:1",
+    ]);
+    assert_eq!(reply.items().first().and_then(|r| r.int()), Some(0));
+    let message = tokio::time::timeout(Duration::from_secs(5), unlocks.on_message().next())
+        .await
+        .expect("the next waiter is woken by name")
+        .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "next:1");
+    let queue = redis.cmd(&["ZRANGE", "lock:{turns}:queue", "0", "-1"]);
+    assert_eq!(queue.items().len(), 1, "{queue:?}");
+    assert_eq!(queue.items()[0].text(), Some("next:1"));
+}

@@ -192,3 +192,55 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
         .await;
     permit.release().await.unwrap();
 }
+
+/// The library function whose name ends in `_{stem}` (a client loaded the library first).
+pub(crate) fn function_named(redis: &RedisServer, stem: &str) -> String {
+    fn find(resp: &lock_tests::Resp, suffix: &str) -> Option<String> {
+        if let Some(text) = resp.text() {
+            return text.ends_with(suffix).then(|| text.to_owned());
+        }
+        resp.items().iter().find_map(|r| find(r, suffix))
+    }
+    find(&redis.cmd(&["FUNCTION", "LIST"]), &format!("_{stem}"))
+        .unwrap_or_else(|| panic!("no function for {stem}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retaken_acquire_is_granted_after_the_capacity_went_below_its_permits() {
+    // An acquire was granted but its reply was lost; an operator lowered the capacity; the
+    // client's retry (the same owner id) must learn that it holds, not that it asked too much
+    // (it would drop its clean-up and leave the permits held for a whole lease).
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let sem = a.semaphore("retake", 3);
+    let held = sem.acquire_many(3, LockOptions::new()).await.unwrap();
+    let members = redis.cmd(&["ZRANGE", "lock:{retake}", "0", "-1"]);
+    let owner = members.items()[0].text().unwrap().to_owned();
+    sem.set_capacity(2).await.unwrap();
+    let function = function_named(&redis, "semaphore_acquire");
+    let retry = redis.cmd(&[
+        "FCALL",
+        &function,
+        "3",
+        "lock:{retake}",
+        "lock:{retake}:fence",
+        "lock:{retake}:capacity",
+        &owner,
+        "30000",
+        "60000",
+        "3",
+    ]);
+    assert_eq!(
+        retry.items().first().and_then(|r| r.int()),
+        Some(1),
+        "{retry:?}"
+    );
+    // A new owner asking for more than the capacity is still refused.
+    let err = sem.acquire_many(3, LockOptions::new()).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidPermits { capacity: 2, .. }),
+        "{err:?}"
+    );
+    held.release().await.unwrap();
+    assert_eq!(redis.cmd(&["EXISTS", "lock:{retake}"]).int(), Some(0));
+}

@@ -32,7 +32,9 @@ use super::{NameTemplate, TemplateError};
 /// object, `[]` on something that is not an array. So is an empty value or one longer than
 /// [`max_name_value_len`](crate::MultiLockLayer::max_name_value_len); and the layer rejects an
 /// empty array (no lock named) and more distinct names than
-/// [`max_names`](crate::MultiLockLayer::max_names). Values are
+/// [`max_names`](crate::MultiLockLayer::max_names). So is a body with a key twice in one object
+/// (`{"sku": "a", "sku": "b"}`, also when one is escaped): JSON readers disagree on which one
+/// counts, and the handler's must not read another name than the one locked. Values are
 /// [escaped](crate::name::escape) as in every template, so a hostile value cannot alias
 /// another lock.
 ///
@@ -222,6 +224,65 @@ fn scalar(value: &Value) -> Result<Cow<'_, [u8]>, &'static str> {
     }
 }
 
+/// Whether an object of `body` (JSON that parsed) has some key twice, compared after
+/// unescaping (`"sku"` and `"s\u006bu"` are one key). A JSON reader keeps the last of them
+/// and another reader of the same body (a first-wins parser, the handler's own) may keep the
+/// first: the locks would name another resource than the one written. One pass over the bytes
+/// with a stack of the open objects' keys, no recursion.
+fn has_duplicate_key(body: &[u8]) -> bool {
+    use std::collections::HashSet;
+
+    // `None` for an array, the keys seen so far for an object.
+    let mut open: Vec<Option<HashSet<String>>> = Vec::new();
+    let mut key_next = false;
+    let mut i = 0;
+    while let Some(&byte) = body.get(i) {
+        match byte {
+            b'{' => {
+                open.push(Some(HashSet::new()));
+                key_next = true;
+            }
+            b'[' => {
+                open.push(None);
+                key_next = false;
+            }
+            b'}' | b']' => {
+                open.pop();
+                key_next = false;
+            }
+            b',' => key_next = matches!(open.last(), Some(Some(_))),
+            b'"' => {
+                let start = i;
+                i += 1;
+                while let Some(&b) = body.get(i) {
+                    match b {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
+                }
+                if key_next {
+                    key_next = false;
+                    let Some(literal) = body.get(start..=i) else {
+                        return false;
+                    };
+                    let Ok(key) = serde_json::from_slice::<String>(literal) else {
+                        return false;
+                    };
+                    if let Some(Some(keys)) = open.last_mut()
+                        && !keys.insert(key)
+                    {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 impl BodyNameSource for JsonNames {
     /// The template as written.
     fn metrics_group(&self) -> Option<&str> {
@@ -236,6 +297,11 @@ impl BodyNameSource for JsonNames {
     ) -> Result<Vec<String>, LockError> {
         let root: Value = serde_json::from_slice(body)
             .map_err(|_| invalid_body("the request body is not JSON"))?;
+        if has_duplicate_key(body) {
+            return Err(invalid_body(
+                "the request body has a duplicate key in an object",
+            ));
+        }
         let Some(array) = self.array() else {
             return Ok(vec![self.render(&root, None, max_value_len)?]);
         };
@@ -334,6 +400,28 @@ mod tests {
         // Deeply nested input is refused by the parser's recursion limit, not a stack overflow.
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(reason(names(t, &deep)).contains("not JSON"));
+    }
+
+    #[test]
+    fn a_key_twice_in_an_object_is_refused_wherever_it_is() {
+        let t = "stock:<items[].sku>";
+        for body in [
+            r#"{"items": [{"sku": "a", "sku": "b"}]}"#,
+            r#"{"items": [{"sku": "a"}], "items": [{"sku": "b"}]}"#,
+            r#"{"items": [{"sku": "a", "s\u006bu": "b"}]}"#,
+            r#"{"items": [{"sku": "a"}], "x": {"y": [{"z": 1, "z": 2}]}}"#,
+        ] {
+            assert!(reason(names(t, body)).contains("duplicate key"), "{body}");
+        }
+        // Keys repeated across objects, and keys' text inside values, are no duplicates.
+        assert_eq!(
+            names(
+                t,
+                r#"{"items": [{"sku": "a", "n": "sku"}, {"sku": "b\",\"sku"}], "n": {"sku": 1}}"#
+            )
+            .unwrap(),
+            ["stock:a", "stock:b%22%2C%22sku"]
+        );
     }
 
     #[test]

@@ -384,6 +384,16 @@ async fn unreadable_carts_are_400_and_lock_nothing() {
             (r#"{"items": [{"sku": null}]}"#, "string or integer"),
             (r#"{"items": [{"sku": ""}]}"#, "empty"),
             (r#"{"items": []}"#, "names no lock"),
+            // A key twice in one object: a first-wins reader would see another cart.
+            (r#"{"items": [{"sku": "a", "sku": "b"}]}"#, "duplicate key"),
+            (
+                r#"{"items": [{"sku": "a"}], "items": [{"sku": "b"}]}"#,
+                "duplicate key",
+            ),
+            (
+                r#"{"items": [{"sku": "a", "s\u006bu": "b"}]}"#,
+                "duplicate key",
+            ),
             (&too_many, "4 lock names"),
             (&too_long, "longer"),
         ] {

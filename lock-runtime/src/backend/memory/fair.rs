@@ -67,19 +67,15 @@ pub(super) fn acquire_fair(
     }
 }
 
-/// Removes `owner` from a fair lock's queue; returns whether it was there, and first.
-fn leave_queue(state: &mut State, key: &str, owner: &str) -> (bool, bool) {
+/// Removes `owner` from a fair lock's queue.
+fn leave_queue(state: &mut State, key: &str, owner: &str) {
     let Some(queue) = state.queues.get_mut(key) else {
-        return (false, false);
+        return;
     };
-    let was_first = queue.first().is_some_and(|w| w.owner == owner);
-    let before = queue.len();
     queue.retain(|w| w.owner != owner);
-    let left = queue.len() < before;
     if queue.is_empty() {
         state.queues.remove(key);
     }
-    (left, was_first)
 }
 
 /// `fair_release.lua`: release our hold or leave the queue; wake the waiter whose turn it is
@@ -96,9 +92,17 @@ pub(super) fn release_fair(
         }
         _ => false,
     };
-    let (left, was_first) = leave_queue(state, &names.key, owner);
+    // As the script: the turn moves on when this owner had it once the waiters whose place
+    // ended are dropped, or when dropping them gave it to another waiter.
+    let raw_first = state
+        .queues
+        .get(&names.key)
+        .and_then(|q| q.first().map(|w| w.owner.clone()));
+    let first = queue_head(state, &names.key);
+    let turn_moved = first.as_deref() == Some(owner) || (raw_first.is_some() && raw_first != first);
+    leave_queue(state, &names.key, owner);
     let mut wake = None;
-    if (removed || (left && was_first)) && live(state, &names.key).is_none() {
+    if (removed || turn_moved) && live(state, &names.key).is_none() {
         wake = Some(queue_head(state, &names.key).unwrap_or_else(|| "1".to_owned()));
     }
     let reply = if removed {

@@ -115,9 +115,6 @@ pub(super) fn acquire_permits(
     }
     let capacity = u64::from(capacity_in_force(state, &names.key, default_capacity));
     let wanted = permits_of(owner);
-    if wanted > capacity {
-        return Reply::Exceeds(capacity as i64);
-    }
     let (held, mine, first) = live_set(state, &names.key).map_or((0, false, None), |(_, m)| {
         (
             m.keys().map(|o| permits_of(o)).sum::<u64>(),
@@ -125,6 +122,10 @@ pub(super) fn acquire_permits(
             first_end(m.values().map(|(until, _)| *until)),
         )
     });
+    // A re-take needs no capacity (it must succeed after the capacity went down).
+    if !mine && wanted > capacity {
+        return Reply::Exceeds(capacity as i64);
+    }
     if !mine && held + wanted > capacity {
         return Reply::NotDone(first.unwrap_or(1));
     }

@@ -195,8 +195,27 @@ impl Backend for MemoryBackend {
         ready(Ok(results))
     }
 
-    fn force_unlock<'a>(&'a self, names: &'a LockNames) -> BoxFuture<'a, RedisResult<Reply>> {
+    fn force_unlock<'a>(
+        &'a self,
+        names: &'a LockNames,
+        held_by: Option<&'a [String]>,
+    ) -> BoxFuture<'a, RedisResult<Reply>> {
         let mut state = self.lock();
+        if let Some(owners) = held_by {
+            // As `force_unlock.lua`: only while the live holders are exactly `owners`.
+            let holders: Vec<String> = match live(&mut state, &names.key) {
+                Some(hold) => vec![hold.owner.clone()],
+                None => live_set(&mut state, &names.key)
+                    .map(|(_, members)| members.keys().cloned().collect())
+                    .unwrap_or_default(),
+            };
+            if holders.is_empty() {
+                return ready(Ok(Reply::NotDone(0)));
+            }
+            if holders.len() != owners.len() || !owners.iter().all(|o| holders.contains(o)) {
+                return ready(Ok(Reply::NotDone(1)));
+            }
+        }
         let deleted = live(&mut state, &names.key).is_some() || state.sets.contains_key(&names.key);
         state.holds.remove(&names.key);
         state.sets.remove(&names.key);

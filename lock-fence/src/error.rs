@@ -21,8 +21,14 @@ pub enum FenceError {
         /// The newest token the store has accepted.
         newest: u64,
     },
-    /// The token does not fit SQL's `BIGINT` (at most `i64::MAX`). Lock tokens start at 1 and
-    /// grow by one per acquisition, so this means a token that did not come from a lock.
+    /// The token does not fit SQL's `BIGINT` (at most `i64::MAX`, about 9.2·10¹⁸).
+    ///
+    /// On Redis (either key layout) a lock's fencing token is the Redis server's clock in
+    /// microseconds at the grant (or the name's previous token + 1, when the clock has not
+    /// passed it): about 1.8·10¹⁵ in 2026, not a small count from 1. That is far below
+    /// `i64::MAX` (the microsecond clock reaches it in the year 294 247), so this error means
+    /// a token that did not come from a lock, or a server clock set wildly wrong. (Only
+    /// `lock-runtime`'s in-memory test backend, `MemoryLocks`, counts from 1.)
     #[error(
         "fencing token {token} is larger than a SQL BIGINT can hold ({})",
         i64::MAX

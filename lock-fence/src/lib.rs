@@ -65,6 +65,35 @@
 //! (bind tokens with [`sql_token`]). Table and column names are validated
 //! ([`FenceError::InvalidIdentifier`]) and quoted, never pasted into SQL as given.
 //!
+//! # How large tokens are
+//!
+//! Tokens are large from the first acquisition: on Redis a lock's fencing token is the Redis
+//! server's clock in microseconds at the grant (the previous token + 1 when the clock has not
+//! passed it), about 1.8·10¹⁵ in 2026; they do not start at 1 and grow by one per
+//! acquisition. (`lock-runtime`'s in-memory test backend, `MemoryLocks`, does count from 1:
+//! do not size a column after what a test saw.) So wherever you keep a token:
+//!
+//! - SQL: `BIGINT` (PostgreSQL `int8`; SQLite's `INTEGER` holds 64 bits). A PostgreSQL
+//!   `INTEGER`/`int4`, a MySQL `INT` or any 32-bit column overflows on the first write.
+//! - JSON or JavaScript: a number is exact up to 2⁵³ (about 9.0·10¹⁵), which the microsecond
+//!   clock passes in the year 2255; send tokens as strings if anything on the way parses them
+//!   as doubles.
+//! - Compare tokens, never subtract them to count acquisitions: consecutive holders' tokens
+//!   differ by the time between the grants, in microseconds.
+//!
+//! ```
+//! // A token as Redis grants it on 26 November 2026 (the server clock in µs).
+//! let token: u64 = 1_795_000_000_000_000;
+//! assert_eq!(lock_fence::sql_token(token).unwrap(), 1_795_000_000_000_000_i64); // fits BIGINT
+//! assert!(i32::try_from(token).is_err()); // a 32-bit INTEGER column cannot hold it
+//! assert!(token < 1 << 53); // exact as a JSON/JavaScript number, for now
+//! // Only a token that did not come from a lock is out of range.
+//! assert!(matches!(
+//!     lock_fence::sql_token(u64::MAX),
+//!     Err(lock_fence::FenceError::TokenOutOfRange { .. })
+//! ));
+//! ```
+//!
 //! # Example
 //!
 //! ```no_run

@@ -16,13 +16,16 @@ pub const MAX_IDENTIFIER_LEN: usize = 63;
 /// [`sqlite::migrate`](sqlite/fn.migrate.html) create: one row per lock name.
 pub const FENCE_TABLE: &str = "lock_fences";
 
-/// A fencing token as a SQL `BIGINT` parameter.
+/// A fencing token as a SQL `BIGINT` parameter. Tokens from Redis are the server's clock in
+/// microseconds (about 1.8·10¹⁵ in 2026, see [how large tokens are](crate#how-large-tokens-are)):
+/// the column must be a `BIGINT`, never a 32-bit `INTEGER`.
 ///
 /// # Errors
 /// [`FenceError::TokenOutOfRange`] above `i64::MAX`.
 ///
 /// ```
 /// assert_eq!(lock_fence::sql_token(42).unwrap(), 42_i64);
+/// assert_eq!(lock_fence::sql_token(1_795_000_000_000_000).unwrap(), 1_795_000_000_000_000_i64);
 /// assert!(lock_fence::sql_token(u64::MAX).is_err());
 /// ```
 pub fn sql_token(token: u64) -> Result<i64, FenceError> {

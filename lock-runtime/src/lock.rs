@@ -41,6 +41,10 @@ pub struct Lock {
     /// field's size.
     names: Result<Arc<LockNames>, Box<(String, &'static str)>>,
     mode: Mode,
+    /// Set when, as this handle was made, the client already used the name as the other of
+    /// a mutex and a fair lock: acquiring through it would skip (or be skipped by) the fair
+    /// lock's queue, so it refuses to ([`LockError::Unsupported`]).
+    skips_queue: bool,
     /// The `group` label of its metrics, when set with [`Lock::group`].
     group: Option<Arc<str>>,
 }
@@ -52,16 +56,21 @@ impl Lock {
 
     /// A handle on `name` used as `family`, taken in `mode`.
     pub(crate) fn of(client: LockClient, name: &str, family: Family, mode: Mode) -> Lock {
-        let names = client.inner.names(name, family).map_err(|e| {
-            Box::new(match e {
-                LockError::InvalidName { name, reason } => (name, reason),
-                _ => (name.chars().take(64).collect(), "invalid lock name"),
-            })
-        });
+        let (names, skips_queue) = match client.inner.names(name, family) {
+            Ok((names, in_use_as)) => (Ok(names), in_use_as.is_some()),
+            Err(e) => (
+                Err(Box::new(match e {
+                    LockError::InvalidName { name, reason } => (name, reason),
+                    _ => (name.chars().take(64).collect(), "invalid lock name"),
+                })),
+                false,
+            ),
+        };
         Lock {
             client,
             names,
             mode,
+            skips_queue,
             group: None,
         }
     }
@@ -90,9 +99,29 @@ impl Lock {
         (key, &self.client.inner.config.deployment_id)
     }
 
-    /// The name's validation result.
+    /// The name's validation result, and whether this handle may acquire.
     pub(crate) fn validated(&self) -> Result<(), LockError> {
-        self.names().map(|_| ())
+        self.acquirable().map(|_| ())
+    }
+
+    /// The lock's keys, for an acquisition: [`names`](Lock::names), refused when this client
+    /// uses the name both as a mutex and as a fair lock.
+    fn acquirable(&self) -> Result<&Arc<LockNames>, LockError> {
+        let names = self.names()?;
+        if self.skips_queue {
+            return Err(LockError::Unsupported {
+                name: names.name.clone(),
+                reason: match names.family() {
+                    Family::Fair => {
+                        "this client uses the name as a plain lock (`lock`) too, whose acquisitions skip the fair lock's queue: use one kind per name"
+                    }
+                    _ => {
+                        "this client uses the name as a fair lock (`fair_lock`): a plain lock would take it ahead of the queue; use `fair_lock` for every acquisition of the name"
+                    }
+                },
+            });
+        }
+        Ok(names)
     }
 
     /// The lock's keys: the name's error if it is invalid, or
@@ -180,7 +209,7 @@ impl Lock {
         // across the await. (An `async fn` would also keep a second copy of `opts`.)
         async move {
             opts.validate()?;
-            let names = self.names()?;
+            let names = self.acquirable()?;
             if let Some(held) = scope::find(&self.client.inner.id, &names.key) {
                 return self.reenter(names, held);
             }

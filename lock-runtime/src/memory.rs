@@ -20,7 +20,14 @@ use crate::{LockClient, LockClientBuilder};
 /// fencing tokens, [`force_unlock`](crate::Lock::force_unlock), [`is_locked`](crate::Lock::is_locked),
 /// [`info`](crate::Lock::info)); only the place where locks live differs. Leases run on tokio's
 /// clock, so under paused time (`#[tokio::test(start_paused = true)]`) a test of a 30 s lease
-/// takes no time at all.
+/// takes no time at all. Paused time is tokio's `test-util` feature, which your crate must
+/// enable itself (lock-runtime does not turn it on for you):
+///
+/// ```toml
+/// [dev-dependencies]
+/// lock-runtime = { version = "0.1", features = ["memory"] }
+/// tokio = { version = "1", features = ["macros", "rt", "test-util"] }
+/// ```
 ///
 /// The whole family: mutexes ([`LockClient::lock`], [`MultiLock`](crate::MultiLock),
 /// `#[distributed_lock]`), fair locks (first come, first served, a waiter's place lasting 5 s

@@ -32,8 +32,11 @@ pin_project! {
     /// - once the lock is lost (lease over, renewal failed, `max_hold`, force-unlocked), the
     ///   body stops: the inner body is dropped without being polled again and the next frame
     ///   is an error carrying the [`LockError`](crate::LockError), so the response is truncated visibly (hyper
-    ///   resets the stream or closes the connection) instead of looking complete. The loss is
-    ///   noticed even while the inner body is pending.
+    ///   resets the stream or closes the connection) instead of looking complete. A gRPC call's
+    ///   response (`content-type: application/grpc…`) is ended properly instead: trailers with
+    ///   `grpc-status: 10` (`ABORTED`) and the error as `grpc-message`, so the client sees a
+    ///   status it can act on, not a reset stream. The loss is noticed even while the inner
+    ///   body is pending.
     ///
     /// Errors of the inner body are passed on boxed ([`BoxError`]).
     pub struct ResponseBody<B> {
@@ -50,6 +53,8 @@ pin_project! {
             body: B,
             guard: Option<Hold>,
             lost: Option<SyncLostFuture>,
+            // A gRPC call's loss ends the stream with `ABORTED` trailers instead of an error.
+            grpc: bool,
         },
         Full {
             data: Option<Bytes>,
@@ -65,6 +70,7 @@ impl<B> ResponseBody<B> {
                 body,
                 guard: None,
                 lost: None,
+                grpc: false,
             },
         }
     }
@@ -86,13 +92,15 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    /// Wraps an inner body and keeps `guard` (one lock or several) until it has ended.
-    pub(crate) fn holding(body: B, guard: Hold) -> ResponseBody<B> {
+    /// Wraps an inner body and keeps `guard` (one lock or several) until it has ended; `grpc`
+    /// says whether the response answers a gRPC call.
+    pub(crate) fn holding(body: B, guard: Hold, grpc: bool) -> ResponseBody<B> {
         ResponseBody {
             kind: Kind::Inner {
                 body,
                 lost: Some(Mutex::new(guard.lost_owned())),
                 guard: Some(guard),
+                grpc,
             },
         }
     }
@@ -122,6 +130,7 @@ where
                 mut body,
                 guard,
                 lost,
+                grpc,
             } => {
                 let Some(held) = guard.as_ref() else {
                     return body.poll_frame(cx).map_err(Into::into);
@@ -132,9 +141,16 @@ where
                     l.as_mut().poll(cx)
                 });
                 if let Some(Poll::Ready(error)) = lost_now {
-                    tracing::debug!(%error, "lock lost while the response body streamed; ending it with an error");
+                    let grpc = *grpc;
                     // Drops the inner body (it stops working) and the guard.
                     kind.set(Kind::Full { data: None });
+                    if grpc {
+                        tracing::debug!(%error, "lock lost while the gRPC response streamed; ending it with ABORTED");
+                        return Poll::Ready(Some(Ok(Frame::trailers(
+                            crate::rejection::grpc_lost_trailers(&error),
+                        ))));
+                    }
+                    tracing::debug!(%error, "lock lost while the response body streamed; ending it with an error");
                     return Poll::Ready(Some(Err(Box::new(error))));
                 }
                 let frame = std::task::ready!(held.sync_scope(|| body.as_mut().poll_frame(cx)));

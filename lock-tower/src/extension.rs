@@ -75,6 +75,13 @@ pub struct HeldLocks {
 }
 
 impl HeldLocks {
+    #[cfg(test)]
+    fn from_pairs(pairs: &[(&str, u64)]) -> HeldLocks {
+        HeldLocks {
+            locks: pairs.iter().map(|&(n, t)| (Arc::from(n), t)).collect(),
+        }
+    }
+
     pub(crate) fn new(guards: &[lock_runtime::LockGuard]) -> HeldLocks {
         HeldLocks {
             locks: guards
@@ -84,13 +91,36 @@ impl HeldLocks {
         }
     }
 
-    /// The fencing token of the lock named `name` (for example `stock:sku-1`), or `None` when
-    /// the request does not hold it. (A linear search: a request holds at most
+    /// The fencing token of the lock named `name`, or `None` when the request does not hold it.
+    ///
+    /// Either spelling of the name is accepted: the lock name as the runtime holds it, with
+    /// the template's values [escaped](crate::name::escape) (`stock:E%3A1`), or as you would
+    /// write it by hand from the raw values (`stock:E:1`, for a SKU `E:1` under the template
+    /// `"stock:<items[].sku>"`). The escaped spelling is matched first; a raw spelling matches
+    /// a held name whose `%XX` sequences decode to it. Should two held names decode to the same
+    /// raw spelling (`a%3Ab:c` and `a:b%3Ac` both read `a:b:c`), the raw spelling is ambiguous
+    /// and answers `None`: use the escaped one. (A linear search: a request holds at most
     /// [`max_names`](crate::MultiLockLayer::max_names) locks.)
+    ///
+    /// ```
+    /// # fn demo(held: lock_tower::HeldLocks) {
+    /// // Both find the lock on SKU `E:1` taken under the template "stock:<items[].sku>".
+    /// let escaped = held.fencing_token("stock:E%3A1");
+    /// let raw = held.fencing_token("stock:E:1");
+    /// assert_eq!(escaped, raw);
+    /// # }
+    /// ```
     pub fn fencing_token(&self, name: &str) -> Option<u64> {
-        self.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, token)| token)
+        if let Some((_, token)) = self.iter().find(|(n, _)| *n == name) {
+            return Some(token);
+        }
+        let mut raw = self.iter().filter(|(n, _)| {
+            n.contains('%') && *crate::name::percent_decode(n) == *name.as_bytes()
+        });
+        match (raw.next(), raw.next()) {
+            (Some((_, token)), None) => Some(token),
+            _ => None,
+        }
     }
 
     /// Each lock name with its fencing token, in the order the locks were taken.
@@ -112,5 +142,38 @@ impl HeldLocks {
     /// [`MultiLockLayer`](crate::MultiLockLayer).
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeldLocks;
+    use crate::name::escape;
+
+    #[test]
+    fn fencing_token_accepts_the_escaped_and_the_raw_name() {
+        let escaped = format!("stock:{}", escape("E:1"));
+        assert_eq!(escaped, "stock:E%3A1");
+        let held = HeldLocks::from_pairs(&[("stock:plain", 7), (&escaped, 9)]);
+        assert_eq!(held.fencing_token("stock:E%3A1"), Some(9));
+        assert_eq!(held.fencing_token("stock:E:1"), Some(9));
+        assert_eq!(held.fencing_token("stock:plain"), Some(7));
+        assert_eq!(held.fencing_token("stock:E:2"), None);
+        assert_eq!(held.fencing_token("stock:other"), None);
+    }
+
+    #[test]
+    fn an_ambiguous_raw_name_answers_none_and_the_escaped_names_still_answer() {
+        let held = HeldLocks::from_pairs(&[("a%3Ab:c", 1), ("a:b%3Ac", 2)]);
+        assert_eq!(held.fencing_token("a:b:c"), None);
+        assert_eq!(held.fencing_token("a%3Ab:c"), Some(1));
+        assert_eq!(held.fencing_token("a:b%3Ac"), Some(2));
+    }
+
+    #[test]
+    fn a_held_name_that_is_itself_raw_wins_over_a_decoded_one() {
+        let held = HeldLocks::from_pairs(&[("a:b", 1), ("a%3Ab", 2)]);
+        assert_eq!(held.fencing_token("a:b"), Some(1));
+        assert_eq!(held.fencing_token("a%3Ab"), Some(2));
     }
 }

@@ -82,7 +82,8 @@ impl<N: NameSource> LockLayer<N> {
     /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s). The header says
     /// the smaller of this and the holder's remaining TTL when known, rounded up to whole
     /// seconds, never 0. (The TTL alone is no help for a watchdog-renewed lock: it always has
-    /// about the watchdog timeout left.) gRPC rejections carry no retry hint.
+    /// about the watchdog timeout left.) Busy gRPC rejections carry the same wait, in
+    /// milliseconds, as `grpc-retry-pushback-ms`.
     pub fn retry_after(self, hint: Duration) -> Self {
         self.map_rejection(|r| r.retry_after(hint))
     }

@@ -151,7 +151,8 @@ impl<N: NameSource> KeyedConcurrencyLimitLayer<N> {
     /// The longest `Retry-After` a 429 suggests (default
     /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s): the smaller of
     /// this and the time until the first permit holder's lease ends, rounded up to whole
-    /// seconds, never 0. gRPC rejections carry no retry hint.
+    /// seconds, never 0. Limited gRPC rejections carry the same wait, in milliseconds, as
+    /// `grpc-retry-pushback-ms`.
     pub fn retry_after(self, hint: Duration) -> Self {
         self.map(|l| l.retry_after(hint))
     }

@@ -15,8 +15,10 @@
 //!
 //! A request is treated as gRPC when its `content-type` starts with `application/grpc`; it
 //! then gets a trailers-only response (HTTP 200, `grpc-status` and `grpc-message` in the
-//! headers, empty body), never an HTTP error page. gRPC rejections carry no retry hint (gRPC
-//! has no `Retry-After`; clients retry by their own policy).
+//! headers, empty body), never an HTTP error page. Busy and limited gRPC rejections carry
+//! their retry hint as `grpc-retry-pushback-ms` (the same wait as `Retry-After`, in
+//! milliseconds, not rounded): a client whose retry policy covers the status (`ABORTED`,
+//! `RESOURCE_EXHAUSTED`) waits that long before its next attempt. Other statuses carry none.
 //!
 //! Replace the default with [`LockLayer::with_rejection_response`](crate::LockLayer::with_rejection_response)
 //! (or [`KeyedConcurrencyLimitLayer::with_rejection_response`](crate::KeyedConcurrencyLimitLayer::with_rejection_response)):
@@ -187,11 +189,38 @@ impl LockRejection {
         self.error.clone()
     }
 
-    /// For [`Busy`](RejectionKind::Busy): when a retry may succeed, the holder's remaining
-    /// lease. For [`Limited`](RejectionKind::Limited): when the first permit holder's lease
-    /// ends.
+    /// For [`Busy`](RejectionKind::Busy) and [`Limited`](RejectionKind::Limited): how long a
+    /// client should wait before it retries, the hint a [`DefaultRejection`] sends: the smaller
+    /// of [`DEFAULT_RETRY_AFTER`] (1 s) and the holder's remaining lease (for `Limited`, the
+    /// first permit holder's) when it is known. `None` for every other kind.
+    ///
+    /// The holder's lease alone is no hint: a lock renewed by the watchdog always has about
+    /// the watchdog timeout (30 s) left, however soon it is released. It is still there, as
+    /// `rejection.error().retry_after()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_runtime::LockError;
+    /// use lock_tower::LockRejection;
+    ///
+    /// let held_by_a_watchdog = LockError::WaitTimeout {
+    ///     name: "stock:42".into(),
+    ///     waited: Duration::from_millis(100),
+    ///     remaining_ttl: Some(Duration::from_secs(30)),
+    /// };
+    /// let rejection = LockRejection::new(held_by_a_watchdog, false);
+    /// assert_eq!(rejection.retry_after(), Some(Duration::from_secs(1)));
+    /// assert_eq!(rejection.error().retry_after(), Some(Duration::from_secs(30)));
+    /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        self.error.retry_after()
+        match self.kind() {
+            RejectionKind::Busy | RejectionKind::Limited => Some(
+                self.error
+                    .retry_after()
+                    .map_or(DEFAULT_RETRY_AFTER, |ttl| ttl.min(DEFAULT_RETRY_AFTER)),
+            ),
+            _ => None,
+        }
     }
 
     /// Whether the request was a gRPC call (`content-type: application/grpc…`).
@@ -303,7 +332,18 @@ impl<B> RejectionResponse<B> for DefaultRejection {
     fn rejection_response(&self, rejection: LockRejection) -> Response<ResponseBody<B>> {
         let message = rejection.to_string();
         if rejection.is_grpc() {
-            return grpc_response(grpc_code(rejection.kind()), &message);
+            let mut response = grpc_response(grpc_code(rejection.kind()), &message);
+            if matches!(
+                rejection.kind(),
+                RejectionKind::Busy | RejectionKind::Limited
+            ) {
+                let wait = retry_wait(self.retry_after, rejection.error().retry_after());
+                let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                response
+                    .headers_mut()
+                    .insert("grpc-retry-pushback-ms", ms.into());
+            }
+            return response;
         }
         let status = match rejection.kind() {
             RejectionKind::Busy => self.busy_status,
@@ -328,16 +368,21 @@ impl<B> RejectionResponse<B> for DefaultRejection {
         ) {
             headers.insert(
                 RETRY_AFTER,
-                retry_after_secs(self.retry_after, rejection.retry_after()).into(),
+                retry_after_secs(self.retry_after, rejection.error().retry_after()).into(),
             );
         }
         response
     }
 }
 
+/// `min(hint, ttl)`.
+fn retry_wait(hint: Duration, ttl: Option<Duration>) -> Duration {
+    ttl.map_or(hint, |ttl| ttl.min(hint))
+}
+
 /// `min(hint, ttl)` in whole seconds, rounded up, at least 1.
 fn retry_after_secs(hint: Duration, ttl: Option<Duration>) -> u64 {
-    let wait = ttl.map_or(hint, |ttl| ttl.min(hint));
+    let wait = retry_wait(hint, ttl);
     let secs = wait
         .as_secs()
         .saturating_add(u64::from(wait.subsec_nanos() > 0));
@@ -372,6 +417,17 @@ fn grpc_response<B>(code: u16, message: &str) -> Response<ResponseBody<B>> {
         headers.insert("grpc-message", value);
     }
     response
+}
+
+/// The trailers that end a gRPC response whose lock was lost while it streamed: `ABORTED`,
+/// the error as the message.
+pub(crate) fn grpc_lost_trailers(error: &LockError) -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", grpc_code(RejectionKind::Lost).into());
+    if let Ok(value) = HeaderValue::from_str(&grpc_message_encode(&error.to_string())) {
+        trailers.insert("grpc-message", value);
+    }
+    trailers
 }
 
 /// Percent-encodes a `grpc-message` as the gRPC HTTP/2 spec asks: every byte outside
@@ -437,6 +493,55 @@ mod tests {
             .busy_status(StatusCode::CONFLICT)
             .rejection_response(r);
         assert_eq!(res.status(), StatusCode::CONFLICT);
+    }
+
+    /// Regression: a custom rejection reading `retry_after()` got the holder's lease (30 s
+    /// under a watchdog) instead of the hint the default rejection sends.
+    #[test]
+    fn custom_rejections_get_the_default_retry_hint_not_the_holders_lease() {
+        let s = Duration::from_secs;
+        let watchdog = LockRejection::new(busy(Some(s(30))), false);
+        assert_eq!(watchdog.retry_after(), Some(s(1)));
+        assert_eq!(watchdog.error().retry_after(), Some(s(30)));
+        let soon = LockRejection::new(busy(Some(Duration::from_millis(300))), false);
+        assert_eq!(soon.retry_after(), Some(Duration::from_millis(300)));
+        assert_eq!(
+            LockRejection::new(busy(None), false).retry_after(),
+            Some(s(1))
+        );
+        let limited = LockRejection::permit_limit(busy(Some(s(20))), false);
+        assert_eq!(limited.retry_after(), Some(s(1)));
+        let unavailable = LockRejection::new(
+            LockError::ResponseTimeout {
+                op: "acquire",
+                timeout: s(1),
+            },
+            false,
+        );
+        assert_eq!(unavailable.retry_after(), None);
+    }
+
+    #[test]
+    fn busy_and_limited_grpc_rejections_carry_a_retry_pushback() {
+        let ms = Duration::from_millis;
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .rejection_response(LockRejection::new(busy(Some(ms(30_000))), true));
+        assert_eq!(res.headers()["grpc-status"], "10");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1000");
+        let res: Response<ResponseBody<()>> = DefaultRejection::new()
+            .retry_after(Duration::from_secs(10))
+            .rejection_response(LockRejection::permit_limit(busy(Some(ms(2500))), true));
+        assert_eq!(res.headers()["grpc-status"], "8");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "2500");
+        let res: Response<ResponseBody<()>> =
+            DefaultRejection::new().rejection_response(LockRejection::new(
+                LockError::ResponseTimeout {
+                    op: "acquire",
+                    timeout: Duration::from_secs(1),
+                },
+                true,
+            ));
+        assert!(!res.headers().contains_key("grpc-retry-pushback-ms"));
     }
 
     #[test]

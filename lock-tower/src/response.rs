@@ -191,7 +191,8 @@ where
                     let (out, guard) = ready!(fut.as_mut().poll(cx));
                     return Poll::Ready(match out {
                         Ok(Ok(response)) if *this.hold_body => {
-                            Ok(response.map(|body| ResponseBody::holding(body, guard)))
+                            let grpc = this.origin.grpc;
+                            Ok(response.map(|body| ResponseBody::holding(body, guard, grpc)))
                         }
                         Ok(Ok(response)) => {
                             // Released in the background within milliseconds.

@@ -197,7 +197,21 @@ impl LockClient {
     /// place lasts unless the waiter refreshes it, which a live waiter does while it waits.
     ///
     /// The lock is the mutex's hash: a plain [`lock`](LockClient::lock) of the same name
-    /// excludes it too, but does not queue (it may take the lock ahead of the queue).
+    /// excludes it too, but does not queue (it may take the lock ahead of the queue). Use one
+    /// kind per name:
+    ///
+    /// - *Within one client* it is enforced: while the client uses a name as a fair lock (a
+    ///   handle, guard or waiting task of it lives), acquiring it through
+    ///   [`lock`](LockClient::lock) (or a [`MultiLock`](crate::MultiLock) or
+    ///   `#[distributed_lock]` on it) is refused with [`LockError::Unsupported`], and the other
+    ///   way round; nothing is sent. Reading it ([`Lock::info`], [`Lock::is_locked`]) and
+    ///   [`Lock::force_unlock`] work through either handle.
+    /// - *Across processes* nothing can enforce it: Redis holds no record of how a name is
+    ///   meant to be used, only whether it is held, so a plain `lock(name)` in another process
+    ///   (or in this one once nothing of it uses the name as a fair lock) takes the lock
+    ///   whenever it is free, ahead of the fair lock's waiters. It still excludes them: only
+    ///   the order suffers. Keep every service's code on one kind per name (a naming
+    ///   convention such as a `fair:` prefix helps).
     ///
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {

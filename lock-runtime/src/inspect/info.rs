@@ -162,8 +162,25 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    /// One number for "how many wait": a fair lock's queue length; otherwise the larger of the
-    /// waiting writers and the subscribed connections (see [`Waiters`]).
+    /// At least how many *tasks* wait for the lock: a lower bound, exact for a fair lock.
+    ///
+    /// Redis knows waiting tasks one by one only where each has a place there: a fair lock's
+    /// queue (one entry per waiting task) and a read/write lock's waiting writers. Elsewhere it
+    /// knows only the clients subscribed to the unlock channel, and every waiting task of one
+    /// client shares its client's one subscription; so a subscribed client counts as one task.
+    /// Per kind:
+    ///
+    /// | kind | `waiting()` | exact? |
+    /// |---|---|---|
+    /// | [`Fair`](LockKind::Fair) | the queue's length ([`Waiters::queued`]) | yes: one per task |
+    /// | [`ReadWrite`](LockKind::ReadWrite) | the larger of the waiting writers and the subscribed clients | no: 3 readers waiting in one client count 1 |
+    /// | [`Mutex`](LockKind::Mutex), [`Semaphore`](LockKind::Semaphore) | the subscribed clients ([`Waiters::subscribed`]) | no: 3 tasks waiting in one client count 1 |
+    ///
+    /// So two tasks of one client waiting for a mutex read `1`, for a fair lock `2`. A client
+    /// unsubscribes shortly after its last waiter stops, and a fair lock's place lasts a few
+    /// seconds after its task gave up, so the figure may also lag behind by a moment. For
+    /// "how many processes wait", read [`Waiters::subscribed`] (not for a fair lock in the
+    /// Redisson layout, whose waiters each listen on a channel of their own).
     pub fn waiting(&self) -> usize {
         match self.kind {
             LockKind::Fair => self.waiters.queued,

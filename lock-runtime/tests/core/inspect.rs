@@ -108,3 +108,54 @@ async fn scan_covers_every_master_of_a_cluster() {
     assert_eq!(info.holders[0].owner, guards[7].owner());
     drop(guards);
 }
+
+/// `waiting()` has one meaning for every kind: at least how many tasks wait. Two tasks of one
+/// client and one task of another wait: a mutex knows the two subscribed clients (a lower
+/// bound), a fair lock's queue knows all three tasks (exact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_is_a_lower_bound_on_waiting_tasks_exact_for_a_fair_lock() {
+    let redis = RedisServer::start();
+    let holder = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let c = common::client(&redis).await;
+
+    let held = holder.lock("stock:42").acquire().await.unwrap();
+    let waiters: Vec<_> = [&b, &b, &c]
+        .into_iter()
+        .map(|client| {
+            let lock = client.lock("stock:42");
+            tokio::spawn(async move { lock.acquire().await?.release().await })
+        })
+        .collect();
+    let counted =
+        lock_tests::until_info(&holder.lock("stock:42"), |i| i.waiters.subscribed == 2).await;
+    assert!(
+        counted,
+        "the two waiting clients' subscriptions were not counted"
+    );
+    let info = holder.lock("stock:42").info().await.unwrap().unwrap();
+    assert_eq!(info.waiting(), 2, "{info:?}");
+    assert!(info.waiting() <= waiters.len());
+    held.release().await.unwrap();
+    for waiter in waiters {
+        lock_tests::granted(waiter).await;
+    }
+
+    let turn = holder.fair_lock("drop:1").acquire().await.unwrap();
+    let waiters: Vec<_> = [&b, &b, &c]
+        .into_iter()
+        .map(|client| {
+            let lock = client.fair_lock("drop:1");
+            tokio::spawn(async move { lock.acquire().await?.release().await })
+        })
+        .collect();
+    let queued =
+        lock_tests::until_info(&holder.fair_lock("drop:1"), |i| i.waiters.queued == 3).await;
+    assert!(queued, "the three waiting tasks were not queued");
+    let info = holder.fair_lock("drop:1").info().await.unwrap().unwrap();
+    assert_eq!(info.waiting(), 3, "{info:?}");
+    turn.release().await.unwrap();
+    for waiter in waiters {
+        lock_tests::granted(waiter).await;
+    }
+}

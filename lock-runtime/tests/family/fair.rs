@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockError, LockOptions};
+use lock_runtime::{LockError, LockOptions, MultiLock};
 use lock_tests::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,10 +168,12 @@ async fn foreign_data_in_the_queue_is_a_typed_error() {
         "{err:?}"
     );
     assert_eq!(redis.cmd(&["GET", "lock:{odd}:queue"]).text(), Some("mine"));
-    // A plain mutex and a fair lock of one name exclude each other.
+    // A plain mutex and a fair lock of one name exclude each other (across processes: within
+    // one client, the plain lock is refused outright, see below).
+    let b = common::client(&redis).await;
     let fair = a.fair_lock("both").acquire().await.unwrap();
     assert!(
-        a.lock("both")
+        b.lock("both")
             .try_acquire(Duration::ZERO)
             .await
             .unwrap_err()
@@ -241,4 +243,61 @@ async fn the_waiter_whose_turn_it_was_wakes_the_next_when_it_leaves_behind_a_dea
     let queue = redis.cmd(&["ZRANGE", "lock:{turns}:queue", "0", "-1"]);
     assert_eq!(queue.items().len(), 1, "{queue:?}");
     assert_eq!(queue.items()[0].text(), Some("next:1"));
+}
+
+/// Regression: `lock(name)` next to `fair_lock(name)` in one client took the lock ahead of the
+/// fair lock's queue. While the client uses a name as one of them (a handle, guard or waiter
+/// lives), an acquisition through the other is refused with a typed error, in both directions;
+/// nothing reaches Redis. Reading the lock through either handle still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_skip_a_fair_queue_with_a_plain_lock_of_the_same_name() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+
+    // A holder in another process and a waiter of `a` in the queue.
+    let turn = b.fair_lock("drop:1").acquire().await.unwrap();
+    let fair = a.fair_lock("drop:1");
+    let queued = fair.clone();
+    let waiter = tokio::spawn(async move { queued.acquire().await });
+    assert!(lock_tests::until_info(&fair, |i| i.waiters.queued == 1).await);
+
+    // (Bounded: before the fix it waited for the lock, and would have taken it ahead of the
+    // queued waiter once `b` released it.)
+    let err = a
+        .lock("drop:1")
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Unsupported { name, .. } if name == "drop:1"),
+        "{err:?}"
+    );
+    assert!(a.lock("drop:1").info().await.unwrap().is_some());
+    assert_eq!(
+        MultiLock::new([a.lock("drop:1"), a.lock("other")])
+            .map(drop)
+            .unwrap_err()
+            .to_string(),
+        err.to_string()
+    );
+
+    turn.release().await.unwrap();
+    let mine = lock_tests::granted(waiter).await;
+    mine.release().await.unwrap();
+    drop(fair);
+
+    // The other way round: a plain lock in use, then a fair lock of the same name.
+    let plain = a.lock("stock:7").acquire().await.unwrap();
+    let err = a
+        .fair_lock("stock:7")
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Unsupported { .. }), "{err:?}");
+    plain.release().await.unwrap();
+
+    // Once nothing of the client uses the name any more, it may be used as the other kind.
+    let fair_now = a.fair_lock("stock:7").acquire().await.unwrap();
+    fair_now.release().await.unwrap();
 }

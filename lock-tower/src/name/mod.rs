@@ -50,6 +50,8 @@ mod json;
 mod template;
 mod uri;
 
+pub(crate) use self::uri::percent_decode;
+
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use self::axum::PathParams;

@@ -126,7 +126,7 @@ impl NameSource for UriPattern {
 }
 
 /// Decodes `%XX` sequences; malformed ones stay as they are.
-fn percent_decode(s: &str) -> Cow<'_, [u8]> {
+pub(crate) fn percent_decode(s: &str) -> Cow<'_, [u8]> {
     let bytes = s.as_bytes();
     if !bytes.contains(&b'%') {
         return Cow::Borrowed(bytes);

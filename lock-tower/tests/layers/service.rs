@@ -114,3 +114,53 @@ async fn a_busy_lock_keeps_the_response_pending_until_it_is_released() {
     .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+/// Regression: a gRPC response whose lock was lost while it streamed was reset (the body's
+/// next frame was an error, which a gRPC client sees as a broken stream). It now ends
+/// properly: after the data sent before the loss, trailers with `grpc-status: 10` (ABORTED).
+/// The inner body is still open when this happens: the loss ended the stream, not the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_stream_whose_lock_is_lost_ends_with_aborted_trailers_not_a_reset() {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    common::bounded(LIMIT, async {
+        let redis = RedisServer::start();
+        let locks = lock_tests::client(&redis).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let body = std::sync::Arc::new(std::sync::Mutex::new(Some(common::ChannelBody(rx))));
+        let inner = tower::service_fn(move |_: Request<()>| {
+            let body = body.lock().unwrap().take().expect("one call");
+            async move { Ok::<_, std::convert::Infallible>(Response::new(body)) }
+        });
+        let layer = LockLayer::new(locks.clone(), Headers::new("stock:<x-product-id>"))
+            .lease(Duration::from_millis(300))
+            .hold_until_body_end();
+        let service = tower::Layer::layer(&layer, inner);
+        let call = Request::builder()
+            .uri("/shop.Inventory/Watch")
+            .header("content-type", "application/grpc")
+            .header("x-product-id", "1")
+            .body(())
+            .unwrap();
+        let mut body = service.oneshot(call).await.unwrap().into_body();
+
+        tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+        let first = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(&first.into_data().unwrap()[..], b"part 1");
+
+        // Nothing more is sent: the lease runs out while the stream is open.
+        let last = body
+            .frame()
+            .await
+            .expect("a final frame")
+            .expect("trailers, not an error that resets the stream");
+        let trailers = last.into_trailers().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "10", "{trailers:?}");
+        assert!(trailers.contains_key("grpc-message"), "{trailers:?}");
+        assert!(body.frame().await.is_none(), "the stream has ended");
+        drop(tx);
+    })
+    .await;
+}

@@ -217,6 +217,15 @@ async fn busy_is_aborted_and_a_bad_key_is_invalid_argument() {
         let status = reserve(addr, Some("7")).await.unwrap_err();
         assert_eq!(status.code(), Code::Aborted, "{status:?}");
         assert!(status.message().contains("stock:7"), "{}", status.message());
+        // A retry hint a gRPC retry policy reads: the default 1 s, not the holder's 5 s lease.
+        assert_eq!(
+            status
+                .metadata()
+                .get("grpc-retry-pushback-ms")
+                .map(|v| v.to_str().unwrap()),
+            Some("1000"),
+            "{status:?}"
+        );
 
         let status = reserve(addr, Some("123456789")).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
@@ -303,6 +312,10 @@ async fn a_keyed_concurrency_limit_is_resource_exhausted_when_full() {
         // Both permits of `calls:42` are taken, on two servers: a third call is turned away.
         let status = reserve(a, Some("42")).await.unwrap_err();
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.metadata().get("grpc-retry-pushback-ms").is_some(),
+            "{status:?}"
+        );
         assert!(
             status.message().contains("calls:42"),
             "{}",

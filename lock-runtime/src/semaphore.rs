@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
-use crate::keys::{Family, Mode, Scheme, redisson};
+use crate::keys::{Family, Mode, redisson};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
 /// Why a plain `RSemaphore` has no capacity calls.
@@ -238,7 +238,7 @@ impl Semaphore {
                 capacity: self.capacity,
             });
         }
-        if matches!(self.lock.names()?.scheme, Scheme::RedissonPermits { .. }) {
+        if self.lock.names()?.scheme.owner_grows_with_permits() {
             // The owner id carries one 16-byte permit id per permit: refuse before building
             // and sending one above the cap per hold, or for more than the capacity in force.
             let capacity = if permits > redisson::MAX_PERMITS_PER_HOLD {

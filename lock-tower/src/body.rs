@@ -146,9 +146,9 @@ where
                     kind.set(Kind::Full { data: None });
                     if grpc {
                         tracing::debug!(%error, "lock lost while the gRPC response streamed; ending it with ABORTED");
-                        return Poll::Ready(Some(Ok(Frame::trailers(
-                            crate::rejection::grpc_lost_trailers(&error),
-                        ))));
+                        return Poll::Ready(Some(Ok(Frame::trailers(crate::grpc::lost_trailers(
+                            &error,
+                        )))));
                     }
                     tracing::debug!(%error, "lock lost while the response body streamed; ending it with an error");
                     return Poll::Ready(Some(Err(Box::new(error))));

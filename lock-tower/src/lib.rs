@@ -269,6 +269,7 @@ mod body;
 mod config;
 mod extension;
 pub mod future;
+mod grpc;
 mod hold;
 #[deprecated(since = "0.2.0", note = "renamed to `lock_tower::name`")]
 pub mod key;

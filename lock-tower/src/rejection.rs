@@ -391,11 +391,7 @@ fn retry_after_secs(hint: Duration, ttl: Option<Duration>) -> u64 {
 
 /// gRPC status codes (grpc/doc/statuscodes.md) used by the default rejection.
 fn grpc_code(kind: RejectionKind) -> u16 {
-    const INVALID_ARGUMENT: u16 = 3;
-    const RESOURCE_EXHAUSTED: u16 = 8;
-    const ABORTED: u16 = 10;
-    const INTERNAL: u16 = 13;
-    const UNAVAILABLE: u16 = 14;
+    use crate::grpc::{ABORTED, INTERNAL, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE};
     match kind {
         RejectionKind::Busy | RejectionKind::Lost => ABORTED,
         // gRPC servers answer a message over their size limit with RESOURCE_EXHAUSTED.
@@ -413,42 +409,10 @@ fn grpc_response<B>(code: u16, message: &str) -> Response<ResponseBody<B>> {
     let headers: &mut HeaderMap = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert("grpc-status", code.into());
-    if let Ok(value) = HeaderValue::from_str(&grpc_message_encode(message)) {
+    if let Ok(value) = HeaderValue::from_str(&crate::grpc::message_encode(message)) {
         headers.insert("grpc-message", value);
     }
     response
-}
-
-/// The trailers that end a gRPC response whose lock was lost while it streamed: `ABORTED`,
-/// the error as the message.
-pub(crate) fn grpc_lost_trailers(error: &LockError) -> HeaderMap {
-    let mut trailers = HeaderMap::new();
-    trailers.insert("grpc-status", grpc_code(RejectionKind::Lost).into());
-    if let Ok(value) = HeaderValue::from_str(&grpc_message_encode(&error.to_string())) {
-        trailers.insert("grpc-message", value);
-    }
-    trailers
-}
-
-/// Percent-encodes a `grpc-message` as the gRPC HTTP/2 spec asks: every byte outside
-/// printable ASCII, and `%`.
-fn grpc_message_encode(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for &b in message.as_bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Whether a request is a gRPC call, judged by its content type.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 #[cfg(test)]
@@ -641,23 +605,5 @@ mod tests {
             LockRejection::new(LockError::TooManyNames { count: 65, max: 64 }, true),
         );
         assert_eq!(res.headers()["grpc-status"], "3");
-    }
-
-    #[test]
-    fn grpc_messages_are_percent_encoded() {
-        assert_eq!(grpc_message_encode("a b%c\né"), "a b%25c%0A%C3%A9");
-    }
-
-    #[test]
-    fn grpc_is_detected_by_content_type() {
-        let mut h = HeaderMap::new();
-        assert!(!is_grpc(&h));
-        h.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc+proto"),
-        );
-        assert!(is_grpc(&h));
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        assert!(!is_grpc(&h));
     }
 }

@@ -10,9 +10,10 @@ use tower_service::Service;
 
 use crate::access::{Access, Classifier};
 use crate::config::{Config, Shared};
+use crate::grpc::is_grpc;
 use crate::hold::Hold;
 use crate::name::NameSource;
-use crate::rejection::{DefaultRejection, RejectionResponse, is_grpc};
+use crate::rejection::{DefaultRejection, RejectionResponse};
 use crate::response::{AcquireFuture, Origin, ResponseFuture};
 
 /// The settings of a [`LockService`] besides those of every layer.

@@ -9,7 +9,6 @@
 //! waiter's channel.
 
 use crate::backend::Reply;
-use crate::keys::Layout;
 use crate::{LockClient, LockError, LockInfo, LockKind};
 
 /// What [`LockClient::force_unlock_held_by`] did: the lock was freed only if its holders were
@@ -38,7 +37,7 @@ impl LockClient {
     /// Who holds the lock named `name`, whatever member of the family it is (a mutex, a fair
     /// lock, a read/write lock or a semaphore); `None` when nobody holds it. As
     /// [`Lock::info`](crate::Lock::info) of [`lock(name)`](LockClient::lock), and with
-    /// [`Layout::Redisson`] a string at the name is no foreign data but Redisson's semaphore (its
+    /// [`Layout::Redisson`](crate::Layout::Redisson) a string at the name is no foreign data but Redisson's semaphore (its
     /// available count), read as one: its leased permits' holders.
     ///
     /// ```no_run
@@ -59,7 +58,7 @@ impl LockClient {
     ///
     /// It reads the name first ([`LockClient::info`]) and then frees what it found: in this
     /// crate's layout with [`Lock::force_unlock`](crate::Lock::force_unlock), whatever the kind;
-    /// with [`Layout::Redisson`], a semaphore with
+    /// with [`Layout::Redisson`](crate::Layout::Redisson), a semaphore with
     /// [`Semaphore::force_release_all`](crate::Semaphore::force_release_all) (its leased permits
     /// back to the count), a read/write lock through its write side, a fair lock that has waiters
     /// as a [fair lock](LockClient::fair_lock), anything else as a mutex. A lock taken again
@@ -81,7 +80,7 @@ impl LockClient {
         };
         let freed = match found {
             Found::RedissonSemaphore => self.semaphore(name, 1).force_release_all().await?,
-            Found::Lock if self.inner.config.layout == Layout::Redisson => {
+            Found::Lock if self.inner.config.layout.shares_one_hash_across_the_family() => {
                 self.redisson_force_unlock(name, &info).await?
             }
             Found::Lock => self.lock(name).force_unlock().await?,
@@ -97,7 +96,7 @@ impl LockClient {
     /// [`Lock::force_unlock`](crate::Lock::force_unlock), and the holders' guards report the
     /// loss at their next renewal.
     ///
-    /// This crate's layout only: with [`Layout::Redisson`] it is [`LockError::Unsupported`]
+    /// This crate's layout only: with [`Layout::Redisson`](crate::Layout::Redisson) it is [`LockError::Unsupported`]
     /// (nothing sent); [`LockError::ForeignData`] when the key holds data of another type.
     ///
     /// ```no_run
@@ -122,7 +121,7 @@ impl LockClient {
         holders: &[String],
     ) -> Result<ForceUnlock, LockError> {
         let name = name.as_ref();
-        if self.inner.config.layout == Layout::Redisson {
+        if !self.inner.config.layout.has_prefix() {
             return Err(LockError::Unsupported {
                 name: name.to_owned(),
                 reason: "freeing a lock only while given holders hold it is for this crate's \
@@ -161,7 +160,7 @@ impl LockClient {
     async fn read(&self, name: &str) -> Result<Option<(LockInfo, Found)>, LockError> {
         match self.lock(name).info().await {
             Err(LockError::ForeignData { found, .. })
-                if self.inner.config.layout == Layout::Redisson && found == "string" =>
+                if self.inner.config.layout.has_plain_semaphores() && found == "string" =>
             {
                 let info = self.semaphore(name, 1).info().await?;
                 Ok(info.map(|info| (info, Found::RedissonSemaphore)))

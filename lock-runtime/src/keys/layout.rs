@@ -209,12 +209,21 @@ impl Layout {
         }
     }
 
-    /// Whether a semaphore may be used without leases (Java's plain `RSemaphore`).
+    /// Whether a semaphore may be used without leases (Java's plain `RSemaphore`), and so a
+    /// string at a name may be a semaphore's count rather than foreign data.
     pub(crate) fn has_plain_semaphores(self) -> bool {
         self == Layout::Redisson
     }
 
-    /// Whether the client's locks live under its key prefix, where a scan can list them.
+    /// Whether a mutex, a fair lock and a read/write lock of one name all live in one hash at
+    /// the name (Redisson's), so that freeing a name by force must first tell them apart (each
+    /// wakes its waiters its own way); in this crate's layout every kind frees the same way.
+    pub(crate) fn shares_one_hash_across_the_family(self) -> bool {
+        self == Layout::Redisson
+    }
+
+    /// Whether the client's locks live under its key prefix, where a scan can list them, and
+    /// where this crate's own scripts (not Redisson's) decide what a force-unlock compares.
     pub(crate) fn has_prefix(self) -> bool {
         self == Layout::Native
     }

@@ -176,6 +176,12 @@ impl Scheme {
         }
     }
 
+    /// Whether an owner id carries one permit id per permit (Redisson's
+    /// `RPermitExpirableSemaphore`): a request is then capped before its id is built.
+    pub(crate) fn owner_grows_with_permits(self) -> bool {
+        matches!(self, Scheme::RedissonPermits { .. })
+    }
+
     /// The mode an owner id of a lock of this scheme was written with (Java's ids included).
     pub(crate) fn mode_of(self, owner: &str) -> Mode {
         match self {

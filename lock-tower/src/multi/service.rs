@@ -16,9 +16,10 @@ use super::buffer::BufferedBody;
 use super::future::MultiResponseFuture;
 use crate::body::{BoxError, ResponseBody};
 use crate::config::{Config, Shared};
+use crate::grpc::is_grpc;
 use crate::hold::Hold;
 use crate::name::{BodyNameSource, invalid_body};
-use crate::rejection::{DefaultRejection, LockRejection, RejectionResponse, is_grpc};
+use crate::rejection::{DefaultRejection, LockRejection, RejectionResponse};
 use crate::response::{AcquireFuture, Origin};
 use crate::service::take_ready;
 

@@ -33,28 +33,52 @@ async fn renewal_stops_once_the_guard_is_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_of_many_locks_are_one_round_trip() {
+    // A lease long enough that a loaded machine's stalls do not cost locks: with a 600 ms lease
+    // a renewal confirmed more than 540 ms after the previous one was sent rightly declares the
+    // locks lost (and the rounds after it renew only the survivors). How long a round takes is
+    // a figure for the benchmark (`bench/`), not for this test.
     let redis = RedisServer::start();
-    let locks = common::client_with_watchdog(&redis, Duration::from_millis(600)).await;
+    let locks = common::client_with_watchdog(&redis, Duration::from_secs(3)).await;
     let mut guards = Vec::new();
     for i in 0..1200 {
         guards.push(locks.lock(format!("many:{i}")).acquire().await.unwrap());
     }
-    let before = redis.script_calls();
-    let stats_before = locks.stats();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let calls = redis.script_calls() - before;
-    let stats = locks.stats();
-    let trips = stats.renewal_round_trips - stats_before.renewal_round_trips;
-    let renewed = stats.renewals - stats_before.renewals;
-    // One round trip per 200 ms period renews all 1200 locks.
+    // A round sent while the locks were being taken renews only those held by then: count from
+    // the end of a round that was sent after all 1200 were held, then over three more rounds.
+    let taken = locks.stats().renewal_round_trips;
+    let before = quiet_stats(&locks, taken + 1).await;
+    let calls_before = redis.script_calls();
+    let stats = quiet_stats(&locks, before.renewal_round_trips + 3).await;
+    let calls = redis.script_calls() - calls_before;
     assert!(
-        (3..=6).contains(&trips),
-        "{trips} renewal round trips in 1 s"
+        guards.iter().all(|g| !g.is_lost()),
+        "locks were lost: {stats:?}"
     );
+    let trips = stats.renewal_round_trips - before.renewal_round_trips;
+    let renewed = stats.renewals - before.renewals;
     assert_eq!(renewed, trips * 1200, "every round trip renewed every lock");
-    // 1200 locks, 500 keys per script call: 3 calls per period, ~5 periods in 1 s.
-    assert!((3..=3 * 6).contains(&calls), "{calls} renewal script calls");
-    assert!(guards.iter().all(|g| !g.is_lost()));
+    // 1200 locks, 500 keys per script call: 3 calls per round (a round Redis has run but whose
+    // answer the client has not yet counted adds 3 more).
+    assert!(
+        (3 * trips..=3 * (trips + 1)).contains(&calls),
+        "{calls} renewal script calls in {trips} rounds"
+    );
+}
+
+/// The client's figures once `trips` renewal rounds are done, read between rounds (two equal
+/// reads in a row), so a round's trip and its renewals are counted together.
+async fn quiet_stats(locks: &lock_runtime::LockClient, trips: u64) -> lock_runtime::ClientStats {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let stats = locks.stats();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if stats.renewal_round_trips >= trips && locks.stats() == stats {
+                return stats;
+            }
+        }
+    })
+    .await
+    .expect("the watchdog keeps renewing")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,19 +139,40 @@ async fn a_batch_renewal_reports_exactly_the_locks_that_were_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_stall_of_redis_does_not_lose_the_lock() {
+    // A stall longer than the renewal period (so a round falls into it and times out after the
+    // 200 ms response timeout) but well inside the lease: with a 6 s lease renewed every 2 s
+    // and declared lost 600 ms before it ends, a stall of up to about 3 s is ridden out by
+    // quick retries, so a loaded machine that stretches the 2.2 s freeze (the sleep, and the
+    // `kill` that thaws it) by a second still holds the lock. With the old 1 s lease and three
+    // 250 ms freezes, a scheduler that delayed the thaw by 500 ms lost it rightly.
     let redis = RedisServer::start();
-    let locks = frozen_client(&redis).await;
+    let locks = lock_runtime::LockClient::builder(&redis.url())
+        .watchdog_timeout(Duration::from_secs(6))
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
     let guard = locks.lock("stall").acquire().await.unwrap();
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        redis.freeze();
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        redis.thaw();
-    }
-    tokio::time::sleep(WATCHDOG).await;
+    let rounds = locks.stats().renewal_round_trips;
+    let frozen = Instant::now();
+    redis.freeze();
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    redis.thaw();
+    let stall = frozen.elapsed();
+    let after_stall = locks.stats().renewal_round_trips;
+    // Renewed after the stall: a round that succeeds once Redis answers again.
+    assert!(
+        common::eventually(Duration::from_secs(10), || locks
+            .stats()
+            .renewal_round_trips
+            > after_stall)
+        .await,
+        "no renewal after the stall"
+    );
     assert!(
         !guard.is_lost(),
-        "a 250 ms stall must be ridden out by quick retries"
+        "a stall of {stall:?} must be ridden out by quick retries ({rounds} rounds before it)"
     );
+    assert!(redis.cmd(&["PTTL", "lock:{stall}"]).int().unwrap() > 0);
     guard.release().await.unwrap();
 }

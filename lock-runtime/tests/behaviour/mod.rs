@@ -360,13 +360,20 @@ pub async fn a_lock_taken_away_is_reported_within_one_renewal_period(f: &impl Fi
     const WATCHDOG: Duration = Duration::from_secs(1);
     let locks = f.client_with_watchdog(WATCHDOG).await;
     let guard = locks.lock("deleted").acquire().await.unwrap();
+    let rounds = locks.stats().renewal_round_trips;
     f.take_away("deleted");
-    let start = Instant::now();
-    let err = tokio::time::timeout(WATCHDOG / 3 + Duration::from_millis(200), guard.lost())
+    let err = tokio::time::timeout(WATCHDOG * 10, guard.lost())
         .await
-        .expect("lost() within one renewal period");
+        .expect("lost() once a renewal finds the lock gone");
+    // Found gone by a renewal (not declared because the lease ran out), and by the first round
+    // sent after the take-away: one already in flight may still have renewed it. Rounds, not
+    // milliseconds: a loaded machine only makes them later.
     assert_eq!(loss_reason(&err), Some(LossReason::Deleted), "{err:?}");
-    assert!(start.elapsed() <= WATCHDOG / 3 + Duration::from_millis(200));
+    let after = locks.stats().renewal_round_trips - rounds;
+    assert!(
+        (1..=2).contains(&after),
+        "declared after {after} renewal rounds"
+    );
     assert!(guard.is_lost());
     // (Counted just after the loss is declared.)
     let counted = eventually(Duration::from_secs(1), || async {

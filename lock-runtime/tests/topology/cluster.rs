@@ -606,7 +606,10 @@ async fn a_frozen_master_costs_only_its_own_locks(cluster: &RedisCluster) {
 }
 
 async fn locks_follow_ask_redirects_mid_migration(cluster: &RedisCluster) {
-    let watchdog = Duration::from_millis(600);
+    // Long enough that a loaded machine's stalls during the migration (six nodes and the
+    // harness's `CLUSTER SETSLOT`/`MIGRATE` calls share the cores) do not cost the lock: with
+    // 600 ms, a renewal confirmed more than 540 ms after the last one rightly lost it.
+    let watchdog = Duration::from_secs(3);
     let locks = cluster_client(cluster, watchdog).await;
     let tag = names_on_every_master(cluster, "ask-", 1).remove(0);
     let guard = locks
@@ -624,12 +627,19 @@ async fn locks_follow_ask_redirects_mid_migration(cluster: &RedisCluster) {
 
     // The lock's keys now live on the target while the source still owns the slot: every
     // command for them gets `ASK`.
-    let from = cluster.begin_slot_migration(slot, to);
-    tokio::time::sleep(watchdog * 2).await;
+    // The harness's calls block (up to 30 s until the cluster agrees): off the runtime's
+    // workers, so the watchdog and the waiting task keep running meanwhile.
+    let from = tokio::task::block_in_place(|| cluster.begin_slot_migration(slot, to));
+    // Two renewals confirmed while every command for the keys gets `ASK`: they reached the
+    // importing node (no round count or time window: a loaded machine only makes them later).
+    let renewed = locks.stats().renewals;
     assert!(
-        !guard.is_lost(),
+        common::eventually(Duration::from_secs(30), || locks.stats().renewals
+            >= renewed + 2)
+        .await,
         "renewal must follow ASK to the importing node"
     );
+    assert!(!guard.is_lost(), "held while the slot migrates");
     let busy = cluster_client(cluster, watchdog)
         .await
         .lock(format!("{{{tag}}}:held"))
@@ -650,7 +660,7 @@ async fn locks_follow_ask_redirects_mid_migration(cluster: &RedisCluster) {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    cluster.finish_slot_migration(slot, from, to);
+    tokio::task::block_in_place(|| cluster.finish_slot_migration(slot, from, to));
     let fresh = fresh
         .await
         .expect("task")

@@ -174,7 +174,6 @@ async fn different_ids_run_in_parallel() {
             LockLayer::new(common::client(&redis, RESPONSE_TIMEOUT).await, "stock:<id>"),
             probe.clone(),
         );
-        let start = Instant::now();
         let mut tasks = Vec::new();
         for id in 0..6 {
             let app = app.clone();
@@ -187,12 +186,8 @@ async fn different_ids_run_in_parallel() {
         }
         assert!(
             probe.max_total.load(Ordering::SeqCst) >= 3,
-            "different ids did not overlap: max {}",
+            "different ids did not overlap (ran serialised): max {}",
             probe.max_total.load(Ordering::SeqCst)
-        );
-        assert!(
-            start.elapsed() < Duration::from_millis(6 * 300),
-            "requests were serialised"
         );
     })
     .await;

@@ -57,7 +57,7 @@ impl Lock {
     /// A handle on `name` used as `family`, taken in `mode`.
     pub(crate) fn of(client: LockClient, name: &str, family: Family, mode: Mode) -> Lock {
         let (names, skips_queue) = match client.inner.names(name, family) {
-            Ok((names, in_use_as)) => (Ok(names), in_use_as.is_some()),
+            Ok((names, skips_queue)) => (Ok(names), skips_queue),
             Err(e) => (
                 Err(Box::new(match e {
                     LockError::InvalidName { name, reason } => (name, reason),

@@ -76,33 +76,30 @@ impl NameCache {
     }
 
     /// The keys of `name` used as `family`: shared with the handles that use them already,
-    /// else built by `build` (and not kept if invalid); with the family the name is in use as
-    /// in this client when that one and `family` are a mutex and a fair lock (see
-    /// [`skip_queue`]).
+    /// else built by `build` (and not kept if invalid); and whether the name is in use in this
+    /// client as the other of a mutex and a fair lock (see [`skip_queue`]).
     fn get(
         &self,
         name: &str,
         family: Family,
         build: impl FnOnce() -> Result<LockNames, LockError>,
-    ) -> Result<(Arc<LockNames>, Option<Family>), LockError> {
+    ) -> Result<(Arc<LockNames>, bool), LockError> {
         let hash = self.hasher.hash_one(name);
         let mut map = sync::lock(&self.map);
-        let mut in_use_as = None;
+        let mut skips_queue = false;
         if let Some(names) = map.entries.get(&hash).and_then(Weak::upgrade)
             && names.name == name
         {
             if names.family() == family {
-                return Ok((names, None));
+                return Ok((names, false));
             }
-            if skip_queue(family, names.family()) {
-                in_use_as = Some(names.family());
-            }
+            skips_queue = skip_queue(family, names.family());
         }
         let names = Arc::new(build()?);
-        if in_use_as.is_some() {
+        if skips_queue {
             // The entry keeps the family the name was first used as, for as long as a handle,
             // guard or waiter of it lives: the handles of the other one stay refused.
-            return Ok((names, in_use_as));
+            return Ok((names, true));
         }
         map.entries.insert(hash, Arc::downgrade(&names));
         if map.entries.len() >= map.sweep_at {
@@ -111,7 +108,7 @@ impl NameCache {
             // amortised constant time.
             map.sweep_at = (map.entries.len() * 2).max(Self::MIN_SWEEP);
         }
-        Ok((names, None))
+        Ok((names, false))
     }
 }
 
@@ -159,14 +156,14 @@ impl Config {
 
 impl Inner {
     /// The keys of `name` used as `family` under this client's prefix and layout, shared with
-    /// every other handle on them; and, when a live handle of this client uses the name as a
-    /// mutex while `family` is a fair lock or the other way round, that other family (whose
-    /// acquisitions would skip the fair lock's queue: the new handle refuses to acquire).
+    /// every other handle on them; and whether a live handle of this client uses the name as a
+    /// mutex while `family` is a fair lock or the other way round (acquisitions would skip the
+    /// fair lock's queue: the new handle refuses to acquire).
     pub(crate) fn names(
         &self,
         name: &str,
         family: Family,
-    ) -> Result<(Arc<LockNames>, Option<Family>), LockError> {
+    ) -> Result<(Arc<LockNames>, bool), LockError> {
         let config = &self.config;
         self.names.get(name, family, || {
             config.layout.names(&config.prefix, name, family)

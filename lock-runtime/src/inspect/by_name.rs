@@ -121,15 +121,15 @@ impl LockClient {
         holders: &[String],
     ) -> Result<ForceUnlock, LockError> {
         let name = name.as_ref();
-        if !self.inner.config.layout.has_prefix() {
+        let lock = self.lock(name);
+        let names = lock.names()?;
+        if !names.scheme.force_unlock_compares_holders() {
             return Err(LockError::Unsupported {
                 name: name.to_owned(),
                 reason: "freeing a lock only while given holders hold it is for this crate's \
                          layout; in Redisson's use force_unlock",
             });
         }
-        let lock = self.lock(name);
-        let names = lock.names()?;
         let reply = self
             .inner
             .backend
@@ -160,7 +160,7 @@ impl LockClient {
     async fn read(&self, name: &str) -> Result<Option<(LockInfo, Found)>, LockError> {
         match self.lock(name).info().await {
             Err(LockError::ForeignData { found, .. })
-                if self.inner.config.layout.has_plain_semaphores() && found == "string" =>
+                if self.inner.config.layout.counts_permits_at_the_name() && found == "string" =>
             {
                 let info = self.semaphore(name, 1).info().await?;
                 Ok(info.map(|info| (info, Found::RedissonSemaphore)))

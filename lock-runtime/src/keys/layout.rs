@@ -209,8 +209,7 @@ impl Layout {
         }
     }
 
-    /// Whether a semaphore may be used without leases (Java's plain `RSemaphore`), and so a
-    /// string at a name may be a semaphore's count rather than foreign data.
+    /// Whether a semaphore may be used without leases (Java's plain `RSemaphore`).
     pub(crate) fn has_plain_semaphores(self) -> bool {
         self == Layout::Redisson
     }
@@ -222,8 +221,13 @@ impl Layout {
         self == Layout::Redisson
     }
 
-    /// Whether the client's locks live under its key prefix, where a scan can list them, and
-    /// where this crate's own scripts (not Redisson's) decide what a force-unlock compares.
+    /// Whether a semaphore keeps its available count as a string at the name itself
+    /// (Redisson's, both kinds), so that a string there is a semaphore rather than foreign data.
+    pub(crate) fn counts_permits_at_the_name(self) -> bool {
+        self == Layout::Redisson
+    }
+
+    /// Whether the client's locks live under its key prefix, where a scan can list them.
     pub(crate) fn has_prefix(self) -> bool {
         self == Layout::Native
     }

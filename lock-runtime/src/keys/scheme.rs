@@ -176,6 +176,12 @@ impl Scheme {
         }
     }
 
+    /// Whether a force-unlock can be made conditional on the holders it finds (this crate's
+    /// `force_unlock.lua`; Redisson's scripts free whoever holds).
+    pub(crate) fn force_unlock_compares_holders(self) -> bool {
+        self.layout() == Layout::Native
+    }
+
     /// Whether an owner id carries one permit id per permit (Redisson's
     /// `RPermitExpirableSemaphore`): a request is then capped before its id is built.
     pub(crate) fn owner_grows_with_permits(self) -> bool {

@@ -5,9 +5,11 @@
 //! Meanwhile another process takes the lock and writes. When the first holder wakes up, its
 //! write still reaches the database, and nothing in the lock can stop it: by then it is just a
 //! late message. Only the store can refuse it. Every acquisition of a lock from `lock-runtime`
-//! carries a [fencing token](https://docs.rs/lock-runtime) (`LockGuard::fencing_token()`, a
-//! `u64` that strictly increases per lock name); this crate makes the store remember the
-//! newest token it has accepted and refuse writes with older ones.
+//! carries a [fencing token](https://docs.rs/lock-runtime) (`LockGuard::fencing_token().await`,
+//! a `u64` that strictly increases per lock name); this crate makes the store remember the
+//! newest token it has accepted and refuse writes with older ones. Take the locks you fence
+//! with `Lock::fenced()`: the token then comes with the grant, and asking for it costs no
+//! round trip (a mutex taken without it gets its token in one more round trip).
 //!
 //! | store | feature | record the token in the transaction | or: a token column on your row |
 //! |---|---|---|---|
@@ -108,10 +110,10 @@
 //! let pool = PgPool::connect("postgres://shop@127.0.0.1/shop").await?;
 //! lock_fence::postgres::migrate(&pool).await?;
 //!
-//! let guard = locks.lock("stock:42").try_acquire(Duration::from_secs(5)).await?;
+//! let guard = locks.lock("stock:42").fenced().try_acquire(Duration::from_secs(5)).await?;
 //! let purchase = async {
 //!     let mut tx = pool.begin().await?;
-//!     lock_fence::postgres::advance(&mut tx, "stock:42", guard.fencing_token()).await?;
+//!     lock_fence::postgres::advance(&mut tx, "stock:42", guard.fencing_token().await?).await?;
 //!     let qty: i32 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
 //!         .bind("42")
 //!         .fetch_one(&mut *tx)

@@ -7,7 +7,7 @@
 //!
 //! let mut tx = pool.begin().await?;
 //! // First thing in the transaction: refused if a newer holder of "stock:42" has written.
-//! lock_fence::postgres::advance(&mut *tx, "stock:42", guard.fencing_token()).await?;
+//! lock_fence::postgres::advance(&mut *tx, "stock:42", guard.fencing_token().await?).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = $1 AND qty > 0")
 //!     .bind("42")
 //!     .execute(&mut *tx)

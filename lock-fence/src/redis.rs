@@ -32,7 +32,7 @@
 //! # ) -> Result<(), lock_fence::FenceError> {
 //! use lock_fence::redis as fenced;
 //!
-//! let token = guard.fencing_token();
+//! let token = guard.fencing_token().await?;
 //! fenced::advance(&mut redis, "stock:42", token).await?;
 //! let qty: u32 = fenced::get(&mut redis, "stock:42").await?.unwrap_or(0);
 //! if qty > 0 {

@@ -28,7 +28,7 @@
 //!
 //! let mut conn = pool.acquire().await?;
 //! let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-//! lock_fence::sqlite::advance(&mut *tx, "stock:42", guard.fencing_token()).await?;
+//! lock_fence::sqlite::advance(&mut *tx, "stock:42", guard.fencing_token().await?).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = ?1 AND qty > 0")
 //!     .bind("42")
 //!     .execute(&mut *tx)

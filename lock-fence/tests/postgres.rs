@@ -163,12 +163,12 @@ async fn write_after_the_lease_ran_out_is_refused() {
     let lock = locks.lock("stock:42");
 
     let a = acquire_short_lease(&lock).await;
-    let a_token = a.fencing_token();
+    let a_token = a.fencing_token().await.unwrap();
     // … A stalls (a GC pause, a slow call) until its lease is gone.
     until_lease_ran_out(&a).await;
 
     let b = lock.try_acquire(LIMIT).await.unwrap();
-    let b_token = b.fencing_token();
+    let b_token = b.fencing_token().await.unwrap();
     assert!(b_token > a_token);
     fenced_write(&pool, "stock:42", b_token).await.unwrap();
 

@@ -145,13 +145,13 @@ async fn write_after_the_lease_ran_out_is_refused() {
     let lock = locks.lock("stock:42");
 
     let a = acquire_short_lease(&lock).await;
-    let a_token = a.fencing_token();
+    let a_token = a.fencing_token().await.unwrap();
     advance(&mut con, "stock:42", a_token).await.unwrap();
     let a_read: u32 = get(&mut con, "stock:42").await.unwrap().unwrap();
     until_lease_ran_out(&a).await;
 
     let b = lock.try_acquire(LIMIT).await.unwrap();
-    let b_token = b.fencing_token();
+    let b_token = b.fencing_token().await.unwrap();
     advance(&mut con, "stock:42", b_token).await.unwrap();
     let b_read: u32 = get(&mut con, "stock:42").await.unwrap().unwrap();
     set(&mut con, "stock:42", b_read - 1, b_token)

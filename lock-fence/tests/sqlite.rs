@@ -170,11 +170,11 @@ async fn write_after_a_force_unlock_is_refused() {
     let lock = locks.lock("stock:42");
 
     let a = lock.try_acquire(LIMIT).await.unwrap();
-    let a_token = a.fencing_token();
+    let a_token = a.fencing_token().await.unwrap();
     // An operator (or a failover) takes the lock away while A works.
     assert!(lock.force_unlock().await.unwrap());
     let b = locks.lock("stock:42").try_acquire(LIMIT).await.unwrap();
-    let b_token = b.fencing_token();
+    let b_token = b.fencing_token().await.unwrap();
     assert!(b_token > a_token);
     fenced_write(&db.pool, "stock:42", b_token).await.unwrap();
 

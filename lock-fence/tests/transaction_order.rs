@@ -199,7 +199,7 @@ async fn advance_first_orders_even_a_commit_after_release() {
         async move {
             let guard = lock_stock(&locks).await;
             let mut tx = pool.begin().await.unwrap();
-            advance(&mut tx, "stock:42", guard.fencing_token())
+            advance(&mut tx, "stock:42", guard.fencing_token().await.unwrap())
                 .await
                 .unwrap();
             let qty = read_qty(&mut tx).await;
@@ -214,7 +214,7 @@ async fn advance_first_orders_even_a_commit_after_release() {
     let guard = lock_stock(&shop.locks).await;
     let second = tokio::spawn({
         let pool = shop.pool.clone();
-        let token = guard.fencing_token();
+        let token = guard.fencing_token().await.unwrap();
         async move {
             let mut tx = pool.begin().await.unwrap();
             advance(&mut tx, "stock:42", token).await.unwrap();

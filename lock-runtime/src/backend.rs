@@ -124,6 +124,8 @@ pub(crate) struct HandOff<'a> {
     pub(crate) lease_ms: u64,
     /// How long the fencing counter is kept after this grant.
     pub(crate) retention_ms: u64,
+    /// Whether the grant issues a fencing token (the next owner asked for one eagerly).
+    pub(crate) fenced: bool,
     /// `Some` when the releasing client has handed the lock on as often as it may in a row:
     /// if another process waits, the release lets the lock fall free instead (`Done`) and
     /// refuses it to this client for this many milliseconds.
@@ -162,10 +164,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 
     /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease
-    /// of `lease_ms`; a new fencing token comes back in `Reply::Done`. The fencing counter is
-    /// kept `retention_ms` after its last use. `waiting`: the owner's client waits for the lock
-    /// (is subscribed to its unlock channel), for the turns a busy mutex's waiting clients
-    /// take (`handoff.rs`).
+    /// of `lease_ms`; a new fencing token comes back in `Reply::Done` (0 for a mutex taken
+    /// without one: `fenced` false). The fencing counter is kept `retention_ms` after its last
+    /// use. `waiting`: the owner's client waits for the lock (is subscribed to its unlock
+    /// channel), for the turns a busy mutex's waiting clients take (`handoff.rs`).
     fn acquire<'a>(
         &'a self,
         names: &'a LockNames,
@@ -173,6 +175,17 @@ pub(crate) trait Backend: Send + Sync + 'static {
         lease_ms: u64,
         retention_ms: u64,
         waiting: bool,
+        fenced: bool,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
+
+    /// A fencing token for `owner`, the holder of a mutex taken without one: `Done(token)`,
+    /// issued only while it holds the lock (checked in the same step), greater than every
+    /// token issued before for the name; `NotDone(0)` when it does not hold it.
+    fn token<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
     /// Releases `owner`'s hold and wakes a waiter: `Done` when released, `NotDone` when the

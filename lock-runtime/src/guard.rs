@@ -18,7 +18,8 @@ use crate::{LockError, LossReason, scope};
 /// Proof that this owner holds a lock.
 ///
 /// - [`fencing_token`](LockGuard::fencing_token): strictly increasing per lock name across
-///   holders; pass it to the storage you protect and reject writes with an older token.
+///   holders; pass it to the storage you protect and reject writes with an older token
+///   (issued on demand for a mutex, unless it was taken [`fenced`](crate::Lock::fenced)).
 /// - [`lost`](LockGuard::lost): resolves if the lock is lost while held (renewal failed or found
 ///   it gone, lease ran out); race it against your work.
 /// - [`scope`](LockGuard::scope) / [`run`](LockGuard::run): run code in which taking the same
@@ -29,7 +30,7 @@ use crate::{LockError, LossReason, scope};
 /// ```no_run
 /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
 /// let guard = locks.lock("stock:42").acquire().await?;
-/// let token = guard.fencing_token();
+/// let token = guard.fencing_token().await?;
 /// let outcome = guard
 ///     .run(async {
 ///         // Re-enters: no round trip, no deadlock.
@@ -86,10 +87,38 @@ impl LockGuard {
         &self.held.owner
     }
 
-    /// The fencing token of this acquisition. Tokens of one lock name strictly increase across
-    /// acquisitions (re-entrant guards share their outermost guard's token).
-    pub fn fencing_token(&self) -> u64 {
-        self.held.token
+    /// The fencing token of this hold: strictly greater than every token issued before it for
+    /// the lock name, and issued only to the holder while it holds (SAFETY.md, promise 2).
+    /// Pass it to the storage you protect and reject writes with an older token.
+    ///
+    /// - Taken [`fenced`](crate::Lock::fenced) (and for every kind of lock but the mutex): the
+    ///   token came with the grant; this returns it without a round trip.
+    /// - Taken without one (a mutex's default: tokens on demand): the first call asks Redis
+    ///   for one, one round trip, checked against the holder in the same step; it is then
+    ///   cached on the guard (re-entrant guards share their outermost guard's).
+    /// - [`LockError::Lost`] once the hold is lost, by the clock too
+    ///   ([`is_lost`](LockGuard::is_lost)), or when Redis finds the lock no longer ours: a
+    ///   holder that lost the lock never gets a token.
+    ///
+    /// Cancellation-safe: dropped before the reply, at worst a token was issued that nobody
+    /// uses (tokens stay increasing).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("stock:42").acquire().await?;
+    /// let token = guard.fencing_token().await?; // one round trip, then cached
+    /// assert_eq!(guard.issued_token(), Some(token));
+    /// # Ok(()) }
+    /// ```
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        self.held.fencing_token().await
+    }
+
+    /// The fencing token if one has been issued to this hold already (with a
+    /// [`fenced`](crate::Lock::fenced) grant, or by an earlier
+    /// [`fencing_token`](LockGuard::fencing_token)); `None` otherwise. No round trip.
+    pub fn issued_token(&self) -> Option<u64> {
+        self.held.issued_token()
     }
 
     /// The permits this guard holds: a semaphore's count, 1 for a lock or either side of a
@@ -230,6 +259,12 @@ impl LockGuard {
         }
         let held = self.held.clone();
         let inner = &held.client.inner;
+        if pass_in_memory(&held) {
+            // Another task of this client holds it now; this hold is over.
+            self.released = true;
+            held.signal.declare(&held.names.name, LossReason::Released);
+            return Ok(());
+        }
         inner.watchdog.deregister(held.acquisition);
         let lost_before = held.signal.get();
         // Before anything is sent: from here on, code in this guard's scope no longer re-enters
@@ -276,6 +311,50 @@ impl LockGuard {
         )
         .handing_off(self.held.streak)
     }
+}
+
+/// Passes the lock to the first task of this client waiting for it, in memory, without a
+/// round trip: the hold in Redis stays as it is (its owner id, its lease, renewed by the
+/// watchdog throughout) and the waiting task takes it over (`handoff.rs`, "In memory"). Only
+/// for a mutex held without a fencing token issued in Redis's own step for the next owner
+/// (the waiter wants none), within the turn's bound, while the hold is well within its lease.
+/// Returns whether it passed; if not, the caller releases as usual.
+fn pass_in_memory(held: &Held) -> bool {
+    let inner = &held.client.inner;
+    if held.names.scheme != crate::keys::Scheme::Mutex || held.signal.get().is_some() {
+        return false;
+    }
+    let Some(next) = inner
+        .handoffs
+        .choose_in_memory(&held.names.key, held.streak, held.lease)
+    else {
+        return false;
+    };
+    if !inner.watchdog.hand_over(held.acquisition, &held.group) {
+        // Too close to its deadline (or lost): the waiter looks for itself.
+        inner.handoffs.deliver(&held.names.key, next, None);
+        return false;
+    }
+    let grant = handoff::Grant {
+        token: 0,
+        sent: Instant::now(),
+        streak: next.streak(),
+        inherited: Some(handoff::Inherited {
+            owner: held.owner.clone(),
+            acquisition: held.acquisition,
+        }),
+    };
+    if let Some(orphan) = inner.handoffs.deliver(&held.names.key, next, Some(grant)) {
+        // The waiter left just now: the hold in Redis is released in the background.
+        if let Some(id) = orphan.acquisition {
+            inner.watchdog.deregister(id);
+        }
+        inner
+            .releaser
+            .submit(ReleaseJob::orphan(&held.names, orphan));
+    }
+    tracing::trace!(lock = %held.names.name, "passed in memory to a local waiter");
+    true
 }
 
 /// Releases the hold, handing the lock to a task of this client that waits for it when there
@@ -368,8 +447,15 @@ impl Drop for LockGuard {
         if self.reentrant || self.released {
             return;
         }
-        // Also reached when a `release()` future is dropped before its outcome was known.
+        // Also reached when a `release()` future is dropped before its outcome was known (the
+        // lock was not passed in memory then: that decision is made before any await).
         let inner = &self.held.client.inner;
+        if pass_in_memory(&self.held) {
+            self.held
+                .signal
+                .declare(&self.held.names.name, LossReason::Released);
+            return;
+        }
         inner.watchdog.deregister(self.held.acquisition);
         self.held
             .signal
@@ -384,7 +470,7 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.held.names.name)
             .field("owner", &self.held.owner)
-            .field("fencing_token", &self.held.token)
+            .field("fencing_token", &self.held.issued_token())
             .field("reentrant", &self.reentrant)
             .field("lost", &self.held.signal.get())
             .finish()

@@ -84,7 +84,19 @@ pub(crate) struct HandOffs {
 pub(crate) struct Ticket {
     owner: Arc<str>,
     lease: Duration,
+    /// What the waiter's hold must be for the lock to pass to it in memory ([`pass`]).
+    wants: Wants,
     slot: Mutex<TicketState>,
+}
+
+/// What a waiter wants of its hold, beyond the lock: whether a lock can pass to it in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Wants {
+    /// A fencing token with the grant (a fenced acquisition): the hand-off must go through
+    /// Redis, which issues it.
+    pub(crate) token: bool,
+    /// The watchdog renews the hold (no explicit lease).
+    pub(crate) renewed: bool,
 }
 
 /// A ticket's state and the waker of the task waiting on it.
@@ -104,7 +116,7 @@ impl TicketState {
 }
 
 /// Where a ticket stands.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Slot {
     /// In the queue.
     Waiting,
@@ -129,17 +141,29 @@ pub(crate) struct Streak {
 }
 
 /// A lock granted by a hand-off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
+    /// The fencing token issued with it; 0 when none was (tokens on demand).
     pub(crate) token: u64,
     /// When the release that granted it was sent: the lease counts from there.
     pub(crate) sent: Instant,
     /// The turn that led to this hold, this hand-over included.
     pub(crate) streak: Streak,
+    /// Passed in memory ([`pass`]): the hold Redis knows, which the waiter takes over.
+    pub(crate) inherited: Option<Inherited>,
+}
+
+/// The hold a lock passed in memory keeps in Redis: its owner id (the lock is not written to
+/// again) and its watchdog entry (renewed throughout, taken over by the waiter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inherited {
+    pub(crate) owner: Arc<str>,
+    /// The watchdog entry's id (the acquisition id of the hold that took the lock in Redis).
+    pub(crate) acquisition: u64,
 }
 
 /// What a waiter is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Delivery {
     /// The lock is yours.
     Granted(Grant),
@@ -155,6 +179,8 @@ pub(crate) struct Orphan {
     pub(crate) lease: Duration,
     /// The turn that led to the grant.
     pub(crate) streak: Streak,
+    /// A lock passed in memory: the watchdog entry that still renews it (to stop).
+    pub(crate) acquisition: Option<u64>,
 }
 
 /// The waiter a release hands the lock to.
@@ -167,12 +193,18 @@ pub(crate) struct Next {
 }
 
 impl Next {
+    /// The turn the waiter's hold will be part of, this hand-over included.
+    pub(crate) fn streak(&self) -> Streak {
+        self.streak
+    }
+
     /// What the release script needs to grant the lock.
     pub(crate) fn hand_off(&self, retention_ms: u64) -> HandOff<'_> {
         HandOff {
             owner: &self.ticket.owner,
             lease_ms: crate::options::ceil_millis(self.ticket.lease),
             retention_ms,
+            fenced: self.ticket.wants.token,
             yield_ms: self.at_limit.then_some(YIELD.as_millis() as u64),
         }
     }
@@ -187,10 +219,17 @@ impl HandOffs {
     }
 
     /// Queues a waiter for the lock at `key`; it stays queued until [`HandOffs::leave`].
-    pub(crate) fn join(&self, key: &str, owner: &Arc<str>, lease: Duration) -> Arc<Ticket> {
+    pub(crate) fn join(
+        &self,
+        key: &str,
+        owner: &Arc<str>,
+        lease: Duration,
+        wants: Wants,
+    ) -> Arc<Ticket> {
         let ticket = Arc::new(Ticket {
             owner: owner.clone(),
             lease,
+            wants,
             slot: Mutex::new(TicketState {
                 slot: Slot::Waiting,
                 waker: None,
@@ -213,6 +252,9 @@ impl HandOffs {
         place.waker = None;
         let before = std::mem::replace(&mut place.slot, Slot::Left { holds });
         match before {
+            // Passed in memory: the hold in Redis is the releaser's owner id, which this waiter
+            // would have taken over; never its own.
+            Slot::Granted(grant) if grant.inherited.is_some() => Some(grant),
             // Granted to the owner id it already holds the lock as: nothing to undo.
             Slot::Granted(grant) if !holds => Some(grant),
             _ => None,
@@ -223,12 +265,42 @@ impl HandOffs {
     /// `None` when nobody waits here or hand-off is off. At the limit, or once the turn lasted
     /// [`TURN`], the release hands over only if no other process waits.
     pub(crate) fn choose(&self, key: &str, streak: Streak) -> Option<Next> {
+        self.choose_if(key, streak, |_| true)
+    }
+
+    /// Picks the first waiter for the lock at `key` if the lock can pass to it in memory
+    /// ([`pass`](crate::guard)): within the turn (below the limit, within [`TURN`]), to a
+    /// waiter that wants no token with the grant and the same watchdog-renewed lease as the
+    /// hold it takes over. `None` leaves the queue as it was.
+    pub(crate) fn choose_in_memory(
+        &self,
+        key: &str,
+        streak: Streak,
+        lease: Duration,
+    ) -> Option<Next> {
+        if streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN) {
+            return None;
+        }
+        self.choose_if(key, streak, |ticket| {
+            !ticket.wants.token && ticket.wants.renewed && ticket.lease == lease
+        })
+        .filter(|next| !next.at_limit)
+    }
+
+    /// Like [`HandOffs::choose`], but only if the first waiter `fits` (else the queue is left
+    /// as it was).
+    fn choose_if(&self, key: &str, streak: Streak, fits: impl Fn(&Ticket) -> bool) -> Option<Next> {
         let mut queues = sync::lock(&self.queues);
         let queue = queues.get_mut(key)?;
         let mut next = None;
         while let Some(ticket) = queue.pop_front() {
             let mut place = sync::lock(&ticket.slot);
             if matches!(place.slot, Slot::Waiting | Slot::Retry) {
+                if !fits(&ticket) {
+                    drop(place);
+                    queue.push_front(ticket);
+                    return None;
+                }
                 place.slot = Slot::Chosen;
                 drop(place);
                 let now = Instant::now();
@@ -251,17 +323,15 @@ impl HandOffs {
         next
     }
 
-    /// Tells the chosen waiter the outcome: `Some` with the grant's token and send time when
-    /// the release handed it the lock, `None` when it did not. Returns the grant to release
-    /// when the waiter is gone and nobody will take it.
-    pub(crate) fn deliver(
-        &self,
-        key: &str,
-        next: Next,
-        granted: Option<(u64, Instant)>,
-    ) -> Option<Orphan> {
+    /// Tells the chosen waiter the outcome: `Some` with the grant when the release handed it
+    /// the lock, `None` when it did not. Returns the grant to release when the waiter is gone
+    /// and nobody will take it.
+    pub(crate) fn deliver(&self, key: &str, next: Next, granted: Option<Grant>) -> Option<Orphan> {
         let ticket = next.ticket;
-        let Some((token, sent)) = granted else {
+        let Some(grant) = granted.map(|grant| Grant {
+            streak: next.streak,
+            ..grant
+        }) else {
             // Back to the head of the queue, unless the waiter left meanwhile. The queue is
             // locked first, as everywhere.
             let mut queues = sync::lock(&self.queues);
@@ -280,17 +350,24 @@ impl HandOffs {
         };
         let mut place = sync::lock(&ticket.slot);
         if let Slot::Left { holds } = place.slot {
-            return (!holds).then(|| Orphan {
-                owner: ticket.owner.clone(),
-                lease: ticket.lease,
-                streak: next.streak,
-            });
+            return match grant.inherited {
+                // Left, whether holding the lock by an attempt of its own or not: the hold
+                // passed in memory is the releaser's owner id, which nobody takes now.
+                Some(inherited) => Some(Orphan {
+                    owner: inherited.owner,
+                    lease: ticket.lease,
+                    streak: grant.streak,
+                    acquisition: Some(inherited.acquisition),
+                }),
+                None => (!holds).then(|| Orphan {
+                    owner: ticket.owner.clone(),
+                    lease: ticket.lease,
+                    streak: grant.streak,
+                    acquisition: None,
+                }),
+            };
         }
-        place.set(Slot::Granted(Grant {
-            token,
-            sent,
-            streak: next.streak,
-        }));
+        place.set(Slot::Granted(grant));
         None
     }
 
@@ -317,8 +394,12 @@ impl Ticket {
         std::future::poll_fn(|cx| {
             let mut place = sync::lock(&self.slot);
             match place.slot {
-                Slot::Granted(grant) => {
-                    place.slot = Slot::Left { holds: true };
+                Slot::Granted(_) => {
+                    let Slot::Granted(grant) =
+                        std::mem::replace(&mut place.slot, Slot::Left { holds: true })
+                    else {
+                        unreachable!("matched above")
+                    };
                     Poll::Ready(Delivery::Granted(grant))
                 }
                 Slot::Retry => {
@@ -372,16 +453,32 @@ pub(crate) async fn release_to(
         .as_ref()
         .map(|next| next.hand_off(retention_ms));
     let reply = backend.release(names, owner, hand_off).await;
-    let next = undecided.next.take().expect("taken only here");
+    let mut next = undecided.next.take().expect("taken only here");
     let granted = match &reply {
         Ok(Acked {
             reply: Reply::HandedOff(token),
             shortfall: None,
-        }) => Some((*token as u64, sent)),
+        }) => {
+            if next.at_limit {
+                // Handed over at the limit: no other process waited (else the lock would have
+                // fallen free), so a new turn begins.
+                next.streak = Streak {
+                    count: 1,
+                    since: Some(sent),
+                };
+            }
+            Some(Grant {
+                token: *token as u64,
+                sent,
+                streak: next.streak,
+                inherited: None,
+            })
+        }
         _ => None,
     };
+    let handed_over = granted.is_some();
     let orphan = handoffs.deliver(&names.key, next, granted);
-    if granted.is_some() {
+    if handed_over {
         tracing::trace!(lock = %names.name, "handed over to a local waiter");
     }
     (reply, orphan)
@@ -395,6 +492,16 @@ mod tests {
         s.into()
     }
 
+    /// A grant with `token`, sent `at`, by a hand-over that went through Redis.
+    fn granted(token: u64, at: Instant) -> Grant {
+        Grant {
+            token,
+            sent: at,
+            streak: Streak::default(),
+            inherited: None,
+        }
+    }
+
     /// A turn of `count` hand-overs whose first was chosen now.
     fn streak(count: u32) -> Streak {
         Streak {
@@ -406,14 +513,17 @@ mod tests {
     #[test]
     fn waiters_are_chosen_in_order() {
         let h = HandOffs::new(2);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1));
-        let _b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
+        let _b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(&*next.ticket.owner, "a");
         assert_eq!(next.streak.count, 1);
         assert_eq!(h.queued(), 1);
-        assert!(h.deliver("k", next, Some((7, Instant::now()))).is_none());
-        assert!(matches!(a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
+        assert!(
+            h.deliver("k", next, Some(granted(7, Instant::now())))
+                .is_none()
+        );
+        assert!(matches!(&a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
         assert_eq!(&*h.choose("k", streak(1)).unwrap().ticket.owner, "b");
         assert!(h.choose("k", streak(0)).is_none());
         assert_eq!(h.queued(), 0);
@@ -422,7 +532,7 @@ mod tests {
     #[test]
     fn off_when_the_limit_is_zero() {
         let h = HandOffs::new(0);
-        let _a = h.join("k", &owner("a"), Duration::from_secs(1));
+        let _a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
         assert!(h.choose("k", streak(0)).is_none());
         assert_eq!(h.queued(), 0);
     }
@@ -437,8 +547,8 @@ mod tests {
     #[test]
     fn at_the_limit_a_hand_off_yields_to_other_processes() {
         let h = HandOffs::new(2);
-        let _a = h.join("k", &owner("a:1"), Duration::from_secs(1));
-        let _b = h.join("k", &owner("a:2"), Duration::from_secs(1));
+        let _a = h.join("k", &owner("a:1"), Duration::from_secs(1), Wants::default());
+        let _b = h.join("k", &owner("a:2"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(1)).unwrap();
         assert_eq!(next.hand_off(1).yield_ms, None);
         assert_eq!(next.streak.count, 2);
@@ -451,7 +561,12 @@ mod tests {
     async fn a_turn_that_lasted_its_time_yields_below_the_limit() {
         let h = HandOffs::new(DEFAULT_LIMIT);
         for i in 0..3 {
-            h.join("k", &owner(&format!("a:{i}")), Duration::from_secs(1));
+            h.join(
+                "k",
+                &owner(&format!("a:{i}")),
+                Duration::from_secs(1),
+                Wants::default(),
+            );
         }
         // However long the hold before it, a turn's first hand-over starts its time.
         tokio::time::advance(TURN * 10).await;
@@ -474,23 +589,28 @@ mod tests {
     #[test]
     fn a_grant_for_a_waiter_that_left_comes_back_for_release() {
         let h = HandOffs::new(4);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1));
+        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(h.leave("k", &a, false), None);
-        let orphan = h.deliver("k", next, Some((1, Instant::now()))).unwrap();
+        let orphan = h
+            .deliver("k", next, Some(granted(1, Instant::now())))
+            .unwrap();
         assert_eq!(&*orphan.owner, "a");
         assert_eq!(orphan.streak.count, 1);
         // Left holding the lock by its own attempt: the late grant is its own hold.
-        let b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(0)).unwrap();
         assert_eq!(h.leave("k", &b, true), None);
-        assert!(h.deliver("k", next, Some((2, Instant::now()))).is_none());
+        assert!(
+            h.deliver("k", next, Some(granted(2, Instant::now())))
+                .is_none()
+        );
         // Granted, then gone before taking it: `leave` hands the grant back.
-        let c = h.join("k", &owner("c"), Duration::from_secs(1));
+        let c = h.join("k", &owner("c"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(0)).unwrap();
         let began = next.streak.since;
         let at = Instant::now();
-        assert!(h.deliver("k", next, Some((3, at))).is_none());
+        assert!(h.deliver("k", next, Some(granted(3, at))).is_none());
         assert_eq!(
             h.leave("k", &c, false),
             Some(Grant {
@@ -499,7 +619,8 @@ mod tests {
                 streak: Streak {
                     count: 1,
                     since: began
-                }
+                },
+                inherited: None,
             })
         );
     }
@@ -507,14 +628,14 @@ mod tests {
     #[tokio::test]
     async fn a_hand_off_that_did_not_happen_requeues_the_waiter_first() {
         let h = HandOffs::new(4);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1));
-        let _b = h.join("k", &owner("b"), Duration::from_secs(1));
+        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
+        let _b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
         let next = h.choose("k", streak(0)).unwrap();
         assert!(h.deliver("k", next, None).is_none());
         assert_eq!(a.delivered().await, Delivery::Retry);
         assert_eq!(&*h.choose("k", streak(0)).unwrap().ticket.owner, "a");
         // Delivered after the waiter started listening.
-        let c = h.join("j", &owner("c"), Duration::from_secs(1));
+        let c = h.join("j", &owner("c"), Duration::from_secs(1), Wants::default());
         let listen = tokio::spawn({
             let c = c.clone();
             async move { c.delivered().await }
@@ -523,7 +644,7 @@ mod tests {
         let at = Instant::now();
         let turn = streak(3);
         let next = h.choose("j", turn).unwrap();
-        h.deliver("j", next, Some((9, at)));
+        h.deliver("j", next, Some(granted(9, at)));
         assert_eq!(
             listen.await.unwrap(),
             Delivery::Granted(Grant {
@@ -532,7 +653,8 @@ mod tests {
                 streak: Streak {
                     count: 4,
                     since: turn.since
-                }
+                },
+                inherited: None,
             })
         );
     }

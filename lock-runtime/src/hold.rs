@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::Reply;
 use crate::keys::LockNames;
 use crate::metrics::{self, Group};
-use crate::{LockClient, LossReason};
+use crate::{LockClient, LockError, LossReason};
 
 /// Resolves once a held lock is lost; shared by a guard, its re-entrant guards and the watchdog.
 ///
@@ -211,7 +212,9 @@ pub(crate) struct Held {
     pub(crate) names: Arc<LockNames>,
     pub(crate) owner: Arc<str>,
     pub(crate) acquisition: u64,
-    pub(crate) token: u64,
+    /// The fencing token; 0 until one is issued (a mutex taken without one gets it on demand,
+    /// [`Held::fencing_token`]).
+    pub(crate) token: AtomicU64,
     pub(crate) lease: Duration,
     /// The turn of local hand-overs that led to this hold (count 0: taken by its own attempt).
     pub(crate) streak: crate::handoff::Streak,
@@ -220,6 +223,80 @@ pub(crate) struct Held {
     pub(crate) group: Group,
     /// When the grant's request was sent (the hold time counts from there).
     pub(crate) granted: Instant,
+}
+
+impl Held {
+    /// The fencing token, if one was issued.
+    pub(crate) fn issued_token(&self) -> Option<u64> {
+        match self.token.load(Ordering::Acquire) {
+            0 => None,
+            token => Some(token),
+        }
+    }
+
+    /// The fencing token: the one issued with the grant or asked for before, else one issued
+    /// now by Redis (one round trip), only while this owner holds the lock. A hold known to be
+    /// lost (by the clock too: see [`LossSignal`]) gets [`LockError::Lost`] without a round
+    /// trip; one that Redis finds no longer ours is declared lost.
+    pub(crate) async fn fencing_token(&self) -> Result<u64, LockError> {
+        if let Some(reason) = self.signal.get() {
+            return Err(self.lost(reason));
+        }
+        if let Some(token) = self.issued_token() {
+            return Ok(token);
+        }
+        let inner = &self.client.inner;
+        let retention_ms = inner.config.fence_retention.as_millis() as u64;
+        let span = tracing::debug_span!(
+            "lock.fencing_token",
+            lock = %self.names.name,
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = inner.backend.script_command()
+        );
+        let reply = tracing::Instrument::instrument(
+            inner.backend.token(&self.names, &self.owner, retention_ms),
+            span,
+        )
+        .await
+        .map_err(|e| LockError::backend("fencing_token", e))?;
+        match reply.reply {
+            Reply::Done(token) if token > 0 => {
+                // Issued while ours (checked by Redis in the same step). A concurrent call
+                // may have cached another, earlier token: both are valid; keep one.
+                let token = token as u64;
+                let kept =
+                    match self
+                        .token
+                        .compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => token,
+                        Err(first) => first,
+                    };
+                // The hold may have ended by our clock while the request was out.
+                match self.signal.get() {
+                    Some(LossReason::Released) | None => Ok(kept),
+                    Some(reason) => Err(self.lost(reason)),
+                }
+            }
+            Reply::Foreign(found) => Err(LockError::ForeignData {
+                key: self.names.key.clone(),
+                found,
+            }),
+            _ => {
+                // Not ours any more: expired or deleted behind the watchdog's back.
+                self.signal.declare(&self.names.name, LossReason::Deleted);
+                Err(self.lost(self.signal.get().unwrap_or(LossReason::Deleted)))
+            }
+        }
+    }
+
+    fn lost(&self, reason: LossReason) -> LockError {
+        LockError::Lost {
+            name: self.names.name.clone(),
+            reason,
+        }
+    }
 }
 
 impl Drop for Held {

@@ -40,7 +40,7 @@
 //!
 //! // Wait up to 5 s for the lock; the watchdog renews it while `guard` lives.
 //! let guard = locks.lock("stock:42").try_acquire(Duration::from_secs(5)).await?;
-//! let token = guard.fencing_token(); // send it along with your writes
+//! let token = guard.fencing_token().await?; // send it along with your writes
 //!
 //! // Run the critical section; if the lock is lost meanwhile, it is dropped and
 //! // `LockError::Lost` is returned.

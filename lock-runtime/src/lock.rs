@@ -47,6 +47,8 @@ pub struct Lock {
     skips_queue: bool,
     /// The `group` label of its metrics, when set with [`Lock::group`].
     group: Option<Arc<str>>,
+    /// Acquisitions issue their fencing token in their own round trip ([`Lock::fenced`]).
+    fenced: bool,
 }
 
 impl Lock {
@@ -66,12 +68,14 @@ impl Lock {
                 false,
             ),
         };
+        let fenced = client.inner.config.fenced;
         Lock {
             client,
             names,
             mode,
             skips_queue,
             group: None,
+            fenced,
         }
     }
 
@@ -161,6 +165,37 @@ impl Lock {
         self
     }
 
+    /// The same lock, taken with its fencing token in the acquisition's own round trip.
+    ///
+    /// By default a mutex is taken without one (tokens on demand): the grant is as cheap for
+    /// Redis as a plain `SET NX`, and [`LockGuard::fencing_token`] asks for the token the first
+    /// time it is wanted, in one more round trip. A caller that fences every write it makes
+    /// under the lock (a [`lock-fence`](https://docs.rs/lock-fence) store, a version column)
+    /// takes it `fenced` and pays nothing extra: the token is there when the guard is.
+    /// [`LockClientBuilder::fenced_by_default`](crate::LockClientBuilder::fenced_by_default)
+    /// does this for every lock of a client. The other kinds of lock always issue their token
+    /// with the grant.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("stock:42").fenced().acquire().await?;
+    /// // Issued with the grant: no round trip.
+    /// let token = guard.issued_token().expect("a fenced acquisition carries its token");
+    /// assert_eq!(guard.fencing_token().await?, token);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn fenced(mut self) -> Lock {
+        self.fenced = true;
+        self
+    }
+
+    /// Whether acquisitions through this handle issue their fencing token with the grant
+    /// ([`Lock::fenced`]).
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
     /// The group set with [`Lock::group`], if any.
     pub fn metrics_group(&self) -> Option<&str> {
         self.group.as_deref()
@@ -214,6 +249,7 @@ impl Lock {
                 return self.reenter(names, held);
             }
             Acquire::new(&self.client, names, &opts, self.mode, self.group.as_ref())
+                .fenced(self.fenced)
                 .run()
                 .await
         }

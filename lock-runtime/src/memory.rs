@@ -54,7 +54,8 @@ use crate::{LockClient, LockClientBuilder};
 /// let (locks, other_process) = (memory.client(), memory.client());
 ///
 /// let guard = locks.lock("stock:42").acquire().await?;
-/// assert_eq!(memory.holder("stock:42").unwrap().fencing_token(), guard.fencing_token());
+/// let token = guard.fencing_token().await?;
+/// assert_eq!(memory.holder("stock:42").unwrap().fencing_token(), token);
 /// let busy = other_process.lock("stock:42").try_acquire(Duration::ZERO).await;
 /// assert!(busy.unwrap_err().is_busy());
 ///
@@ -246,7 +247,8 @@ impl MemoryHolder {
         self.owner.rsplit_once(':').map(|(client, _)| client)
     }
 
-    /// The fencing token of this hold.
+    /// The fencing token of this hold; 0 while none has been issued to it (a mutex taken
+    /// without one, before its guard's [`fencing_token`](crate::LockGuard::fencing_token)).
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }

@@ -59,7 +59,7 @@ use crate::{Lock, LockClient};
 ///
 /// // A restock holds it alone; readers wait meanwhile.
 /// let writing = stock.write().acquire().await?;
-/// let token = writing.fencing_token(); // pass it to the store
+/// let token = writing.fencing_token().await?; // issued with the grant: no round trip
 /// # let _ = token;
 /// writing.release().await?;
 /// # Ok(()) }

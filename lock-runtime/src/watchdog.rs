@@ -150,6 +150,58 @@ impl Watchdog {
         self.shared.lock().remove(&id).is_some()
     }
 
+    /// Readies the hold of acquisition `id` to pass in memory to another task of this client
+    /// (`guard.rs`, `pass_in_memory`): its entry keeps being renewed under a signal of its
+    /// own until the task takes it over ([`Watchdog::adopt`]), since the releasing guard's
+    /// signal is declared released. `false` when it cannot pass: not renewed by the watchdog,
+    /// lost, or within twice the safety margin of its loss deadline (the task might not take
+    /// it over in time).
+    pub(crate) fn hand_over(&self, id: u64, group: &crate::metrics::Group) -> bool {
+        let mut entries = self.shared.lock();
+        let Some(entry) = entries.get_mut(&id) else {
+            return false;
+        };
+        let Some(deadline) = entry.loss_deadline(self.shared.margin) else {
+            return false;
+        };
+        if !entry.renew
+            || entry.signal.get().is_some()
+            || Instant::now() + self.shared.margin >= deadline
+        {
+            return false;
+        }
+        let signal = Arc::new(LossSignal::new(group.clone()));
+        signal.arm(&entry.names, Some(deadline), entry.expiry());
+        entry.signal = signal;
+        true
+    }
+
+    /// Takes over the hold of acquisition `id` passed in memory ([`Watchdog::hand_over`]):
+    /// `signal` is told its loss from now on, and its maximum hold time applies. Returns until
+    /// when the lease is confirmed, or `None` when the hold was lost meanwhile (or released).
+    pub(crate) fn adopt(
+        &self,
+        id: u64,
+        signal: &Arc<LossSignal>,
+        max_hold_until: Option<Instant>,
+    ) -> Option<Instant> {
+        let mut entries = self.shared.lock();
+        let entry = entries.get_mut(&id)?;
+        if entry.signal.get().is_some() {
+            return None;
+        }
+        let deadline = entry.loss_deadline(self.shared.margin)?;
+        signal.arm(&entry.names, Some(deadline), entry.expiry());
+        entry.signal = signal.clone();
+        entry.max_hold_until = max_hold_until;
+        let confirmed = entry.confirmed_until;
+        drop(entries);
+        if max_hold_until.is_some() {
+            self.shared.changed.notify_one();
+        }
+        Some(confirmed)
+    }
+
     /// How many tracked holds are not lost (one past its deadline may still be tracked until
     /// the task comes round, but its holder is told already).
     pub(crate) fn len(&self) -> usize {

@@ -81,7 +81,7 @@ async fn a_busy_fault_makes_the_lock_held_by_another_owner_for_its_lease() {
         .await
         .unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(2));
-    assert!(guard.fencing_token() > holder.fencing_token());
+    assert!(guard.fencing_token().await.unwrap() > holder.fencing_token());
     assert_eq!(memory.holder("stock:1").unwrap().client_id(), Some(a.id()));
 }
 
@@ -151,6 +151,7 @@ async fn lose_fires_lost_at_once_and_wakes_the_waiters() {
     let (a, b) = (memory.client(), memory.client());
     assert!(!memory.lose("stock:5"), "nothing held");
     let guard = a.lock("stock:5").acquire().await.unwrap();
+    let first = guard.fencing_token().await.unwrap();
     let waiter = tokio::spawn(async move {
         let g = b.lock("stock:5").acquire().await.unwrap();
         (Instant::now(), g)
@@ -168,7 +169,11 @@ async fn lose_fires_lost_at_once_and_wakes_the_waiters() {
     );
     let (got, g) = waiter.await.unwrap();
     assert!(got - start < Duration::from_millis(10), "{:?}", got - start);
-    assert!(g.fencing_token() > guard.fencing_token());
+    assert!(g.fencing_token().await.unwrap() > first);
+    assert!(matches!(
+        guard.fencing_token().await,
+        Err(LockError::Lost { .. })
+    ));
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
 
@@ -203,10 +208,13 @@ async fn holder_reports_the_owner_token_and_lease() {
     assert!(memory.holder("stock:7").is_none());
     assert_eq!(memory.last_fencing_token("stock:7"), None);
     let guard = locks.lock("stock:7").acquire().await.unwrap();
+    // Tokens on demand: none until asked for.
+    assert_eq!(memory.holder("stock:7").unwrap().fencing_token(), 0);
+    let token = guard.fencing_token().await.unwrap();
     let holder = memory.holder("stock:7").unwrap();
     assert_eq!(holder.client_id(), Some(locks.id()));
     assert!(holder.owner().starts_with(locks.id()));
-    assert_eq!(holder.fencing_token(), guard.fencing_token());
+    assert_eq!(holder.fencing_token(), token);
     assert_eq!(holder.remaining(), Duration::from_secs(6));
     assert_eq!(memory.held(), vec!["stock:7".to_owned()]);
     // Renewed by the watchdog.
@@ -237,7 +245,7 @@ async fn separate_memory_locks_share_nothing() {
         .try_acquire(Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(guard.fencing_token(), 1);
+    assert_eq!(guard.fencing_token().await.unwrap(), 1);
 }
 
 #[tokio::test(start_paused = true)]

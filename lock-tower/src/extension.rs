@@ -86,7 +86,7 @@ impl HeldLocks {
         HeldLocks {
             locks: guards
                 .iter()
-                .map(|g| (Arc::from(g.name()), g.fencing_token()))
+                .map(|g| (Arc::from(g.name()), crate::hold::issued_token(g)))
                 .collect(),
         }
     }

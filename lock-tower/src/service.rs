@@ -77,7 +77,12 @@ impl<N: NameSource> Shared<N, LockSettings> {
 }
 
 /// `lock`, its metrics under `group` when there is one.
+///
+/// Taken [`fenced`](lock_runtime::Lock::fenced): the layers hand each lock's fencing token to
+/// the service ([`HeldLock`](crate::HeldLock), [`HeldLocks`](crate::HeldLocks)), so it is
+/// issued with the grant, in the same round trip.
 pub(crate) fn grouped(lock: lock_runtime::Lock, group: Option<&str>) -> lock_runtime::Lock {
+    let lock = lock.fenced();
     match group {
         Some(group) => lock.group(group),
         None => lock,

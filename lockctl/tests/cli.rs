@@ -93,7 +93,7 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
     let a = lock_tests::client(&redis).await;
     let b = lock_tests::client(&redis).await;
 
-    let mutex = a.lock("stock:42").acquire().await.unwrap();
+    let mutex = a.lock("stock:42").fenced().acquire().await.unwrap();
     let permits = a
         .semaphore("supplier:acme", 5)
         .acquire_many(2, LockOptions::new())
@@ -115,7 +115,10 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
     assert_eq!(m["kind"], "mutex");
     assert_eq!(owners(m), [mutex.owner()]);
     assert_eq!(m["holders"][0]["client_id"], a.id());
-    assert_eq!(m["fencing_token"].as_u64(), Some(mutex.fencing_token()));
+    assert_eq!(
+        m["fencing_token"].as_u64(),
+        Some(mutex.fencing_token().await.unwrap())
+    );
     let ttl = m["ttl_ms"].as_u64().expect("a TTL");
     assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
     assert_eq!(m["key"], "lock:{stock:42}");
@@ -134,7 +137,10 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
         .map(|h| h["permits"].as_u64().unwrap())
         .sum();
     assert_eq!(permit_counts, 3);
-    assert_eq!(s["fencing_token"].as_u64(), Some(permit.fencing_token()));
+    assert_eq!(
+        s["fencing_token"].as_u64(),
+        Some(permit.fencing_token().await.unwrap())
+    );
 
     let r = find(&doc, "stock:43");
     assert_eq!(r["kind"], "read-write");
@@ -159,7 +165,10 @@ async fn list_shows_a_mutex_a_semaphore_a_read_write_lock_and_a_fair_lock_with_w
     let row = line("stock:42");
     assert!(row.contains("mutex"), "{row}");
     assert!(row.contains(mutex.owner()), "{row}");
-    assert!(row.contains(&mutex.fencing_token().to_string()), "{row}");
+    assert!(
+        row.contains(&mutex.fencing_token().await.unwrap().to_string()),
+        "{row}"
+    );
     assert!(line("supplier:acme").contains("(2 permits)"));
     assert!(
         line("drop:1").trim_end().ends_with(" 1"),
@@ -208,20 +217,26 @@ async fn inspect_shows_one_lock_and_says_when_it_is_free() {
     let redis = RedisServer::start();
     let url = redis.url();
     let locks = lock_tests::client(&redis).await;
-    let guard = locks.lock("stock:42").acquire().await.unwrap();
+    let guard = locks.lock("stock:42").fenced().acquire().await.unwrap();
 
     let text = expect(&lockctl(&["--url", &url, "inspect", "stock:42"]).await, 0);
     assert!(text.contains("name:          stock:42"), "{text}");
     assert!(text.contains("kind:          mutex"), "{text}");
     assert!(
-        text.contains(&format!("fencing token: {}", guard.fencing_token())),
+        text.contains(&format!(
+            "fencing token: {}",
+            guard.fencing_token().await.unwrap()
+        )),
         "{text}"
     );
     assert!(text.contains(guard.owner()), "{text}");
 
     let doc = json(&lockctl(&["--url", &url, "--json", "inspect", "stock:42"]).await);
     assert_eq!(doc["held"], true);
-    assert_eq!(doc["fencing_token"].as_u64(), Some(guard.fencing_token()));
+    assert_eq!(
+        doc["fencing_token"].as_u64(),
+        Some(guard.fencing_token().await.unwrap())
+    );
     assert_eq!(owners(&doc), [guard.owner()]);
 
     let free = expect(&lockctl(&["--url", &url, "inspect", "stock:43"]).await, 0);
@@ -537,7 +552,7 @@ async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
             .watchdog_timeout(Duration::from_secs(3))
     })
     .await;
-    let guard = locks.lock("stock:42").acquire().await.unwrap();
+    let guard = locks.lock("stock:42").fenced().acquire().await.unwrap();
 
     // Without --redisson the lock is not where lockctl looks.
     let native = expect(&lockctl(&["--url", &url, "inspect", "stock:42"]).await, 0);
@@ -545,7 +560,10 @@ async fn redisson_locks_are_inspected_and_force_unlocked_by_their_java_name() {
 
     let doc = json(&lockctl(&["--url", &url, "--redisson", "--json", "inspect", "stock:42"]).await);
     assert_eq!(doc["held"], true, "{doc}");
-    assert_eq!(doc["fencing_token"].as_u64(), Some(guard.fencing_token()));
+    assert_eq!(
+        doc["fencing_token"].as_u64(),
+        Some(guard.fencing_token().await.unwrap())
+    );
     assert_eq!(owners(&doc), [guard.owner()]);
 
     // A scan has no prefix to look under: a clear error, exit code 1.

@@ -105,7 +105,7 @@ async fn worker(url: &str, id: &str) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 println!(
                     "[{who}] holds the lock (fencing token {}) after waiting {:>6.1?}",
-                    guard.fencing_token(),
+                    guard.fencing_token().await?,
                     waited
                 );
                 tokio::time::sleep(Duration::from_millis(60)).await;

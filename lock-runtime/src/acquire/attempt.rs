@@ -167,7 +167,14 @@ impl Acquire<'_> {
         let retention_ms = inner.config.fence_retention.as_millis() as u64;
         inner
             .backend
-            .acquire(self.names, &self.owner, lease_ms, retention_ms, waiting)
+            .acquire(
+                self.names,
+                &self.owner,
+                lease_ms,
+                retention_ms,
+                waiting,
+                self.fenced,
+            )
             .await
     }
 

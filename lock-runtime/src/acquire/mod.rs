@@ -16,12 +16,13 @@ use place::{Place, WakeChain};
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
 use crate::demux::{Subscription, WakeRule};
-use crate::handoff::{Delivery, Grant, Streak};
+use crate::handoff::{Delivery, Grant, Inherited, Streak};
 use crate::hold::{Held, LossSignal};
 use crate::keys::{LockNames, Mode, PLACE_TTL, Waking};
 use crate::metrics::{self, Group};
@@ -106,6 +107,8 @@ pub(crate) struct Acquire<'a> {
     deadline: Option<Instant>,
     /// The `group` label of its metrics.
     group: Group,
+    /// The grant issues a fencing token (else the mutex's token is issued on demand).
+    fenced: bool,
 }
 
 impl<'a> Acquire<'a> {
@@ -130,7 +133,14 @@ impl<'a> Acquire<'a> {
             deadline: opts.wait.and_then(|w| start.checked_add(w)),
             opts,
             group: Group::resolve(group, &names.name),
+            fenced: true,
         }
+    }
+
+    /// Whether the grant issues a fencing token (a mutex's; the other kinds always do).
+    pub(crate) fn fenced(mut self, fenced: bool) -> Acquire<'a> {
+        self.fenced = fenced;
+        self
     }
 
     /// Takes the lock (see [`Acquire::take`]), traced and counted in the metrics.
@@ -392,6 +402,27 @@ impl<'a> Acquire<'a> {
     /// same owner id (idempotent while it is still ours); if another owner holds the lock by
     /// then, the grant has ended and the waiter queues again ([`Settled::Busy`]).
     async fn take_grant(&self, grant: Grant) -> Result<Settled, LockError> {
+        if let Some(inherited) = grant.inherited {
+            // Passed in memory: take over the hold Redis knows, if it is still live.
+            let inner = &self.client.inner;
+            let signal = Arc::new(LossSignal::new(self.group.clone()));
+            let max_hold_until = self.opts.max_hold.map(|m| Instant::now() + m);
+            return Ok(
+                match inner
+                    .watchdog
+                    .adopt(inherited.acquisition, &signal, max_hold_until)
+                {
+                    Some(_) => {
+                        metrics::handed_over(&self.group, grant.sent.elapsed());
+                        Settled::Taken(self.adopted(inherited, signal, grant.streak))
+                    }
+                    None => {
+                        tracing::debug!("the hold passed in memory ended before it was taken");
+                        Settled::Busy(Busy::Vanished)
+                    }
+                },
+            );
+        }
         if self.fresh(grant.sent) {
             metrics::handed_over(&self.group, grant.sent.elapsed());
             return Ok(Settled::Taken(self.hold(
@@ -459,12 +490,34 @@ impl<'a> Acquire<'a> {
             names: self.names.clone(),
             owner: self.owner.clone(),
             acquisition: self.acquisition,
-            token,
+            token: AtomicU64::new(token),
             lease: self.lease,
             streak,
             signal,
             group: self.group.clone(),
             granted: sent,
+        })
+    }
+
+    /// The guard of a hold passed in memory by another task of this client: Redis's hold
+    /// (owner id, lease, watchdog entry) taken over as it is, without a token yet.
+    fn adopted(&self, inherited: Inherited, signal: Arc<LossSignal>, streak: Streak) -> LockGuard {
+        let inner = &self.client.inner;
+        Counters::add(&inner.counters.acquisitions, 1);
+        Counters::add(&inner.counters.handoffs, 1);
+        metrics::hold_started(&self.group);
+        LockGuard::new(Held {
+            client: self.client.clone(),
+            names: self.names.clone(),
+            owner: inherited.owner,
+            acquisition: inherited.acquisition,
+            token: AtomicU64::new(0),
+            lease: self.lease,
+            streak,
+            signal,
+            group: self.group.clone(),
+            // This task's hold time counts from the hand-over.
+            granted: Instant::now(),
         })
     }
 }

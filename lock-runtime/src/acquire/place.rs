@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Acquire;
-use crate::handoff::{Delivery, Ticket};
+use crate::handoff::{Delivery, Ticket, Wants};
 use crate::releaser::ReleaseJob;
 
 /// The wake-ups a waiter received: one it still owes the next waiter if it stops before its
@@ -50,11 +50,15 @@ impl<'a> Place<'a> {
     pub(super) fn join(acquire: &'a Acquire<'a>) -> Place<'a> {
         let family = acquire.names.family();
         let ticket = family.hands_off().then(|| {
-            acquire
-                .client
-                .inner
-                .handoffs
-                .join(&acquire.names.key, &acquire.owner, acquire.lease)
+            acquire.client.inner.handoffs.join(
+                &acquire.names.key,
+                &acquire.owner,
+                acquire.lease,
+                Wants {
+                    token: acquire.fenced,
+                    renewed: acquire.opts.lease.is_none(),
+                },
+            )
         });
         Place {
             acquire,
@@ -91,7 +95,18 @@ impl Drop for Place<'_> {
             && let Some(grant) = inner.handoffs.leave(&acquire.names.key, ticket, self.holds)
         {
             tracing::debug!("left with a hand-off not taken; releasing it in the background");
-            let job = ReleaseJob::new(acquire.names, &acquire.owner, grant.sent + acquire.lease);
+            let job = match &grant.inherited {
+                // Passed in memory: the hold in Redis is the releaser's, renewed by its entry.
+                Some(inherited) => {
+                    inner.watchdog.deregister(inherited.acquisition);
+                    ReleaseJob::new(
+                        acquire.names,
+                        &inherited.owner,
+                        Instant::now() + acquire.lease,
+                    )
+                }
+                None => ReleaseJob::new(acquire.names, &acquire.owner, grant.sent + acquire.lease),
+            };
             inner.releaser.submit(job.handing_off(grant.streak));
         }
         if self.in_redis && !self.holds {

@@ -33,10 +33,10 @@ async fn locks_exclude_and_fencing_tokens_increase() {
     let first = a.lock("stock:1").acquire().await.unwrap();
     let busy = b.lock("stock:1").try_acquire(Duration::ZERO).await;
     assert!(busy.unwrap_err().is_busy());
-    let token = first.fencing_token();
+    let token = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let second = b.lock("stock:1").try_acquire(Duration::ZERO).await.unwrap();
-    assert!(second.fencing_token() > token);
+    assert!(second.fencing_token().await.unwrap() > token);
     assert!(b.lock("stock:1").is_locked().await.unwrap());
     assert!(b.lock("stock:1").force_unlock().await.unwrap());
     assert!(!b.lock("stock:1").is_locked().await.unwrap());

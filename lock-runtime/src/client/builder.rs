@@ -41,6 +41,7 @@ pub struct LockClientBuilder {
     fence_retention: Duration,
     handoff_limit: u32,
     group_commit: bool,
+    fenced: bool,
     layout: Layout,
     deployment_id: Option<String>,
     #[cfg(feature = "tls")]
@@ -65,6 +66,7 @@ impl LockClientBuilder {
             fence_retention: Duration::from_secs(7 * 24 * 3600),
             handoff_limit: crate::handoff::DEFAULT_LIMIT,
             group_commit: false,
+            fenced: false,
             layout: Layout::Native,
             deployment_id: None,
             #[cfg(feature = "tls")]
@@ -148,6 +150,25 @@ impl LockClientBuilder {
     /// starts at the server clock in microseconds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
+        self
+    }
+
+    /// Whether every lock of this client is taken with its fencing token (default `false`:
+    /// tokens on demand).
+    ///
+    /// By default a mutex is taken without a token: its grant costs Redis what the cheapest
+    /// locks cost (no counter to bump), a hot lock passes between the tasks of this process in
+    /// memory, and [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) asks Redis for
+    /// a token when the caller first wants one (one round trip, issued only while the guard
+    /// holds the lock). With `fenced_by_default(true)` every acquisition issues its token in
+    /// its own round trip, as [`Lock::fenced`](crate::Lock::fenced) does for one handle: the
+    /// right choice for a service that fences every write it makes under the lock.
+    ///
+    /// The other kinds of lock (fair, read/write, semaphores) always issue their token with
+    /// the grant, and so does every lock with [`Layout::Redisson`] (its grants write
+    /// Redisson's token key as they always did).
+    pub fn fenced_by_default(mut self, fenced: bool) -> Self {
+        self.fenced = fenced;
         self
     }
 
@@ -503,6 +524,7 @@ impl LockClientBuilder {
                 0
             },
             group_commit: self.group_commit,
+            fenced: self.fenced || self.layout.fences_every_grant(),
             topology: self.topology,
             replica_ack: self.replica_ack,
             failover_grace: self.failover_grace,

@@ -138,6 +138,8 @@ pub(crate) struct Config {
     /// Writes that queue while one is in flight go out together (opt-in; one server and
     /// Sentinel, without replica acknowledgement).
     pub(crate) group_commit: bool,
+    /// Every mutex is taken with its fencing token (else tokens on demand).
+    pub(crate) fenced: bool,
     pub(crate) topology: Topology,
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// How long an acquisition keeps retrying while a failing-over deployment is unavailable.

@@ -191,6 +191,14 @@ impl Layout {
         }
     }
 
+    /// Whether every grant issues its fencing token, whatever the client asked. In Redisson's
+    /// layout, yes: a grant there writes Redisson's token key as it always did (the layout on
+    /// Redis stays exactly what Java services and earlier releases see); tokens on demand are
+    /// this crate's layout's.
+    pub(crate) fn fences_every_grant(self) -> bool {
+        self == Layout::Redisson
+    }
+
     /// Whether a release may hand the lock to a waiting task of the same client. Not in
     /// Redisson's layout: every release publishes, so that Java waiters get their turn (and
     /// the hand-off limit's yield mark, kept on the fencing counter, would break Java's `INCR`

@@ -7,11 +7,13 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  fencing counter retention in milliseconds
 -- ARGV[4]  '1' when the owner's client waits for the lock (is subscribed to its channel)
+-- ARGV[5]  '0' to take it without a fencing token (tokens on demand: `token.lua`); anything
+--          else (or nothing) issues one
 --
--- Returns {1, token} when taken (retaking our own hold is idempotent, so a retried acquire
+-- Returns {1, token} when taken (token 0: none issued) (retaking our own hold is idempotent, so a retried acquire
 -- after a timeout is safe), {0, pttl} when another owner holds it (pttl is -1 when a
 -- foreign key has no TTL), {-1, type} when a key holds data that is not ours (nothing written).
-local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, waiting)
+local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, waiting, fenced)
   if redis.call('EXISTS', lock) == 1 then
     local mine = redis.pcall('HEXISTS', lock, owner)
     if type(mine) == 'table' then
@@ -26,11 +28,12 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
     end
   end
 
-  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, nil, {channel, waiting == '1'})
+  local asking = {channel, waiting == '1'}
+  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, nil, asking, fenced == '0')
   if not token then
     return reply
   end
   return {1, token}
 end
 
-return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])

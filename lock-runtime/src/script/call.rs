@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, Script};
 
 use super::{
-    ACQUIRE, BATCH, FAIR_ACQUIRE, Publishing, RELEASE, RENEW, RW_ACQUIRE, SEMAPHORE_ACQUIRE,
+    ACQUIRE, BATCH, FAIR_ACQUIRE, Publishing, RELEASE, RENEW, RW_ACQUIRE, SEMAPHORE_ACQUIRE, TOKEN,
     functions, redisson,
 };
 use crate::backend::{CapacityOp, HandOff};
@@ -125,6 +125,8 @@ impl Call {
     /// `acquire.lua`: take or re-take the lock for `owner`, bump the fencing counter (kept
     /// `retention_ms` after its last use). `waiting`: the owner's client waits for the lock
     /// (is subscribed to its unlock channel), which the mutex's turns across clients count.
+    /// `fenced`: issue a fencing token with the grant; a mutex taken without one gets it on
+    /// demand ([`Call::token`]). The other families always issue one.
     ///
     /// The script is the name's scheme's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
@@ -135,6 +137,7 @@ impl Call {
         lease_ms: u64,
         retention_ms: u64,
         waiting: bool,
+        fenced: bool,
     ) -> Call {
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
@@ -143,8 +146,10 @@ impl Call {
             Scheme::Mutex | Scheme::RedissonMutex => Call::new(
                 publishing.acquire,
                 &[&names.key, &names.fence, &names.channel],
-                args.into_iter()
-                    .chain([Arg::Str(if waiting { "1" } else { "0" })]),
+                args.into_iter().chain([
+                    Arg::Str(if waiting { "1" } else { "0" }),
+                    Arg::Str(if fenced { "1" } else { "0" }),
+                ]),
             ),
             Scheme::Fair => Call::new(
                 &FAIR_ACQUIRE,
@@ -239,12 +244,23 @@ impl Call {
                 Arg::Str(next.owner),
                 Arg::Int(next.lease_ms),
                 Arg::Int(next.retention_ms),
+                Arg::Str(if next.fenced { "1" } else { "0" }),
             ]);
             if let Some(yield_ms) = next.yield_ms {
                 args.push(Arg::Int(yield_ms));
             }
         }
         Call::new(publishing.release, &keys, args)
+    }
+
+    /// `token.lua`: a fencing token for `owner`, the holder of a mutex taken without one,
+    /// issued only if it holds the lock at that moment.
+    pub(crate) fn token(names: &LockNames, owner: &str, retention_ms: u64) -> Call {
+        Call::new(
+            &TOKEN,
+            &[&names.key, &names.fence],
+            [Arg::Str(owner), Arg::Int(retention_ms)],
+        )
     }
 
     /// `force_unlock.lua`: delete the lock whoever holds it and publish the unlock message.
@@ -417,7 +433,15 @@ mod tests {
                 })
                 .collect()
         };
-        let acquire = Call::acquire(Publishing::CLASSIC, &names, "me:1", 30_000, 60_000, true);
+        let acquire = Call::acquire(
+            Publishing::CLASSIC,
+            &names,
+            "me:1",
+            30_000,
+            60_000,
+            true,
+            false,
+        );
         assert_eq!(
             args(&acquire)[..],
             [
@@ -430,7 +454,8 @@ mod tests {
                 "me:1".into(),
                 "30000".into(),
                 "60000".into(),
-                "1".into()
+                "1".into(),
+                "0".into()
             ]
         );
         let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);
@@ -454,12 +479,13 @@ mod tests {
             owner: "me:2",
             lease_ms: 500,
             retention_ms: 60_000,
+            fenced: true,
             yield_ms: None,
         };
         let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
         assert_eq!(
             args(&handing_off)[6..],
-            ["me:1", "me:2", "500", "60000"].map(String::from)
+            ["me:1", "me:2", "500", "60000", "1"].map(String::from)
         );
         assert_eq!(
             args(&Call::inspect(Publishing::CLASSIC, &names, 100))[2..],

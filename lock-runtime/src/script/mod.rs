@@ -38,7 +38,7 @@ macro_rules! script {
     };
 }
 
-/// Takes (or idempotently re-takes) the lock and bumps the fencing counter.
+/// Takes (or idempotently re-takes) the lock, with a fencing token or without one.
 pub(crate) static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
 /// Releases our hold and publishes the unlock message, or hands the lock to a local waiter.
 pub(crate) static RELEASE: LazyLock<Script> = script!("release.lua");
@@ -54,6 +54,8 @@ pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> = script!("semaphore_acqui
 pub(crate) static HOLDERS_RELEASE: LazyLock<Script> = script!("holders_release.lua");
 /// Reads or changes a semaphore's capacity.
 pub(crate) static SEMAPHORE_CAPACITY: LazyLock<Script> = script!("semaphore_capacity.lua");
+/// Issues a fencing token to the holder of a mutex taken without one (tokens on demand).
+pub(crate) static TOKEN: LazyLock<Script> = script!("token.lua");
 /// Renews many leases at once, of any family.
 pub(crate) static RENEW: LazyLock<Script> = script!("renew.lua");
 /// Deletes the lock whoever holds it and publishes the unlock message.
@@ -200,9 +202,10 @@ macro_rules! native {
 
 /// Every native script, once: what the function library, the ACL error reader (`denied.rs`)
 /// and the tests that go over all scripts read.
-pub(crate) static NATIVE: [Native; 11] = [
+pub(crate) static NATIVE: [Native; 12] = [
     native!("acquire", ACQUIRE, Yes),
     native!("release", RELEASE, AllowOom),
+    native!("token", TOKEN, Yes),
     native!("fair_acquire", FAIR_ACQUIRE, Yes),
     native!("fair_release", FAIR_RELEASE, AllowOom),
     native!("rw_acquire", RW_ACQUIRE, Yes),

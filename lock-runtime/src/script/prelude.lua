@@ -96,14 +96,15 @@ local function client_of(owner)
 end
 
 -- A fencing counter's value read apart: its digits (nil when the value is not ours) and, when
--- it carries a mark that has not lapsed at `clock`, the clients whose turns ended last, the
--- client whose turn it is (or nil) and when the mark lapses.
-local function read_counter(value, clock)
+-- it carries a mark that has not lapsed at `clock` (or any mark, with `lapsed_too`), the
+-- clients whose turns ended last, the client whose turn it is (or nil) and when the mark
+-- lapses.
+local function read_counter(value, clock, lapsed_too)
   local digits, body, untils = string.match(value, '^(%-?%d+):([%w,+]+):(%d+)$')
   if not digits then
     return string.match(value, '^%-?%d+$')
   end
-  if tonumber(untils) <= clock then
+  if tonumber(untils) <= clock and not lapsed_too then
     return digits
   end
   local current, ended = nil, {}
@@ -164,7 +165,10 @@ end
 -- Bumps the fencing counter for a grant to `owner`; `handoff` when the grant hands the lock
 -- over within the turn of the client that held it (a local hand-off: see `yield` below).
 -- `asking`, for an acquire: {the lock's unlock channel, whether the owner's client is
--- subscribed to it}, to tell whether another client waits.
+-- subscribed to it}, to tell whether another client waits. `lazy`: a grant that issues no
+-- token (tokens on demand, `token.lua`): it keeps the turns exactly as a token-issuing grant
+-- would, but leaves the counter's digits as they are and writes nothing when no turn mark is
+-- live (an uncontended lazy grant only reads the counter, usually absent), and returns 0.
 --
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
 -- data at the fencing counter, a server error, or {0, ms} while the owner's client had one of
@@ -176,7 +180,7 @@ end
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
 -- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
-local function next_token(fence, owner, retention_ms, handoff, asking)
+local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
   local last = redis.pcall('GET', fence)
   if type(last) == 'table' then
     if not string.find(last.err, 'WRONGTYPE', 1, true) then
@@ -185,10 +189,15 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
     -- A hash, a list, …: not a counter. Nothing was written.
     return nil, {-1, redis.call('TYPE', fence)['ok']}
   end
+  if lazy and not last then
+    return 0
+  end
   local clock = clock_us()
   local token = clock
   -- The turn mark, when one is live.
   local mark = ''
+  -- Whether a live mark was read (a lazy grant then writes the counter, even to clear it).
+  local marked = false
   if last then
     -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
     -- followed by a turn mark (see "Turns" above).
@@ -200,6 +209,7 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
     if n >= 9007199254740991 or n <= -9007199254740991 then
       return nil, {-1, 'string'}
     end
+    marked = ended ~= nil
     if ended then
       if not handoff then
         -- A new turn. The turn before it ended with a plain release: it counts as ended.
@@ -229,6 +239,13 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
     if n >= token then
       token = n + 1
     end
+    if lazy then
+      if not marked and mark == '' then
+        return 0
+      end
+      -- The digits stay: no token is issued.
+      token = n
+    end
   end
   if tonumber(retention_ms) > 0 then
     redis.call('SET', fence, string.format('%d', token) .. mark, 'PX', retention_ms)
@@ -237,13 +254,16 @@ local function next_token(fence, owner, retention_ms, handoff, asking)
     -- their tokens restart at 1).
     redis.call('SET', fence, string.format('%d', token) .. mark)
   end
+  if lazy then
+    return 0
+  end
   return token
 end
 
--- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease
--- (`handoff`, `asking`: see `next_token`).
-local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking)
-  local token, reply = next_token(fence, owner, retention_ms, handoff, asking)
+-- Grants a free mutex (or fair lock) to `owner`: a new fencing token (0 when `lazy`), the
+-- hold, the lease (`handoff`, `asking`, `lazy`: see `next_token`).
+local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking, lazy)
+  local token, reply = next_token(fence, owner, retention_ms, handoff, asking, lazy)
   if not token then
     return nil, reply
   end
@@ -318,14 +338,28 @@ end
 -- waiting client whose last turn is longest ago takes the lock, whatever order Redis delivered
 -- the unlock message in. The mark lapses `yield_ms` from now, or `TURN_LAPSE_US` after the
 -- next grant.
-local function yield(fence, owner, yield_ms, waiting)
+local function yield(fence, owner, yield_ms, waiting, retention_ms)
   local last = redis.pcall('GET', fence)
   local client = client_of(owner)
-  if type(last) ~= 'string' or not client then
+  if type(last) == 'table' or not client then
+    return
+  end
+  if not last then
+    -- No counter yet (the lock's grants issued no token): the mark starts one at 0, below
+    -- every token (tokens are never below the server clock), kept as long as a counter is.
+    local mark = '0:' .. client .. ':' .. string.format('%d', clock_us() + yield_ms * 1000)
+    if tonumber(retention_ms) > 0 then
+      redis.call('SET', fence, mark, 'PX', retention_ms)
+    else
+      redis.call('SET', fence, mark)
+    end
     return
   end
   local clock = clock_us()
-  local digits, ended = read_counter(last, clock)
+  -- The order of the last turns, even from a lapsed mark: a turn passed between the tasks of
+  -- one process in memory (without a grant in Redis to keep the mark from lapsing) still
+  -- ends in its place in the cycle.
+  local digits, ended = read_counter(last, clock, true)
   if not digits then
     return
   end

@@ -8,7 +8,8 @@
 -- ARGV[2]  (optional) the next owner: a task of the releasing client waiting for this lock
 -- ARGV[3]  the next owner's lease in milliseconds
 -- ARGV[4]  fencing counter retention in milliseconds
--- ARGV[5]  (optional) the releasing client has handed this lock on as often as it may in a row:
+-- ARGV[5]  '0' when the next owner takes the lock without a fencing token (see `acquire.lua`)
+-- ARGV[6]  (optional) the releasing client has handed this lock on as often as it may in a row:
 --          if another process waits for it (subscribes to its channel), let it fall free
 --          instead, and keep it from this client's tasks until the clients waiting longer had
 --          their turn (lapsing this many milliseconds after the last grant: `yield` in
@@ -16,9 +17,9 @@
 --
 -- Returns {1, 0} when released (the key is deleted and the unlock message published once no
 -- owner is left), {2, token} when released and handed to ARGV[2] with this fencing token (no
--- message: the lock never fell free), {0, 0} when this owner does not hold the lock, {-1, type}
+-- message: the lock never fell free; token 0: none issued), {0, 0} when this owner does not hold the lock, {-1, type}
 -- for foreign data.
-local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms, yield_ms)
+local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms, fenced, yield_ms)
   local removed = redis.pcall('HDEL', lock, owner)
   if type(removed) == 'table' then
     if not string.find(removed.err, 'WRONGTYPE', 1, true) then
@@ -35,12 +36,12 @@ local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms
       local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
       if waiting > 1 then
         -- Others wait besides this client's own subscription: their turn.
-        yield(fence, owner, tonumber(yield_ms), waiting)
+        yield(fence, owner, tonumber(yield_ms), waiting, retention_ms)
         heir = nil
       end
     end
     if heir then
-      local token = grant(lock, fence, heir, lease_ms, retention_ms, true)
+      local token = grant(lock, fence, heir, lease_ms, retention_ms, true, nil, fenced == '0')
       if token then
         return {2, token}
       end
@@ -51,4 +52,4 @@ local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms
   return {1, 0}
 end
 
-return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

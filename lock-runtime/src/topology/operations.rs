@@ -183,6 +183,7 @@ impl Backend for RedisBackend {
         lease_ms: u64,
         retention_ms: u64,
         waiting: bool,
+        fenced: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         Box::pin(self.write(Call::acquire(
             self.publishing,
@@ -191,7 +192,17 @@ impl Backend for RedisBackend {
             lease_ms,
             retention_ms,
             waiting,
+            fenced,
         )))
+    }
+
+    fn token<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        Box::pin(self.write(Call::token(names, owner, retention_ms)))
     }
 
     fn release<'a>(

@@ -244,7 +244,11 @@ async fn a_grant_answered_after_its_lease_is_taken_again_before_use() {
     let locks = client(fake, Duration::from_secs(1));
     let guard = locks.lock("late").acquire().await.unwrap();
     assert_eq!(acquires.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(guard.fencing_token(), 8, "the second, timely grant");
+    assert_eq!(
+        guard.fencing_token().await.unwrap(),
+        8,
+        "the second, timely grant"
+    );
     assert!(!guard.is_lost());
     assert!(guard.remaining_validity() > Duration::from_millis(900));
     assert_eq!(guard.run(async { "body" }).await.unwrap(), "body");

@@ -27,7 +27,7 @@ pub async fn fair_waiters_of_different_clients_are_served_in_arrival_order(f: &i
         tasks.push(tokio::spawn(async move {
             let guard = client.fair_lock("drop").acquire().await.unwrap();
             order.lock().unwrap().push(i);
-            let token = guard.fencing_token();
+            let token = guard.fencing_token().await.unwrap();
             tokio::time::sleep(Duration::from_millis(5)).await;
             guard.release().await.unwrap();
             token
@@ -142,7 +142,10 @@ pub async fn rw_a_writer_may_read_in_its_scope_a_reader_may_not_write(f: &impl F
     w.scope(async {
         let r = rw.read().acquire().await.unwrap();
         assert!(r.is_reentrant());
-        assert_eq!(r.fencing_token(), w.fencing_token());
+        assert_eq!(
+            r.fencing_token().await.unwrap(),
+            w.fencing_token().await.unwrap()
+        );
     })
     .await;
     w.release().await.unwrap();

@@ -12,7 +12,7 @@ pub async fn info_reads_a_mutex_holder_lease_token_and_subscribed_waiters(f: &im
     let b = f.client().await;
     assert_eq!(a.lock("stock:42").info().await.unwrap(), None);
 
-    let guard = a.lock("stock:42").acquire().await.unwrap();
+    let guard = a.lock("stock:42").fenced().acquire().await.unwrap();
     let info = a.lock("stock:42").info().await.unwrap().expect("held");
     assert_eq!(info.name, "stock:42");
     assert_eq!(info.key, "lock:{stock:42}");
@@ -21,7 +21,7 @@ pub async fn info_reads_a_mutex_holder_lease_token_and_subscribed_waiters(f: &im
     assert_eq!(info.holders[0].owner, guard.owner());
     assert_eq!(info.holders[0].mode, HoldMode::Exclusive);
     assert_eq!(info.holders[0].client_id(), Some(a.id()));
-    assert_eq!(info.fencing_token, Some(guard.fencing_token()));
+    assert_eq!(info.fencing_token, guard.issued_token());
     let left = info.remaining.expect("a lease");
     assert!(
         left > Duration::ZERO && left <= Duration::from_secs(30),
@@ -74,7 +74,7 @@ pub async fn info_reads_semaphore_permits_and_the_stored_capacity(f: &impl Fixtu
     assert_eq!(info.holder_count, 2);
     assert_eq!(info.permits_held(), 4);
     assert_eq!(info.capacity, Some(8));
-    assert_eq!(info.fencing_token, Some(one.fencing_token()));
+    assert_eq!(info.fencing_token, Some(one.fencing_token().await.unwrap()));
     let leased = info
         .holders
         .iter()
@@ -106,7 +106,10 @@ pub async fn info_reads_readers_a_writer_and_a_fair_queue(f: &impl Fixture) {
     let writing = lock_tests::granted(waiting_writer).await;
     let info = stock.read().info().await.unwrap().unwrap();
     assert_eq!(info.holders[0].mode, HoldMode::Write);
-    assert_eq!(info.fencing_token, Some(writing.fencing_token()));
+    assert_eq!(
+        info.fencing_token,
+        Some(writing.fencing_token().await.unwrap())
+    );
     writing.release().await.unwrap();
 
     // A fair lock reads as one through its own handle, and through any once someone queues.

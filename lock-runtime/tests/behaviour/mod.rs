@@ -15,8 +15,10 @@ use std::time::Duration;
 
 mod family;
 mod inspect;
+mod tokens;
 pub use family::*;
 pub use inspect::*;
+pub use tokens::*;
 
 use lock_runtime::{DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockError, LockOptions, LossReason};
 use lock_tests::loss_reason;
@@ -77,6 +79,12 @@ macro_rules! behaviour_tests {
             info_reads_a_mutex_holder_lease_token_and_subscribed_waiters,
             info_reads_semaphore_permits_and_the_stored_capacity,
             info_reads_readers_a_writer_and_a_fair_queue,
+            a_token_on_demand_is_asked_for_once_and_a_fenced_grant_carries_its_own,
+            lazy_and_eager_tokens_on_one_name_never_go_backwards,
+            a_holder_that_lost_its_lock_gets_lost_never_a_token,
+            a_hot_lock_passes_between_the_tasks_of_a_client_in_memory,
+            a_lock_passed_in_memory_is_renewed_and_its_loss_reaches_its_holder,
+            a_waiter_cancelled_as_the_lock_passes_in_memory_leaves_nothing,
         );
     };
     (@each #[$attr:meta] $fixture:expr; $($name:ident),* $(,)?) => {
@@ -162,7 +170,7 @@ pub async fn exclusion_under_contention(f: &impl Fixture) {
 /// the same client, is refused as busy, with the holder's remaining lease.
 pub async fn a_held_lock_is_busy_for_other_clients_and_tasks(f: &impl Fixture) {
     let (a, b) = (f.client().await, f.client().await);
-    let guard = a.lock("busy-now").acquire().await.unwrap();
+    let guard = a.lock("busy-now").fenced().acquire().await.unwrap();
     let err = b
         .lock("busy-now")
         .try_acquire(Duration::ZERO)
@@ -187,7 +195,7 @@ pub async fn a_held_lock_is_busy_for_other_clients_and_tasks(f: &impl Fixture) {
     let info = b.lock("busy-now").info().await.unwrap().expect("held");
     assert_eq!(info.holders.len(), 1);
     assert_eq!(info.holders[0].client_id(), Some(a.id()));
-    assert_eq!(info.fencing_token, Some(guard.fencing_token()));
+    assert_eq!(info.fencing_token, guard.issued_token());
     guard.release().await.unwrap();
     assert!(!b.lock("busy-now").is_locked().await.unwrap());
     let taken = b
@@ -205,8 +213,11 @@ pub async fn fencing_tokens_strictly_increase_across_holders(f: &impl Fixture) {
     for i in 0..50 {
         let locks = if i % 2 == 0 { &a } else { &b };
         let guard = locks.lock("fenced").acquire().await.unwrap();
-        assert!(guard.fencing_token() > last, "token went backwards");
-        last = guard.fencing_token();
+        assert!(
+            guard.fencing_token().await.unwrap() > last,
+            "token went backwards"
+        );
+        last = guard.fencing_token().await.unwrap();
         guard.release().await.unwrap();
     }
 }
@@ -302,6 +313,7 @@ pub async fn an_explicit_lease_is_not_renewed_and_lost_fires_a_margin_before_it_
         .acquire_with(LockOptions::new().lease(Duration::from_millis(700)))
         .await
         .unwrap();
+    let first = guard.fencing_token().await.unwrap();
     let err = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .unwrap();
@@ -318,7 +330,12 @@ pub async fn an_explicit_lease_is_not_renewed_and_lost_fires_a_margin_before_it_
         .try_acquire(Duration::from_millis(300))
         .await
         .unwrap();
-    assert!(g.fencing_token() > guard.fencing_token());
+    assert!(g.fencing_token().await.unwrap() > first);
+    // A holder that lost the lock never gets a token (it had one: it keeps answering Lost).
+    assert!(matches!(
+        guard.fencing_token().await,
+        Err(LockError::Lost { .. })
+    ));
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 }
 
@@ -456,6 +473,8 @@ pub async fn max_hold_stops_renewal_and_frees_the_lock(f: &impl Fixture) {
 pub async fn nested_acquire_inside_the_scope_reenters_without_a_round_trip(f: &impl Fixture) {
     let locks = f.client().await;
     let outer = locks.lock("nest").acquire().await.unwrap();
+    // The token asked for once, then shared by every re-entrant guard.
+    let first = outer.fencing_token().await.unwrap();
     let before = f.lock_round_trips();
     let (token, reentrant) = outer
         .scope(async {
@@ -469,13 +488,14 @@ pub async fn nested_acquire_inside_the_scope_reenters_without_a_round_trip(f: &i
                 .scope(async { locks.lock("nest").acquire().await.unwrap() })
                 .await;
             assert!(deeper.is_reentrant());
-            let res = (inner.fencing_token(), inner.is_reentrant());
+            let res = (inner.fencing_token().await.unwrap(), inner.is_reentrant());
             inner.release().await.unwrap(); // releases nothing
             res
         })
         .await;
     assert!(reentrant);
-    assert_eq!(token, outer.fencing_token());
+    assert_eq!(token, first);
+    assert_eq!(outer.fencing_token().await.unwrap(), first);
     assert_eq!(
         f.lock_round_trips(),
         before,

@@ -53,7 +53,13 @@ async fn the_prefix_and_watchdog_settings_are_applied() {
         .unwrap();
     assert_eq!(locks.prefix(), "shop");
     assert_eq!(locks.watchdog_timeout(), Duration::from_secs(3));
-    let guard = locks.lock("order:{user:7}").acquire().await.unwrap();
+    // Fenced: the grant writes the fencing counter, whose key is checked below.
+    let guard = locks
+        .lock("order:{user:7}")
+        .fenced()
+        .acquire()
+        .await
+        .unwrap();
     assert_eq!(guard.key(), "shop:#order:{user:7}");
     let ttl = redis.cmd(&["PTTL", "shop:#order:{user:7}"]).int().unwrap();
     assert!(ttl > 2000 && ttl <= 3000, "{ttl}");

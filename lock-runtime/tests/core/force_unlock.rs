@@ -44,7 +44,7 @@ async fn free_held(
     assert_eq!(was.holder_count, 1, "{name}: {was:?}");
     assert_eq!(was.holders[0].owner, guard.owner(), "{name}");
     assert_eq!(was.holders[0].mode, mode, "{name}");
-    assert_eq!(was.fencing_token, Some(guard.fencing_token()), "{name}");
+    assert_eq!(was.fencing_token, guard.issued_token(), "{name}");
     assert_eq!(locks.info(name).await.unwrap(), None, "{name}");
     assert_lost(guard, name).await;
     assert_eq!(locks.force_unlock(name).await.unwrap(), None, "{name}");
@@ -57,7 +57,7 @@ async fn every_kind_is_freed_by_name_and_its_holder_learns_it() {
     assert_eq!(locks.info("nothing").await.unwrap(), None);
     assert_eq!(locks.force_unlock("nothing").await.unwrap(), None);
 
-    let mutex = locks.lock("stock:42").acquire().await.unwrap();
+    let mutex = locks.lock("stock:42").fenced().acquire().await.unwrap();
     free_held(
         &locks,
         "stock:42",
@@ -123,7 +123,7 @@ async fn waiters_are_woken(redis: &RedisServer, layout: Layout) {
     let holders = [
         (
             "stock:42",
-            holding.lock("stock:42").acquire().await.unwrap(),
+            holding.lock("stock:42").fenced().acquire().await.unwrap(),
         ),
         ("turns", holding.fair_lock("turns").acquire().await.unwrap()),
         (
@@ -181,7 +181,7 @@ async fn redisson_locks_are_freed_as_what_they_are() {
     let locks = client(&redis, Layout::Redisson).await;
     assert_eq!(locks.force_unlock("nothing").await.unwrap(), None);
 
-    let mutex = locks.lock("stock:42").acquire().await.unwrap();
+    let mutex = locks.lock("stock:42").fenced().acquire().await.unwrap();
     free_held(
         &locks,
         "stock:42",

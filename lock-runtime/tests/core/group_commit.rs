@@ -46,7 +46,7 @@ async fn distinct_keys(
                 let mut tokens = Vec::with_capacity(rounds);
                 for _ in 0..rounds {
                     let guard = client.lock(format!("gc:{i}")).acquire().await.unwrap();
-                    tokens.push(guard.fencing_token());
+                    tokens.push(guard.fencing_token().await.unwrap());
                     guard.release().await.unwrap();
                 }
                 tokens

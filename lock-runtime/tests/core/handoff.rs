@@ -39,7 +39,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_without_letting_it_fall_free
                 .await
                 .unwrap();
             let owner = guard.owner().to_owned();
-            let token = guard.fencing_token();
+            let token = guard.fencing_token().await.unwrap();
             (guard, owner, token)
         }
     });
@@ -52,7 +52,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_without_letting_it_fall_free
     );
     // Give the waiter time to queue after its first attempt.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let first_token = first.fencing_token();
+    let first_token = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let (guard, owner, token) = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
@@ -448,7 +448,7 @@ async fn a_limit_of_zero_turns_hand_off_off() {
 
 /// A waiter that gives up while the release handing it the lock is in flight: the grant
 /// that arrives for nobody is released in the background at once, not held for its 30 s
-/// lease.
+/// lease. (The waiter is fenced: its hand-off goes through Redis, which issues its token.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
     let redis = RedisServer::start();
@@ -462,6 +462,7 @@ async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
         async move {
             locks
                 .lock("gone")
+                .fenced()
                 .acquire_with(wait(Duration::from_secs(30)))
                 .await
         }
@@ -495,7 +496,8 @@ async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
 }
 
 /// The hand-off's grant keeps the fencing promise: tokens increase across a wiped counter, and
-/// foreign data at the counter is reported to the waiter, with nothing overwritten.
+/// foreign data at the counter is reported to the waiter, with nothing overwritten. (The
+/// waiters are fenced: their hand-offs go through Redis, which issues their tokens.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
     let redis = RedisServer::start();
@@ -505,6 +507,7 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
         tokio::spawn(async move {
             locks
                 .lock(name)
+                .fenced()
                 .acquire_with(wait(Duration::from_secs(10)))
                 .await
         })
@@ -514,10 +517,10 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
     let waiter = spawn_waiter("wiped");
     tokio::time::sleep(Duration::from_millis(100)).await;
     redis.cmd(&["DEL", "lock:{wiped}:fence"]);
-    let t1 = first.fencing_token();
+    let t1 = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();
-    assert!(second.fencing_token() > t1);
+    assert!(second.fencing_token().await.unwrap() > t1);
     assert_eq!(locks.stats().handoffs, 1);
 
     let first = locks.lock("foreign").acquire().await.unwrap();

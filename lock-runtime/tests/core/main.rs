@@ -20,5 +20,6 @@ mod managed;
 mod names;
 mod reentrancy;
 mod robustness;
+mod upgrade;
 mod waiting;
 mod watchdog;

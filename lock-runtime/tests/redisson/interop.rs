@@ -286,7 +286,7 @@ async fn fencing_tokens_and_force_unlock_cross_the_languages() {
         let t1 = java.fenced_lock("w1", &name).await;
         java.fenced_unlock("w1", &name).await;
         let guard = rust.lock(&name).acquire().await.unwrap();
-        let t2 = guard.fencing_token();
+        let t2 = guard.fencing_token().await.unwrap();
         assert!(t2 > t1, "{version}: {t2} after Java's {t1}");
 
         // Java force-unlocks a Rust holder: its guard learns it lost the lock.

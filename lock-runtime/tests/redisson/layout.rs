@@ -64,7 +64,7 @@ async fn the_lock_is_a_redisson_hash_with_its_channel_and_token_key() {
     let token = redis.cmd(&["GET", "redisson_lock_token:{stock:42}"]);
     assert_eq!(
         token.text().and_then(|t| t.parse::<u64>().ok()),
-        Some(guard.fencing_token())
+        Some(guard.fencing_token().await.unwrap())
     );
     assert_eq!(
         redis.cmd(&["PTTL", "redisson_lock_token:{stock:42}"]).int(),
@@ -153,7 +153,7 @@ async fn a_java_force_unlock_is_a_loss_and_tokens_keep_rising_with_java_incr() {
     // machine's slow round trip is not itself taken for a loss (`RenewalFailed`).
     let locks = redisson_client(&redis, Duration::from_secs(1)).await;
     let first = locks.lock("sku-3").acquire().await.unwrap();
-    let t1 = first.fencing_token();
+    let t1 = first.fencing_token().await.unwrap();
 
     // Java's forceUnlock(): DEL and publish.
     redis.cmd(&["DEL", "sku-3"]);
@@ -175,7 +175,7 @@ async fn a_java_force_unlock_is_a_loss_and_tokens_keep_rising_with_java_incr() {
         .unwrap();
     assert!(java as u64 > t1);
     let second = locks.lock("sku-3").acquire().await.unwrap();
-    assert!(second.fencing_token() > java as u64);
+    assert!(second.fencing_token().await.unwrap() > java as u64);
     assert_eq!(
         redis.cmd(&["PTTL", "redisson_lock_token:{sku-3}"]).int(),
         Some(-1)

@@ -111,12 +111,13 @@ async fn exclusion_across_all_masters(cluster: &RedisCluster) {
                             .unwrap_or_else(|e| panic!("{name} client {c} task {t}: {e}"));
                         let n = inside[&name].fetch_add(1, Ordering::SeqCst);
                         assert_eq!(n, 0, "two holders of {name} at once");
+                        let token = guard.fencing_token().await.unwrap();
                         tokens
                             .lock()
                             .unwrap()
                             .entry(name.clone())
                             .or_default()
-                            .push(guard.fencing_token());
+                            .push(token);
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         inside[&name].fetch_sub(1, Ordering::SeqCst);
                         guard.release().await.expect("release");

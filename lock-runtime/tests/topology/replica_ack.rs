@@ -175,7 +175,7 @@ async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
     let mut pair = ReplicatedPair::start();
     let old = common::client(pair.master()).await;
     let first = old.lock("fenced").acquire().await.expect("acquire");
-    let t0 = first.fencing_token();
+    let t0 = first.fencing_token().await.unwrap();
     first.release().await.expect("release");
     pair.wait_for_sync();
 
@@ -187,7 +187,7 @@ async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
         lock_tests::Resp::Simple(_)
     ));
     let lost_grant = old.lock("fenced").acquire().await.expect("acquire");
-    let t1 = lost_grant.fencing_token();
+    let t1 = lost_grant.fencing_token().await.unwrap();
     assert!(t1 > t0);
     pair.master_mut().kill();
     let promoted = pair.replica();
@@ -202,9 +202,9 @@ async fn fencing_tokens_increase_across_a_failover_to_a_lagging_replica() {
             "the promoted replica grants the lock again: the double grant fencing exists for",
         );
     assert!(
-        second.fencing_token() > t1,
+        second.fencing_token().await.unwrap() > t1,
         "the later grant must carry the larger token: {} after {t1}",
-        second.fencing_token()
+        second.fencing_token().await.unwrap()
     );
     drop(lost_grant);
 }

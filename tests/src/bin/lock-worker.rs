@@ -98,7 +98,7 @@ async fn run(args: Vec<&str>) {
                 .await
                 .expect("connect");
             let guard = locks.lock(lock).acquire().await.expect("acquire");
-            println!("held {}", guard.fencing_token());
+            println!("held {}", guard.fencing_token().await.expect("token"));
             std::future::pending::<()>().await;
         }
         ["family", url, kind, name, tasks, rounds, hold_ms] => {
@@ -337,7 +337,7 @@ mod family {
             taken = take(&locks, kind, name, false) => taken.expect("take"),
             () = waiting => unreachable!(),
         };
-        println!("held {}", guard.fencing_token());
+        println!("held {}", guard.fencing_token().await.expect("token"));
         std::future::pending::<()>().await;
     }
 }
@@ -404,12 +404,13 @@ mod chaos {
     fn record(
         out: &std::sync::Mutex<std::fs::File>,
         guard: &LockGuard,
+        token: u64,
         start_ns: u64,
         outcome: Outcome,
     ) {
         let r = Record {
             key: guard.name().to_string(),
-            token: guard.fencing_token(),
+            token,
             owner: guard.owner().to_string(),
             start_ns,
             end_ns: mono_ns(),
@@ -479,7 +480,14 @@ mod chaos {
                             Duration::from_micros(rng.random_range(0..2000)),
                         )
                     };
-                    let lock = locks.lock(&key);
+                    // Lazy and eager tokens interleaved on every name: half of the sections
+                    // take their lock fenced (the token with the grant), the others ask for it
+                    // in the section (and pass a hot lock between tasks in memory).
+                    let lock = if mode >= 5 {
+                        locks.lock(&key).fenced()
+                    } else {
+                        locks.lock(&key)
+                    };
                     let opts = LockOptions::new().wait(Duration::from_secs(5));
                     let guard = if mode == 0 {
                         // Cancellation fuzz: the acquire is dropped at a random point.
@@ -501,12 +509,11 @@ mod chaos {
                         }
                     };
                     let start = mono_ns();
-                    let body = guard.run(critical_section(
-                        &mut store,
-                        &key,
-                        guard.fencing_token(),
-                        pause,
-                    ));
+                    let Ok(token) = guard.fencing_token().await else {
+                        // Lost before it was asked for: no token, so nothing to write with.
+                        continue;
+                    };
+                    let body = guard.run(critical_section(&mut store, &key, token, pause));
                     let outcome = if mode == 1 {
                         // Cancellation fuzz: the body is dropped at a random point.
                         match tokio::time::timeout(cancel_at, body).await {
@@ -523,7 +530,7 @@ mod chaos {
                             Err(_lost) => Outcome::Failed,
                         }
                     };
-                    record(&out, &guard, start, outcome);
+                    record(&out, &guard, token, start, outcome);
                     if mode == 2 {
                         // Cancellation fuzz: the release is dropped at a random point.
                         if tokio::time::timeout(cancel_at / 4, guard.release())
@@ -569,17 +576,19 @@ mod chaos {
                 .open(out)
                 .expect("open out"),
         );
-        let guard = locks.lock(key).acquire().await.expect("acquire");
+        let guard = locks.lock(key).fenced().acquire().await.expect("acquire");
         let start = mono_ns();
-        println!("held {}", guard.fencing_token());
+        let token = guard
+            .issued_token()
+            .expect("a fenced grant carries its token");
+        println!("held {token}");
         // Block the only runtime thread: no renewal can run.
         std::thread::sleep(Duration::from_millis(block_ms.parse().expect("ms")));
         // Let the watchdog run once now that the thread is free again.
         tokio::time::sleep(Duration::from_millis(50)).await;
         println!("lost {}", guard.is_lost());
-        let outcome =
-            critical_section(&mut store, key, guard.fencing_token(), Duration::ZERO).await;
-        record(&out, &guard, start, outcome);
+        let outcome = critical_section(&mut store, key, token, Duration::ZERO).await;
+        record(&out, &guard, token, start, outcome);
         println!("outcome {outcome:?}");
         let _ = guard.release().await;
     }

@@ -36,7 +36,7 @@ pub(super) fn acquire_fair(
     let held = live(state, &names.key).map(|h| (h.owner == owner, h.until));
     let mine = held.is_some_and(|(mine, _)| mine);
     if mine || (held.is_none() && first.as_deref().is_none_or(|f| f == owner)) {
-        let token = grant(state, names, owner, lease_ms);
+        let token = grant(state, names, owner, lease_ms, true);
         leave_queue(state, &names.key, owner);
         return Reply::Done(token);
     }

@@ -42,7 +42,7 @@ impl MemoryBackend {
                     next = None;
                 }
                 if let Some(heir) = next {
-                    let token = grant(&mut state, names, heir.owner, heir.lease_ms);
+                    let token = grant(&mut state, names, heir.owner, heir.lease_ms, heir.fenced);
                     return Reply::HandedOff(token);
                 }
                 drop(state);
@@ -54,12 +54,14 @@ impl MemoryBackend {
     }
 }
 
-/// `acquire.lua`: take a free mutex (or re-take our own).
+/// `acquire.lua`: take a free mutex (or re-take our own), with a fencing token if `fenced`
+/// (else token 0: issued on demand by [`token`]).
 pub(super) fn acquire_mutex(
     state: &mut State,
     names: &LockNames,
     owner: &str,
     lease_ms: u64,
+    fenced: bool,
 ) -> Reply {
     if live_set(state, &names.key).is_some() {
         return Reply::Foreign("zset".into());
@@ -70,14 +72,47 @@ pub(super) fn acquire_mutex(
             Some(y) if y.client == client_of(owner) && y.until > Instant::now() => {
                 Reply::NotDone(millis_until(y.until))
             }
-            _ => Reply::Done(grant(state, names, owner, lease_ms)),
+            _ => Reply::Done(grant(state, names, owner, lease_ms, fenced)),
         },
     }
 }
 
-/// Gives the lock to `owner` with a fresh token.
-pub(super) fn grant(state: &mut State, names: &LockNames, owner: &str, lease_ms: u64) -> i64 {
-    let token = next_token(state, &names.key);
+/// `token.lua`: a fresh fencing token for `owner` while it holds the mutex (`NotDone(0)` when
+/// it does not); a fair lock's holder is always given its token with the grant.
+pub(super) fn token(state: &mut State, names: &LockNames, owner: &str) -> Reply {
+    if live_set(state, &names.key).is_some() {
+        return Reply::Foreign("zset".into());
+    }
+    match live(state, &names.key) {
+        Some(hold) if hold.owner == owner => {
+            let key = names.key.clone();
+            let token = state.tokens.entry(key).or_default();
+            *token += 1;
+            let token = *token;
+            if let Some(hold) = state.holds.get_mut(&names.key) {
+                hold.token = token;
+            }
+            Reply::Done(token)
+        }
+        _ => Reply::NotDone(0),
+    }
+}
+
+/// Gives the lock to `owner`, with a fresh token if `fenced` (else token 0).
+pub(super) fn grant(
+    state: &mut State,
+    names: &LockNames,
+    owner: &str,
+    lease_ms: u64,
+    fenced: bool,
+) -> i64 {
+    let token = if fenced {
+        next_token(state, &names.key)
+    } else {
+        // The next grant to anyone clears a yield, with a token or without.
+        state.yielded.remove(&names.key);
+        0
+    };
     state.holds.insert(
         names.key.clone(),
         Hold {

@@ -12,7 +12,7 @@ use super::fair::{acquire_fair, release_fair};
 use super::holders::{
     acquire_permits, acquire_rw, capacity_in_force, grant_member, permits_of, release_member,
 };
-use super::mutex::{acquire_mutex, grant};
+use super::mutex::{acquire_mutex, grant, token};
 use super::{BUSY_OWNER, Fault, MemoryBackend, live, live_set, millis_until, ready, subscribers};
 use crate::backend::{
     Acked, Backend, BoxFuture, CapacityOp, HandOff, LockState, Release, Reply, ScanNode,
@@ -69,6 +69,7 @@ impl Backend for MemoryBackend {
         _retention_ms: u64,
         // One process: no turns across clients to take.
         _waiting: bool,
+        fenced: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         let mut state = self.lock();
         state
@@ -91,7 +92,7 @@ impl Backend for MemoryBackend {
                     let lease_ms = lease.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
                     match names.family() {
                         Family::Mutex | Family::Fair => {
-                            grant(&mut state, names, BUSY_OWNER, lease_ms);
+                            grant(&mut state, names, BUSY_OWNER, lease_ms, true);
                         }
                         // A writer, or every permit: nobody else gets in.
                         Family::ReadWrite => {
@@ -121,7 +122,7 @@ impl Backend for MemoryBackend {
             }
         }
         let reply = match names.family() {
-            Family::Mutex => acquire_mutex(&mut state, names, owner, lease_ms),
+            Family::Mutex => acquire_mutex(&mut state, names, owner, lease_ms, fenced),
             Family::Fair => acquire_fair(&mut state, names, owner, lease_ms),
             Family::ReadWrite => acquire_rw(&mut state, names, owner, lease_ms),
             Family::Semaphore { capacity, .. } => {
@@ -141,6 +142,23 @@ impl Backend for MemoryBackend {
         next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         let reply = self.release_one(names, owner, next);
+        ready(Ok(Acked {
+            reply,
+            shortfall: None,
+        }))
+    }
+
+    fn token<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        _retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        let mut state = self.lock();
+        if state.unreachable.contains(owner) {
+            return ready(Err(refused()));
+        }
+        let reply = token(&mut state, names, owner);
         ready(Ok(Acked {
             reply,
             shortfall: None,

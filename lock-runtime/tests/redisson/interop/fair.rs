@@ -543,10 +543,10 @@ async fn the_bytes_on_redis_are_redissons() {
     // Fencing tokens rise with each Rust grant, in Redisson's token key.
     redis.cmd(&["DEL", &q, &t]);
     let first = rust.fair_lock(name).acquire().await.unwrap();
-    let t1 = first.fencing_token();
+    let t1 = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let second = rust.fair_lock(name).acquire().await.unwrap();
-    let t2 = second.fencing_token();
+    let t2 = second.fencing_token().await.unwrap();
     assert!(t2 > t1, "{t2} after {t1}");
     assert_eq!(
         redis.cmd(&["GET", &token]).text(),

@@ -124,7 +124,10 @@ async fn rw_bytes_on_redis_are_redissons() {
         assert!(left > 0 && left <= 900, "{key}: {left}");
     }
     let token = redis.cmd(&["GET", "redisson_lock_token:{stock:7}"]);
-    assert_eq!(token.text(), Some(r1.fencing_token().to_string().as_str()));
+    assert_eq!(
+        token.text(),
+        Some(r1.fencing_token().await.unwrap().to_string().as_str())
+    );
     assert_eq!(pttl(&redis, "redisson_lock_token:{stock:7}"), -1);
 
     // The watchdog renews the timeout key with the hash, past two leases.
@@ -135,7 +138,7 @@ async fn rw_bytes_on_redis_are_redissons() {
 
     // A second reader shares; a writer waits; `info` lists the readers, not `mode`.
     let r2 = rw.read().try_acquire(Duration::ZERO).await.unwrap();
-    assert!(r2.fencing_token() > r1.fencing_token());
+    assert!(r2.fencing_token().await.unwrap() > r1.fencing_token().await.unwrap());
     assert!(is_busy(rw.write().try_acquire(Duration::ZERO).await));
     let info = rw.read().info().await.unwrap().expect("held");
     assert_eq!(info.kind, LockKind::ReadWrite);
@@ -593,15 +596,17 @@ async fn force_unlock_both_ways() {
         assert_eq!(java(&j, &format!("wforce w1 {name}")).await, "ok false");
         assert_eq!(java(&j, &format!("rforce w1 {name}")).await, "ok true");
         lost_within(reader.lost_owned()).await;
-        let t1 = reader.fencing_token();
+        // Issued with the grant; asked for now, a lost hold gets `Lost`.
+        let t1 = reader.issued_token().unwrap();
+        assert!(reader.fencing_token().await.is_err());
         drop(reader);
 
         let writer = rw.write().acquire().await.unwrap();
-        assert!(writer.fencing_token() > t1);
+        assert!(writer.fencing_token().await.unwrap() > t1);
         assert_eq!(java(&j, &format!("rforce w1 {name}")).await, "ok false");
         assert_eq!(java(&j, &format!("wforce w1 {name}")).await, "ok true");
         lost_within(writer.lost_owned()).await;
-        let t2 = writer.fencing_token();
+        let t2 = writer.issued_token().unwrap();
         drop(writer);
 
         ok_ns(&java(&j, &format!("rlock w1 {name} -1")).await);
@@ -624,7 +629,7 @@ async fn force_unlock_both_ways() {
         assert!(!rw.write().force_unlock().await.unwrap(), "already free");
 
         let reader = rw.read().acquire().await.unwrap();
-        assert!(reader.fencing_token() > t2);
+        assert!(reader.fencing_token().await.unwrap() > t2);
         reader.release().await.unwrap();
     }
 }

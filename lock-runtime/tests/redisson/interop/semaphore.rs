@@ -95,7 +95,10 @@ async fn semaphore_bytes_on_redis() {
     }
     let token_key = "redisson_lock_token:{bytes}";
     assert_eq!(redis.cmd(&["PTTL", token_key]).int(), Some(-1));
-    assert_eq!(get(token_key), Some(guard.fencing_token().to_string()));
+    assert_eq!(
+        get(token_key),
+        Some(guard.fencing_token().await.unwrap().to_string())
+    );
 
     // Releasing two: Redisson's release-many publishes how many were released.
     guard.release().await.unwrap();

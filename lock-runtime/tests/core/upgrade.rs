@@ -1,0 +1,92 @@
+//! A rolling upgrade: clients of the previous release (its acquire and release scripts,
+//! verbatim, in `previous_release/`) and of this one on the same names. The data at a mutex's
+//! keys is the same in both (the hash of holders, the counter with its turn marks); only when a
+//! token is issued changed. So they exclude each other, and tokens never go backwards.
+
+use std::time::Duration;
+
+use lock_tests::{RedisServer, Resp};
+
+use super::common;
+
+const PREVIOUS_ACQUIRE: &str = include_str!("previous_release/acquire.lua");
+const PREVIOUS_RELEASE: &str = include_str!("previous_release/release.lua");
+
+/// The keys of `name` under the default prefix: lock hash, fencing counter, unlock channel.
+fn keys(name: &str) -> [String; 3] {
+    [
+        format!("lock:{{{name}}}"),
+        format!("lock:{{{name}}}:fence"),
+        format!("lock:{{{name}}}:unlock"),
+    ]
+}
+
+/// The previous release's acquire for `owner` (lease 30 s, counter kept a day): `(1, token)`
+/// when taken, `(0, pttl)` when busy.
+fn previous_acquire(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
+    let [key, fence, channel] = keys(name);
+    let reply = redis.cmd(&[
+        "EVAL",
+        PREVIOUS_ACQUIRE,
+        "3",
+        &key,
+        &fence,
+        &channel,
+        owner,
+        "30000",
+        "86400000",
+        "0",
+    ]);
+    pair(&reply)
+}
+
+/// The previous release's release of `owner`'s hold: `(1, 0)` when released.
+fn previous_release(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
+    let [key, fence, channel] = keys(name);
+    pair(&redis.cmd(&["EVAL", PREVIOUS_RELEASE, "3", &key, &channel, &fence, owner]))
+}
+
+fn pair(reply: &Resp) -> (i64, i64) {
+    let items = reply.items();
+    assert_eq!(items.len(), 2, "{reply:?}");
+    (
+        items[0].int().expect("code"),
+        items[1].int().expect("value"),
+    )
+}
+
+#[tokio::test]
+async fn clients_of_the_previous_release_and_this_one_exclude_each_other_and_tokens_increase() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    let previous = "0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e:1";
+
+    // This release holds without a token: the previous release finds the lock busy.
+    let guard = locks.lock("upgrade").acquire().await.unwrap();
+    assert_eq!(guard.issued_token(), None);
+    let (code, pttl) = previous_acquire(&redis, "upgrade", previous);
+    assert_eq!(code, 0, "the previous release took a held lock");
+    assert!(pttl > 0);
+    let on_demand = guard.fencing_token().await.unwrap();
+    guard.release().await.unwrap();
+
+    // The previous release takes it (its grants always issue a token): this one is refused.
+    let (code, eager) = previous_acquire(&redis, "upgrade", previous);
+    assert_eq!(code, 1);
+    assert!(eager > on_demand as i64, "{eager} after {on_demand}");
+    let err = locks
+        .lock("upgrade")
+        .try_acquire(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    assert_eq!(previous_release(&redis, "upgrade", previous), (1, 0));
+
+    // And back: a token on demand after the previous release's is larger still.
+    let guard = locks.lock("upgrade").acquire().await.unwrap();
+    let after = guard.fencing_token().await.unwrap();
+    assert!(after as i64 > eager, "{after} after {eager}");
+    let (code, _) = previous_acquire(&redis, "upgrade", previous);
+    assert_eq!(code, 0, "the previous release took a held lock");
+    guard.release().await.unwrap();
+}

@@ -12,15 +12,20 @@ pub(crate) const LEASE: Duration = Duration::from_secs(10);
 /// Which implementation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// Ours as most callers use it: the watchdog (lease 10 s), tokens on demand.
     Ours,
     /// Ours with `group_commit(true)` (uncontended rows only).
     OursGrouped,
+    /// Ours with every lock taken `fenced` (the token with the grant).
+    OursFenced,
     Rslock,
     Naive,
 }
 
 /// The name of [`Kind::OursGrouped`]'s rows.
 pub(crate) const GROUPED: &str = "lock-runtime, group commit on";
+/// The name of [`Kind::OursFenced`]'s rows.
+pub(crate) const FENCED: &str = "lock-runtime, fenced";
 
 impl Kind {
     pub(crate) const ALL: [Kind; 3] = [Kind::Ours, Kind::Rslock, Kind::Naive];
@@ -29,13 +34,17 @@ impl Kind {
         match self {
             Kind::Ours => "lock-runtime",
             Kind::OursGrouped => GROUPED,
+            Kind::OursFenced => FENCED,
             Kind::Rslock => "rslock",
             Kind::Naive => "naive",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == s)
+        [Kind::OursGrouped, Kind::OursFenced]
+            .into_iter()
+            .chain(Kind::ALL)
+            .find(|k| k.name() == s)
     }
 }
 
@@ -63,10 +72,13 @@ static NAIVE_RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::
 impl Locker {
     pub(crate) async fn connect(kind: Kind, url: &str) -> Locker {
         match kind {
-            Kind::Ours | Kind::OursGrouped => Locker::Ours(
+            Kind::Ours | Kind::OursGrouped | Kind::OursFenced => Locker::Ours(
                 LockClient::builder(url)
                     .prefix("bench")
+                    // The lease every lock gets, renewed while held (a hold here is short).
+                    .watchdog_timeout(LEASE)
                     .group_commit(kind == Kind::OursGrouped)
+                    .fenced_by_default(kind == Kind::OursFenced)
                     .build()
                     .await
                     .expect("connect"),
@@ -88,11 +100,7 @@ impl Locker {
         match self {
             Locker::Ours(c) => Held::Ours(
                 c.lock(key)
-                    .acquire_with(
-                        LockOptions::new()
-                            .lease(LEASE)
-                            .wait(Duration::from_secs(60)),
-                    )
+                    .acquire_with(LockOptions::new().wait(Duration::from_secs(60)))
                     .await
                     .expect("acquire"),
             ),

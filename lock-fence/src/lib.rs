@@ -111,9 +111,10 @@
 //! lock_fence::postgres::migrate(&pool).await?;
 //!
 //! let guard = locks.lock("stock:42").fenced().try_acquire(Duration::from_secs(5)).await?;
+//! let token = guard.fencing_token().await?; // came with the grant: no round trip
 //! let purchase = async {
 //!     let mut tx = pool.begin().await?;
-//!     lock_fence::postgres::advance(&mut tx, "stock:42", guard.fencing_token().await?).await?;
+//!     lock_fence::postgres::advance(&mut tx, "stock:42", token).await?;
 //!     let qty: i32 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
 //!         .bind("42")
 //!         .fetch_one(&mut *tx)

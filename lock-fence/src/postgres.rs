@@ -2,12 +2,13 @@
 //! the [token column](crate#the-token-column).
 //!
 //! ```no_run
-//! # async fn demo(pool: sqlx::PgPool, guard: lock_runtime::LockGuard) -> Result<(), lock_fence::FenceError> {
+//! # async fn demo(pool: sqlx::PgPool, guard: lock_runtime::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
 //! lock_fence::postgres::migrate(&pool).await?; // once, at start-up
 //!
+//! let token = guard.fencing_token().await?;
 //! let mut tx = pool.begin().await?;
 //! // First thing in the transaction: refused if a newer holder of "stock:42" has written.
-//! lock_fence::postgres::advance(&mut *tx, "stock:42", guard.fencing_token().await?).await?;
+//! lock_fence::postgres::advance(&mut *tx, "stock:42", token).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = $1 AND qty > 0")
 //!     .bind("42")
 //!     .execute(&mut *tx)

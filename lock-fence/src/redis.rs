@@ -29,7 +29,7 @@
 //! # async fn demo(
 //! #     guard: lock_runtime::LockGuard,
 //! #     mut redis: redis::aio::ConnectionManager,
-//! # ) -> Result<(), lock_fence::FenceError> {
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! use lock_fence::redis as fenced;
 //!
 //! let token = guard.fencing_token().await?;

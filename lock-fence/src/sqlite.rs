@@ -17,7 +17,7 @@
 //! use sqlx::Connection;
 //! use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool};
 //!
-//! # async fn demo(guard: lock_runtime::LockGuard) -> Result<(), lock_fence::FenceError> {
+//! # async fn demo(guard: lock_runtime::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
 //! let options = SqliteConnectOptions::new()
 //!     .filename("shop.db")
 //!     .create_if_missing(true)
@@ -26,9 +26,10 @@
 //! let pool = SqlitePool::connect_with(options).await?;
 //! lock_fence::sqlite::migrate(&pool).await?; // once, at start-up
 //!
+//! let token = guard.fencing_token().await?;
 //! let mut conn = pool.acquire().await?;
 //! let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-//! lock_fence::sqlite::advance(&mut *tx, "stock:42", guard.fencing_token().await?).await?;
+//! lock_fence::sqlite::advance(&mut *tx, "stock:42", token).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = ?1 AND qty > 0")
 //!     .bind("42")
 //!     .execute(&mut *tx)

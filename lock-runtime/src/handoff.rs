@@ -1,12 +1,22 @@
-//! Local hand-off: a release that finds a task of the same client waiting for the lock grants
-//! it the lock in the release's own round trip.
+//! Local hand-off: a release that finds a task of the same client waiting for the lock passes
+//! it on in memory, or grants it in the release's own round trip.
 //!
 //! Without it, a hand-over between two tasks takes three sequential steps: the release script,
-//! the unlock message's delivery, the waiter's acquire script. With it, the release script
-//! removes the holder and, since the lock is left without owners, grants it to the waiter's
-//! owner id at once (a fresh fencing token from the same counter, the waiter's own lease); the
-//! waiter is told in-process. The lock never falls free, so nothing is published and no other
-//! process can slip in between: one round trip per hand-over.
+//! the unlock message's delivery, the waiter's acquire script.
+//!
+//! **In memory** (`guard.rs`, `pass_in_memory`): when the waiter wants no fencing token with
+//! its grant (tokens on demand) and the same watchdog-renewed lease as the hold, nothing is sent
+//! at all. The hold in Redis stays as it is (its owner id, its lease); its watchdog entry keeps
+//! renewing it under a signal of its own until the waiter takes it over
+//! ([`Grant::inherited`], `Watchdog::hand_over` and `Watchdog::adopt`), and from then on every
+//! loss reaches that waiter. A token it asks for later comes from Redis as for any holder.
+//!
+//! **Through Redis** otherwise (a waiter that asked for its token eagerly, a different lease,
+//! the end of a turn): the release script removes the holder and, since the lock is left
+//! without owners, grants it to the waiter's owner id at once (a fresh fencing token from the
+//! same counter when the waiter is fenced, the waiter's own lease); the waiter is told
+//! in-process. Either way the lock never falls free, so nothing is published and no other
+//! process can slip in between.
 //!
 //! **Fairness** ("lock cohorting", Dice, Marathe and Shavit, PPoPP 2012): the tasks of one
 //! client are served first come, first served, and a lock is passed on locally at most

@@ -457,7 +457,8 @@ async fn a_fair_waiter_killed_with_sigkill_stops_blocking_the_queue_within_its_p
 /// rival takes its mutex, its semaphore permit and the write side over its read hold never
 /// acts on the lost holds once resumed (`SIGCONT`): none of its tasks, which check
 /// `is_lost()` before every use, sees a hold as held at a check made after the rival's grant,
-/// even when they run before its watchdog task does; `lost()` resolves too.
+/// even when they run before its watchdog task does; `lost()` resolves too, and a fencing token
+/// asked for after it (the mutex was taken without one) is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_process_never_acts_on_a_lost_hold() {
     use nix::sys::signal::{Signal, kill};
@@ -520,7 +521,10 @@ async fn a_resumed_process_never_acts_on_a_lost_hold() {
                         ));
                     }
                 }
-                ["signal", _, _] => signals += 1,
+                ["signal", kind, _, token] => {
+                    signals += 1;
+                    assert_eq!(*token, "refused", "{kind}: a token issued after the loss");
+                }
                 _ => panic!("unexpected line {line:?}"),
             }
         }

@@ -170,7 +170,14 @@ async fn paused(url: &str, prefix: &str, watchdog_ms: &str, tasks: &str) {
         }
         handles.push(tokio::spawn(async move {
             let _ = guard.lost().await;
-            format!("signal {kind} {}", mono_ns())
+            let at = mono_ns();
+            // A token asked for after the loss (the mutex's first: it was taken without one)
+            // is refused.
+            let token = match guard.fencing_token().await {
+                Ok(token) => token.to_string(),
+                Err(_) => "refused".to_owned(),
+            };
+            format!("signal {kind} {at} {token}")
         }));
     }
     println!("held");

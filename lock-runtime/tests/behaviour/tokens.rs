@@ -129,7 +129,7 @@ pub async fn a_hot_lock_passes_between_the_tasks_of_a_client_in_memory(f: &impl 
             stats.acquisitions
         );
     }
-    let tokens = tokens.lock().unwrap();
+    let tokens = tokens.lock().unwrap().clone();
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens in holding order: {tokens:?}"

@@ -12,7 +12,11 @@
 //!   in flight go out together, as one script call, which cuts the server's CPU per lock under
 //!   load, for deployments where Redis is the bottleneck ([`LockClientBuilder::group_commit`]).
 //! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
-//!   stale holder's writes.
+//!   stale holder's writes: on demand by default ([`LockGuard::fencing_token`] asks Redis for
+//!   one, issued only while the guard holds the lock), or with the grant in the same round trip
+//!   for a lock taken [`fenced`](Lock::fenced) (or every lock of a client built with
+//!   [`fenced_by_default`](LockClientBuilder::fenced_by_default)). A mutex granted without a
+//!   token costs Redis no counter write.
 //! - **Cancellation-safe**: dropping an acquire or release future (at any await point) or a
 //!   guard never blocks and leaves nothing behind; the background releaser frees the lock within milliseconds.
 //! - **[`MultiLock`]**: several locks (even on different clients and deployments) taken all or
@@ -125,9 +129,11 @@
 //!
 //! A waiting task subscribes to the unlock channel before each attempt, so no release can slip
 //! between its attempt and its sleep. When the releasing task's own client has tasks waiting
-//! for the lock, the release does not publish: the script grants the lock to the
-//! longest-waiting of them at once (a *local hand-off*: one round trip per hand-over instead
-//! of release, message and acquire), at most
+//! for the lock, the release does not publish: the lock goes to the longest-waiting of them at
+//! once (a *local hand-off*): in memory, without a round trip, when that task wants no token
+//! with its grant (the process keeps its hold in Redis, renewed by the watchdog, and the task
+//! takes it over); otherwise the release script grants it in the release's own round trip
+//! (one round trip per hand-over instead of release, message and acquire). At most
 //! [`handoff_limit`](LockClientBuilder::handoff_limit) times in a row, and for about 2 ms,
 //! while another process waits, before a release lets the lock fall free for the other processes, which take turns
 //! in a fixed cycle (the client whose last turn is longest ago goes first). SAFETY.md states

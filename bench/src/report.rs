@@ -643,3 +643,102 @@ fn fmt_value(v: f64) -> String {
         format!("{v:.3}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Hot, Plan, Uncontended, Wake};
+
+    /// A run with the three Rust locks only (all figures 0).
+    fn rust_only() -> Results {
+        let mut r = Results {
+            plan: Some(Plan {
+                full: false,
+                reps: 1,
+                run: Duration::from_secs(1),
+                wake_cycles: 1,
+                watchdog_hold: Duration::from_secs(1),
+            }),
+            ..Results::default()
+        };
+        for k in ["lock-runtime", "rslock", "naive"] {
+            r.uncontended_1.insert(k, Uncontended::default());
+            r.uncontended_64.insert(k, Uncontended::default());
+            r.hot_tasks.insert(k, Hot::default());
+            r.hot_procs.insert(k, Hot::default());
+            r.wake.insert(k, Wake::default());
+        }
+        r
+    }
+
+    fn versions() -> Versions {
+        Versions {
+            machine: "a machine".into(),
+            rustc: "rustc".into(),
+            redis_server: "redis".into(),
+        }
+    }
+
+    #[test]
+    fn without_the_go_driver_the_redsync_rows_say_not_built() {
+        let md = markdown(&rust_only(), &versions());
+        assert!(md.contains("- redsync: not built"), "{md}");
+        for row in [
+            "| redsync | 1 | not built |",
+            "| redsync | 64 | not built |",
+            "| redsync | 16 tasks, 1 process | not built |",
+            "| redsync | 4 processes × 4 tasks | not built |",
+            "| redsync | not built |",
+        ] {
+            assert!(md.contains(row), "no {row:?} in:\n{md}");
+        }
+    }
+
+    #[test]
+    fn with_the_go_driver_its_rows_its_build_and_its_retries_are_reported() {
+        let mut r = rust_only();
+        let name = crate::redsync::NAME;
+        r.redsync = Some("redsync v4.18.1, go-redis v9.23.0, go1.26.8".into());
+        let u = Uncontended {
+            pairs_per_s: 1234.0,
+            ..Uncontended::default()
+        };
+        r.uncontended_1.insert(name, u.clone());
+        r.uncontended_64.insert(name, u);
+        let hot = Hot {
+            acq_per_s: 99.0,
+            gave_up: 3,
+            ..Hot::default()
+        };
+        r.hot_tasks.insert(name, hot.clone());
+        r.hot_procs.insert(name, hot);
+        r.wake.insert(name, Wake::default());
+        let md = markdown(&r, &versions());
+        assert!(
+            md.contains("(redsync v4.18.1, go-redis v9.23.0, go1.26.8;"),
+            "{md}"
+        );
+        assert!(md.contains("32 tries per `Lock()`"), "{md}");
+        assert!(md.contains("| redsync | 1 | 1234 |"), "{md}");
+        assert!(md.contains("| redsync | 64 | 1234 |"), "{md}");
+        assert!(
+            md.contains("| redsync | 16 tasks, 1 process | 99 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| redsync | 4 processes × 4 tasks | 99 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("redsync, 16 tasks, 1 process: 3 lock calls gave up"),
+            "{md}"
+        );
+        assert!(
+            !md.lines()
+                .any(|l| l.starts_with("| redsync |") && l.contains("not built")),
+            "{md}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks against rslock, distributed-lock-redis, redisson (fair lock), Redisson's RLock in a
-# JVM, a naive SET NX lock and the Redis limit, on a local redis-server started by the benchmark. Short mode (about
+# JVM, redsync (Go), a naive SET NX lock and the Redis limit, on a local redis-server started by the benchmark. Short mode (about
 # 2 minutes) by default; `--full` for 3 repetitions per figure. Writes BENCHMARKS.md and bench/chart.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +14,13 @@ cargo build --release -q -p lock-bench
 # It links OpenSSL (Debian: libssl-dev, pkg-config); without them its rows say "not built".
 cargo build --release -q --manifest-path bench/peers/redisson-fair/Cargo.toml --target-dir target/peers \
   || echo "bench: the redisson fair-lock peer did not build (needs libssl-dev and pkg-config); its rows are left out" >&2
+# The Go peer (go-redsync/redsync v4), a Go module of its own with its go.sum; lock-bench runs
+# it as separate processes. Without Go its rows say "not built".
+rm -f target/peers/redsync/peer-redsync
+if command -v go >/dev/null; then
+  go build -C bench/peers/redsync -o "$PWD/target/peers/redsync/peer-redsync" . \
+    || echo "bench: the redsync peer did not build; its rows say \"not built\"" >&2
+else
+  echo "bench: Go is missing (https://go.dev/dl/); the redsync rows say \"not built\"" >&2
+fi
 exec target/release/lock-bench "$@"

@@ -1,5 +1,6 @@
-//! Benchmarks: lock-runtime against rslock, a naive `SET NX` + 100 ms polling lock, and the
-//! Redis round-trip limit, all against one local redis-server in one run.
+//! Benchmarks: lock-runtime against rslock, a naive `SET NX` + 100 ms polling lock, Redisson's
+//! `RLock` in JVMs, redsync in Go processes, and the Redis round-trip limit, all against one
+//! local redis-server in one run.
 //!
 //! Run with `bash scripts/bench.sh` (short mode, about 2 minutes) or
 //! `bash scripts/bench.sh --full` (3 repetitions per figure, medians reported). Writes
@@ -7,7 +8,9 @@
 
 mod family;
 mod impls;
+mod process_peer;
 mod redisson_jvm;
+mod redsync;
 mod report;
 mod stats;
 mod tower;
@@ -139,6 +142,9 @@ pub(crate) struct Hot {
     pub(crate) jain_processes: f64,
     pub(crate) min_per_worker: u64,
     pub(crate) max_per_worker: u64,
+    /// Lock calls that gave up (a peer's bounded retries) and were made again; the wait counts
+    /// from the first.
+    pub(crate) gave_up: u64,
 }
 
 /// One acquisition: when (shared clock), by whom, after waiting how long.
@@ -195,6 +201,7 @@ fn summarize_hot(mut acqs: Vec<Acq>, workers: usize, per_process: usize, run: Du
         jain_processes: jain(&per_proc),
         min_per_worker: counts.iter().copied().min().unwrap_or(0),
         max_per_worker: counts.iter().copied().max().unwrap_or(0),
+        gave_up: 0,
     }
 }
 
@@ -580,6 +587,8 @@ pub(crate) struct Results {
     /// Per scenario: the bare handler, the handler locking itself, the handler under LockLayer.
     pub(crate) tower: Vec<(&'static str, tower::TowerRuns)>,
     pub(crate) family: family::FamilyFigures,
+    /// The redsync driver's versions, when it was built (its rows say "not built" otherwise).
+    pub(crate) redsync: Option<String>,
 }
 
 /// Runs `f` `reps` times and keeps the run with the median of `key`.
@@ -652,8 +661,12 @@ async fn main() {
         .await;
         map.insert(impls::GROUPED, u);
     }
-    if let Some(jvm) = redisson_jvm::Jvm::find() {
-        contenders(&mut r, plan, &url, Contender::Jvm(&jvm)).await;
+    if let Some(jvm) = redisson_jvm::find() {
+        contenders(&mut r, plan, &url, Contender::Process(&jvm)).await;
+    }
+    if let Some((go, version)) = redsync::find() {
+        contenders(&mut r, plan, &url, Contender::Process(&go)).await;
+        r.redsync = Some(version);
     }
     let tower_client = || async {
         LockClient::builder(&url)
@@ -724,26 +737,26 @@ async fn main() {
     eprintln!("wrote {out_md} and {}", svg_path.display());
 }
 
-/// A lock under comparison: one of the Rust locks in this process (and its children), or
-/// Redisson's in JVMs.
+/// A lock under comparison: one of the Rust locks in this process (and its children), or a
+/// peer's in driver processes of its own (Redisson's in JVMs, redsync's in Go binaries).
 #[derive(Clone, Copy)]
 enum Contender<'a> {
     Rust(Kind),
-    Jvm(&'a redisson_jvm::Jvm),
+    Process(&'a process_peer::ProcessPeer),
 }
 
 impl Contender<'_> {
     fn name(self) -> &'static str {
         match self {
             Contender::Rust(kind) => kind.name(),
-            Contender::Jvm(_) => redisson_jvm::NAME,
+            Contender::Process(peer) => peer.name,
         }
     }
 
     async fn uncontended(self, url: &str, workers: usize, run: Duration) -> Uncontended {
         match self {
             Contender::Rust(kind) => uncontended(kind, url, workers, run).await,
-            Contender::Jvm(jvm) => jvm.uncontended(url, workers, run).await,
+            Contender::Process(peer) => peer.uncontended(url, workers, run).await,
         }
     }
 
@@ -752,14 +765,14 @@ impl Contender<'_> {
         match self {
             Contender::Rust(kind) if procs == 1 => hot_in_process(kind, url, tasks, run).await,
             Contender::Rust(kind) => hot_processes(kind, url, procs, tasks, run).await,
-            Contender::Jvm(jvm) => jvm.hot(url, procs, tasks, run).await,
+            Contender::Process(peer) => peer.hot(url, procs, tasks, run).await,
         }
     }
 
     async fn wake(self, url: &str, cycles: usize) -> Wake {
         match self {
             Contender::Rust(kind) => wake(kind, url, cycles).await,
-            Contender::Jvm(jvm) => jvm.wake(url, cycles).await,
+            Contender::Process(peer) => peer.wake(url, cycles).await,
         }
     }
 }

@@ -69,6 +69,9 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     if with_jvm {
         kinds.push(jvm);
     }
+    // Always listed: without its driver, its rows say "not built".
+    let redsync = crate::redsync::NAME;
+    kinds.push(redsync);
     let kinds = kinds;
     let ping = r.limit.ping_p50_us;
     let mut s = String::new();
@@ -95,6 +98,20 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
             "- {jvm}: Redisson {}'s `RLock` (`lock(10 s)`/`unlock`, pub/sub wake-up, 128 pooled connections) in an OpenJDK JVM per process (`interop/redisson`, class `Bench`), warmed up 1 s before the uncontended runs and by 200 pairs before the hot-key runs; its processes share the monotonic clock with the Rust ones.\n",
             lock_tests::redisson::REDISSON_4
         );
+    }
+    match &r.redsync {
+        Some(build) => {
+            let _ = writeln!(
+                s,
+                "- {redsync}: go-redsync/redsync v4's `Mutex` ({build}; one go-redis pool of 128 connections, as many as Redisson's) in a Go process per process (`bench/peers/redsync`). `Lock()` is `SET NX` with the lease, `Unlock()` a compare-and-delete script (`EVALSHA`). It retries with its defaults: 32 tries per `Lock()`, a random 50 to 250 ms apart, and a try that finds the lock taken also sends the compare-and-delete; a `Lock()` that gives up after its 32 tries is called again at once (counted below the hot-key table), its wait counted from the first call. Warmed up 1 s before the uncontended runs and by 200 pairs before the hot-key runs; its processes share the monotonic clock with the Rust ones.\n"
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "- {redsync}: not built (its driver, `bench/peers/redsync`, is built by `scripts/bench.sh` with Go).\n"
+            );
+        }
     }
 
     let _ = writeln!(s, "## The limit\n");
@@ -126,7 +143,10 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
             .chain(&grouped)
             .chain(kinds.iter().skip(1))
         {
-            let u = &map[k];
+            let Some(u) = map.get(k) else {
+                let _ = writeln!(s, "| {k} | {workers} | not built | | | | | | | |");
+                continue;
+            };
             let _ = writeln!(
                 s,
                 "| {k} | {workers} | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {:.1} µs | {:.1} µs | {} |",
@@ -164,7 +184,10 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         ("4 processes × 4 tasks", &r.hot_procs),
     ] {
         for &k in &kinds {
-            let h = &map[k];
+            let Some(h) = map.get(k) else {
+                let _ = writeln!(s, "| {k} | {layout} | not built | | | | | | | |");
+                continue;
+            };
             let _ = writeln!(
                 s,
                 "| {k} | {layout} | {:.0} | {:.0} | {:.2} ms | {:.2} ms | {:.1} ms | {:.3} | {:.3} | {} / {} |",
@@ -180,6 +203,18 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
             );
         }
     }
+    for (layout, map) in [
+        ("16 tasks, 1 process", &r.hot_tasks),
+        ("4 processes × 4 tasks", &r.hot_procs),
+    ] {
+        for (k, h) in map.iter().filter(|(_, h)| h.gave_up > 0) {
+            let _ = writeln!(
+                s,
+                "\n{k}, {layout}: {} lock calls gave up after their retries and were made again (their waits count from the first call).",
+                h.gave_up
+            );
+        }
+    }
 
     let _ = writeln!(
         s,
@@ -190,7 +225,10 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         "| impl | cycles | p50 | p99 | p50 / PING p50 |\n|---|---|---|---|---|"
     );
     for &k in &kinds {
-        let w = &r.wake[k];
+        let Some(w) = r.wake.get(k) else {
+            let _ = writeln!(s, "| {k} | not built | | | |");
+            continue;
+        };
         let _ = writeln!(
             s,
             "| {k} | {} | {:.0} µs | {:.0} µs | {} |",
@@ -413,6 +451,23 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
             None => "not measured in this run".to_owned(),
         }
     );
+    if let (Some(u1), Some(hot)) = (r.uncontended_1.get(redsync), r.hot_tasks.get(redsync)) {
+        let _ = writeln!(
+            s,
+            "- **redsync.** Its `Lock()` is one `SET NX` and its `Unlock()` one compare-and-delete \
+             script, as rslock's are; with one worker it makes {:.0} pairs/s ({} rslock's), a pair \
+             p50 of {}. On the hot key its waiters sleep 50 to 250 ms between tries, so the \
+             releasing worker mostly takes the lock again at once: {:.0} acquisitions/s, {:.0} \
+             owner changes/s, Jain {:.3}, waits up to {:.0} ms.",
+            u1.pairs_per_s,
+            ratio(u1.pairs_per_s, r.uncontended_1["rslock"].pairs_per_s),
+            format_args!("{} PING", ratio(u1.p50_us, ping)),
+            hot.acq_per_s,
+            hot.owner_changes_per_s,
+            hot.jain,
+            hot.wait_max_us / 1000.0
+        );
+    }
     let _ = writeln!(
         s,
         "- **Tower.** The bare handler returns a constant, so it measures only HTTP parsing; the \
@@ -586,5 +641,104 @@ fn fmt_value(v: f64) -> String {
         format!("{v:.0}")
     } else {
         format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Hot, Plan, Uncontended, Wake};
+
+    /// A run with the three Rust locks only (all figures 0).
+    fn rust_only() -> Results {
+        let mut r = Results {
+            plan: Some(Plan {
+                full: false,
+                reps: 1,
+                run: Duration::from_secs(1),
+                wake_cycles: 1,
+                watchdog_hold: Duration::from_secs(1),
+            }),
+            ..Results::default()
+        };
+        for k in ["lock-runtime", "rslock", "naive"] {
+            r.uncontended_1.insert(k, Uncontended::default());
+            r.uncontended_64.insert(k, Uncontended::default());
+            r.hot_tasks.insert(k, Hot::default());
+            r.hot_procs.insert(k, Hot::default());
+            r.wake.insert(k, Wake::default());
+        }
+        r
+    }
+
+    fn versions() -> Versions {
+        Versions {
+            machine: "a machine".into(),
+            rustc: "rustc".into(),
+            redis_server: "redis".into(),
+        }
+    }
+
+    #[test]
+    fn without_the_go_driver_the_redsync_rows_say_not_built() {
+        let md = markdown(&rust_only(), &versions());
+        assert!(md.contains("- redsync: not built"), "{md}");
+        for row in [
+            "| redsync | 1 | not built |",
+            "| redsync | 64 | not built |",
+            "| redsync | 16 tasks, 1 process | not built |",
+            "| redsync | 4 processes × 4 tasks | not built |",
+            "| redsync | not built |",
+        ] {
+            assert!(md.contains(row), "no {row:?} in:\n{md}");
+        }
+    }
+
+    #[test]
+    fn with_the_go_driver_its_rows_its_build_and_its_retries_are_reported() {
+        let mut r = rust_only();
+        let name = crate::redsync::NAME;
+        r.redsync = Some("redsync v4.18.1, go-redis v9.23.0, go1.26.8".into());
+        let u = Uncontended {
+            pairs_per_s: 1234.0,
+            ..Uncontended::default()
+        };
+        r.uncontended_1.insert(name, u.clone());
+        r.uncontended_64.insert(name, u);
+        let hot = Hot {
+            acq_per_s: 99.0,
+            gave_up: 3,
+            ..Hot::default()
+        };
+        r.hot_tasks.insert(name, hot.clone());
+        r.hot_procs.insert(name, hot);
+        r.wake.insert(name, Wake::default());
+        let md = markdown(&r, &versions());
+        assert!(
+            md.contains("(redsync v4.18.1, go-redis v9.23.0, go1.26.8;"),
+            "{md}"
+        );
+        assert!(md.contains("32 tries per `Lock()`"), "{md}");
+        assert!(md.contains("| redsync | 1 | 1234 |"), "{md}");
+        assert!(md.contains("| redsync | 64 | 1234 |"), "{md}");
+        assert!(
+            md.contains("| redsync | 16 tasks, 1 process | 99 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| redsync | 4 processes × 4 tasks | 99 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("redsync, 16 tasks, 1 process: 3 lock calls gave up"),
+            "{md}"
+        );
+        assert!(
+            !md.lines()
+                .any(|l| l.starts_with("| redsync |") && l.contains("not built")),
+            "{md}"
+        );
     }
 }

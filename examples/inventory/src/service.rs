@@ -1,13 +1,15 @@
 //! The service: `POST /stock/{id}/purchase` (one product, under `LockLayer`) and
 //! `POST /checkout` (a cart of several products, under `MultiLockLayer`), every save fenced by
-//! the lock's token.
+//! the lock's token. A purchase's answer tells where its time went in a `Server-Timing` header
+//! (`lock;dur=…, store;dur=…`, milliseconds), which the load driver adds up.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
+use axum::http::HeaderName;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -68,6 +70,30 @@ pub(crate) struct CartItem {
 
 type Reply = (StatusCode, String);
 
+/// When a request reached the service, before any lock layer: what the purchase handler
+/// measures its lock wait from.
+#[derive(Debug, Clone, Copy)]
+struct Arrived(Instant);
+
+/// Stamps a request with the instant it reached the service (the outermost layer).
+async fn stamp_arrival(mut request: Request) -> Request {
+    request.extensions_mut().insert(Arrived(Instant::now()));
+    request
+}
+
+/// Where a purchase's time went in the service, sent back as
+/// `Server-Timing: lock;dur=<ms>, store;dur=<ms>`: `lock` from the request's arrival to the
+/// handler (the lock layer's wait and its acquire; a few µs of routing when unlocked), `store`
+/// in the store (the load, and the save's transaction from its `BEGIN` to its `COMMIT`,
+/// including the wait for a connection and for SQLite's writer).
+fn server_timing(lock: Duration, store: Duration) -> [(HeaderName, String); 1] {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    [(
+        HeaderName::from_static("server-timing"),
+        format!("lock;dur={:.3}, store;dur={:.3}", ms(lock), ms(store)),
+    )]
+}
+
 /// The handlers' state: the store, and whether the routes are locked (then a request without
 /// its lock extension is a wiring bug, answered 500 rather than sold unfenced).
 #[derive(Debug, Clone)]
@@ -119,6 +145,8 @@ pub(crate) async fn serve(
             "/metrics",
             get(move || std::future::ready(metrics.render())),
         )
+        // Outside the lock layers: a purchase's lock wait is measured from here.
+        .layer(axum::middleware::map_request(stamp_arrival))
         .with_state(App { store, locked });
 
     // Exit when the driver goes away (our stdin closes), even if it could not kill us.
@@ -132,21 +160,45 @@ pub(crate) async fn serve(
     Ok(())
 }
 
+/// Sells one unit (see [`sell_one`]), and answers with where the time went: the lock wait
+/// and the store's time in a `Server-Timing` header.
+async fn purchase(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Extension(Arrived(arrived)): Extension<Arrived>,
+    held: Option<Extension<HeldLock>>,
+) -> ([(HeaderName, String); 1], Reply) {
+    let lock_wait = arrived.elapsed();
+    let mut in_store = Duration::ZERO;
+    let reply = sell_one(app, id, held, &mut in_store).await;
+    (server_timing(lock_wait, in_store), reply)
+}
+
+/// Runs `op`, adding the time it took to `total`.
+async fn timed<T>(total: &mut Duration, op: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = op.await;
+    *total += started.elapsed();
+    out
+}
+
 /// Sells one unit like an ORM would: load the product, think, save the new stock (fenced by
-/// the lock's token when locked) and record the sale in one transaction.
+/// the lock's token when locked) and record the sale in one transaction; the time spent in the
+/// store is added to `in_store`.
 ///
 /// Without the lock two requests load the same stock and both save `stock - 1`: one unit sold
 /// twice. The save's transaction (read committed on PostgreSQL) does not prevent it; the
 /// lock does, and the fence refuses a save from a holder whose lock was taken over.
-async fn purchase(
-    State(App { store, locked }): State<App>,
-    Path(id): Path<String>,
+async fn sell_one(
+    App { store, locked }: App,
+    id: String,
     held: Option<Extension<HeldLock>>,
+    in_store: &mut Duration,
 ) -> Reply {
     if locked && held.is_none() {
         return reply(StatusCode::INTERNAL_SERVER_ERROR, "served without its lock");
     }
-    let stock = match store.load(&id).await {
+    let stock = match timed(in_store, store.load(&id)).await {
         Ok(Some(stock)) => stock,
         Ok(None) => return reply(StatusCode::NOT_FOUND, "no such product"),
         Err(e) => return store_failure(e),
@@ -165,7 +217,7 @@ async fn purchase(
         tx.commit().await
     };
     // An error drops the transaction, which rolls it back.
-    match sale.await {
+    match timed(in_store, sale).await {
         Ok(()) => reply(StatusCode::OK, "sold"),
         Err(e) => store_failure(e),
     }

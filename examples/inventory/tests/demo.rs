@@ -54,6 +54,52 @@ fn row(output: &str, name: &str) -> u64 {
     value.parse().unwrap_or_else(|_| panic!("bad row {line:?}"))
 }
 
+/// The p50 and p99 of the results-table row that starts with `name` (`"1.5 ms / 20.0 ms"`),
+/// in ms.
+fn ms_row(output: &str, name: &str) -> (f64, f64) {
+    let line = output
+        .lines()
+        .find(|l| l.trim_start().starts_with(name))
+        .unwrap_or_else(|| panic!("no {name:?} row in:\n{output}"));
+    let ms: Vec<f64> = line
+        .split_whitespace()
+        .zip(line.split_whitespace().skip(1))
+        .filter(|(_, unit)| *unit == "ms")
+        .filter_map(|(n, _)| n.parse().ok())
+        .collect();
+    match ms[..] {
+        [p50, p99] => (p50, p99),
+        _ => panic!("bad row {line:?}"),
+    }
+}
+
+/// Every purchase the handler answered (sold, out of stock, stale token: all but the lock
+/// layer's 423s) sent back its lock wait and store time, and the table splits a purchase's
+/// time into lock wait, store and the rest.
+fn assert_purchase_time_is_split(output: &str) {
+    let answered = row(output, "purchases sold")
+        + row(output, "purchases out of stock")
+        + row(output, "purchases stale token");
+    let footer = output
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("purchase time: "))
+        .unwrap_or_else(|| panic!("no purchase time line in:\n{output}"));
+    let counts: Vec<u64> = footer
+        .split_whitespace()
+        .take(3)
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(counts, [answered, answered], "{footer}");
+    for part in [
+        "purchase: lock wait p50 / p99",
+        "purchase: store p50 / p99",
+        "purchase: rest p50 / p99",
+    ] {
+        let (p50, p99) = ms_row(output, part);
+        assert!(p50 <= p99, "{part}: {p50} > {p99}\n{output}");
+    }
+}
+
 /// What a run with the lock must show, on either store.
 fn assert_locked_run_sold_everything_once(ok: bool, output: &str) {
     assert!(ok, "the demo failed:\n{output}");
@@ -82,6 +128,7 @@ fn assert_locked_run_sold_everything_once(ok: bool, output: &str) {
         row(output, "purchases busy") + row(output, "carts busy"),
         "{output}"
     );
+    assert_purchase_time_is_split(output);
 }
 
 /// Only carts (2-4 products in random order, so opposite lock orders are the rule): some are
@@ -120,6 +167,17 @@ fn on_sqlite_with_the_lock_nothing_is_oversold_or_stuck_and_all_stock_is_sold() 
     let (ok, output) = run(&[], None);
     assert!(output.contains("store: SQLite"), "{output}");
     assert_locked_run_sold_everything_once(ok, &output);
+}
+
+#[test]
+fn on_sqlite_every_purchase_the_handler_answers_tells_its_lock_wait_and_store_time() {
+    let (ok, output) = run(
+        &["--requests", "100", "--carts", "0", "--products", "2"],
+        None,
+    );
+    assert!(ok, "the demo failed:\n{output}");
+    assert!(row(output.as_str(), "purchases sold") > 0, "{output}");
+    assert_purchase_time_is_split(&output);
 }
 
 #[test]

@@ -661,6 +661,28 @@ async fn main() {
         .await;
         map.insert(impls::GROUPED, u);
     }
+    // Eager tokens: every grant issues its token (uncontended, and the hot key in one process).
+    for (workers, map) in [(1, &mut r.uncontended_1), (64, &mut r.uncontended_64)] {
+        progress(&format!(
+            "uncontended, {workers} worker(s): {}",
+            impls::FENCED
+        ));
+        let u = median_of(
+            plan.reps,
+            |u: &Uncontended| u.pairs_per_s,
+            || uncontended(Kind::OursFenced, &url, workers, plan.run),
+        )
+        .await;
+        map.insert(impls::FENCED, u);
+    }
+    progress(&format!("hot key, 1 process × 16 tasks: {}", impls::FENCED));
+    let h = median_of(
+        plan.reps,
+        |h: &Hot| h.acq_per_s,
+        || hot_in_process(Kind::OursFenced, &url, 16, plan.run),
+    )
+    .await;
+    r.hot_tasks.insert(impls::FENCED, h);
     if let Some(jvm) = redisson_jvm::find() {
         contenders(&mut r, plan, &url, Contender::Process(&jvm)).await;
     }

@@ -246,7 +246,6 @@ async fn disjoint_carts_run_in_parallel() {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::from_millis(400));
         let addr = serve_shop(&redis, &shop, |l| l).await;
-        let started = Instant::now();
         let tasks: Vec<_> = (0..4)
             .map(|i| {
                 let body = cart(&[&format!("p{i}"), &format!("q{i}")]);
@@ -256,9 +255,9 @@ async fn disjoint_carts_run_in_parallel() {
         for task in tasks {
             assert_eq!(task.await.unwrap().status, StatusCode::OK);
         }
-        let elapsed = started.elapsed();
+        // The four handlers overlapped (each holds for 400 ms): the proof that disjoint carts
+        // ran in parallel, however slow the machine.
         assert_eq!(shop.all.max(), 4, "disjoint carts waited for each other");
-        assert!(elapsed < Duration::from_millis(1200), "took {elapsed:?}");
     })
     .await;
 }
@@ -537,7 +536,8 @@ async fn a_lock_lost_mid_handler_drops_it_and_answers_503_and_redis_down_is_503(
             reply.text()
         );
         assert!(reply.text().contains("lost"), "{}", reply.text());
-        assert!(started.elapsed() < Duration::from_secs(2));
+        // Before the handler's own 5 s were up: the loss ended it.
+        assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(shop.calls.load(Ordering::SeqCst), 1);
         assert!(
             common::eventually(Duration::from_secs(1), || shop.all.now() == 0).await,

@@ -541,6 +541,46 @@ async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
     .await;
 }
 
+/// A custom rejection reads the retry hint the layer was given (`retry_after`, here 10 s),
+/// not the default 1 s (and not the holder's lease: a watchdog keeps it near 30 s), as the
+/// default rejection's `Retry-After` does; for a lock and for a keyed limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_rejection_gets_the_layers_retry_hint() {
+    use axum::response::{IntoResponse, Response};
+    use lock_tower::KeyedConcurrencyLimitLayer;
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let hint = |rejection: LockRejection| -> Response {
+            let hint = rejection.retry_after().map(|d| d.as_secs()).unwrap_or(0);
+            (StatusCode::CONFLICT, hint.to_string()).into_response()
+        };
+        let locked = LockLayer::new(locks.clone(), "stock:<id>")
+            .wait(Duration::ZERO)
+            .retry_after(Duration::from_secs(10))
+            .with_rejection_response(hint);
+        let limited = KeyedConcurrencyLimitLayer::new(locks.clone(), "jobs:<id>", 1)
+            .wait(Duration::ZERO)
+            .retry_after(Duration::from_secs(10))
+            .with_rejection_response(hint);
+        let app: Router = Router::new()
+            .route("/stock/{id}/reserve", post(|| async { "ok" }))
+            .route_layer(locked);
+        let jobs: Router = Router::new()
+            .route("/jobs/{id}", post(|| async { "ok" }))
+            .route_layer(limited);
+        let _holder = locks.lock("stock:1").acquire().await.unwrap();
+        let _permit = locks.semaphore("jobs:1", 1).acquire().await.unwrap();
+        for (app, uri) in [(app, "/stock/1/reserve"), (jobs, "/jobs/1")] {
+            let response = app.oneshot(post_to(uri)).await.unwrap();
+            assert_eq!(response.status(), StatusCode::CONFLICT, "{uri}");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, "10", "{uri}");
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_rejection_response_gets_the_error_and_keeps_it_in_extensions() {
     use axum::response::{IntoResponse, Response};

@@ -20,7 +20,8 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use bytes::Bytes;
 use common::{
-    BoxFuture, ChannelBody, Gauge, GrpcServer, Inside, UnaryMethod, freed_within, is_free, serve,
+    BoxFuture, ChannelBody, Gauge, GrpcServer, Inside, RELEASED_WITHIN, UnaryMethod, freed_within,
+    is_free, serve,
 };
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -339,7 +340,7 @@ async fn the_handler_gets_the_body_byte_for_byte_and_a_fencing_token_per_name() 
             }
         }
         for name in ["stock:42", "stock:a%3A1%7Bx%7D", "stock:b%C3%A9"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held");
         }
 
@@ -412,7 +413,7 @@ async fn unreadable_carts_are_400_and_lock_nothing() {
         assert_eq!(reply.locks().len(), 3);
         // Released in the background once the response is ready.
         for name in ["stock:a", "stock:b", "stock:c", "stock:d"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held");
         }
     })
@@ -585,7 +586,7 @@ async fn hold_until_body_end_keeps_every_lock_until_the_response_body_ends() {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "done");
         for name in ["stock:a", "stock:b"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held after the body ended");
         }
     })

@@ -191,7 +191,12 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         let fenced = map
             .contains_key(crate::impls::FENCED)
             .then_some(crate::impls::FENCED);
-        for &k in kinds.iter().take(1).chain(&fenced).chain(kinds.iter().skip(1)) {
+        for &k in kinds
+            .iter()
+            .take(1)
+            .chain(&fenced)
+            .chain(kinds.iter().skip(1))
+        {
             let Some(h) = map.get(k) else {
                 let _ = writeln!(s, "| {k} | {layout} | not built | | | | | | | |");
                 continue;

@@ -332,7 +332,8 @@ mod topology;
 mod watchdog;
 
 pub use client::{
-    DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
+    DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
 };
 pub use error::{LockError, LossReason};
 pub use guard::LockGuard;

@@ -41,6 +41,12 @@ use crate::{Lock, LockClient};
 ///   waking them: they come in when they next retry, as Java's own readers do;
 /// - a reader that crashed holds writers back until its own lease ends (each read hold has
 ///   its own timeout key in Redis); so does a Java reader with an explicit lease;
+/// - a Java reader's renewal can shorten the hash all readers share to the Java watchdog
+///   timeout, so Rust read holds are renewed every third of the
+///   [`redisson_watchdog_timeout`](crate::LockClientBuilder::redisson_watchdog_timeout) (10 s
+///   by default; set it to the Java fleet's `lockWatchdogTimeout` when that is lower) and
+///   are reported lost before the hash could run out if a renewal is not confirmed: a writer
+///   on either side never gets in under a Rust reader that has not been told;
 /// - [`force_unlock`](crate::Lock::force_unlock) (on either side) deletes the lock whatever its
 ///   mode; Java's `readLock().forceUnlock()` and `writeLock().forceUnlock()` each delete it in
 ///   their own mode only; either way the guards of the Rust holders report the loss.

@@ -14,6 +14,11 @@
 //! - A lock registered while a renewal round is in flight is watched too: its deadline is
 //!   declared on time even when the round hangs (a frozen cluster node, a Sentinel switch).
 //! - An optional maximum hold time stops renewal and releases the lock.
+//! - Read holds of Redisson's `RReadWriteLock` share their hash with Java readers, whose
+//!   renewal can shorten it to the Java watchdog timeout: they are renewed every third of the
+//!   shorter of the two timeouts (rounds of their own between the full rounds), and confirmed
+//!   only for that long, so a Java reader's renewal followed by its death never lets the hash
+//!   expire under a Rust reader that has not been told.
 //!
 //! The task holds only a `Weak` reference to the client and stops when it is gone.
 
@@ -28,7 +33,7 @@ use tokio::time::Instant;
 use crate::LossReason;
 use crate::client::inner::{Config, Inner};
 use crate::hold::LossSignal;
-use crate::keys::LockNames;
+use crate::keys::{LockNames, Mode, Scheme};
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
 use crate::stats::Counters;
@@ -47,6 +52,11 @@ struct Shared {
     lease: Duration,
     period: Duration,
     margin: Duration,
+    /// Redisson read holds: how long a renewal confirms them (the shorter of the watchdog
+    /// timeout and the Java fleet's), how often they are renewed, and their loss margin.
+    reader_lease: Duration,
+    reader_period: Duration,
+    reader_margin: Duration,
     retry: Duration,
     /// The longest a renewal round can take; a deadline sooner than this (or the period) needs
     /// the task's attention at once.
@@ -70,15 +80,24 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// When the loss is declared: the safety margin before the lease could run out in Redis
-    /// (`watchdog_margin` for renewed locks; an explicit lease's own margin). `None` if that is
-    /// before the clock's start.
-    fn loss_deadline(&self, watchdog_margin: Duration) -> Option<Instant> {
-        let margin = if self.renew {
-            watchdog_margin
-        } else {
+    /// (the watchdog's margin for renewed locks, a shorter one for Redisson read holds; an
+    /// explicit lease's own margin). `None` if that is before the clock's start.
+    fn loss_deadline(&self, shared: &Shared) -> Option<Instant> {
+        let margin = if !self.renew {
             loss_margin(self.lease)
+        } else if self.shares_java_renewals() {
+            shared.reader_margin
+        } else {
+            shared.margin
         };
         self.confirmed_until.checked_sub(margin)
+    }
+
+    /// A read hold of Redisson's read/write lock: its hash's TTL is also set by Java readers'
+    /// renewals, to the Java watchdog timeout.
+    fn shares_java_renewals(&self) -> bool {
+        self.names.scheme == Scheme::RedissonReadWrite
+            && self.names.mode_of(&self.owner) == Mode::Read
     }
 
     /// The reason a hold past its deadline is lost with: the renewal was not confirmed in
@@ -96,6 +115,7 @@ impl Watchdog {
     pub(crate) fn new(config: &Config, renew_now: Arc<Notify>) -> Watchdog {
         let lease = config.watchdog_timeout;
         let period = lease / 3;
+        let reader_lease = lease.min(config.redisson_watchdog_timeout);
         Watchdog {
             shared: Arc::new(Shared {
                 entries: Mutex::new(HashMap::new()),
@@ -105,6 +125,9 @@ impl Watchdog {
                 period,
                 // Declare a lease lost this long before it could run out.
                 margin: loss_margin(lease),
+                reader_lease,
+                reader_period: reader_lease / 3,
+                reader_margin: loss_margin(reader_lease),
                 retry: (period / 4).min(Duration::from_millis(200)),
                 // With the cluster's safety net (`renew`) on top of the response timeout.
                 round: config.response_timeout + config.response_timeout / 16,
@@ -117,9 +140,17 @@ impl Watchdog {
         tokio::spawn(run(Arc::downgrade(inner), shared)).abort_handle()
     }
 
-    pub(crate) fn register(&self, id: u64, entry: Entry) {
+    pub(crate) fn register(&self, id: u64, mut entry: Entry) {
         let now = Instant::now();
-        let deadline = entry.loss_deadline(self.shared.margin);
+        let reader = entry.renew && entry.shares_java_renewals();
+        if reader {
+            // A Java reader's renewal may cut the hash to the Java watchdog timeout at any
+            // moment after the grant: only that much of the lease is sure.
+            let unsure = self.shared.lease.saturating_sub(self.shared.reader_lease);
+            // (Before the clock's start: lost at once.)
+            entry.confirmed_until = entry.confirmed_until.checked_sub(unsure).unwrap_or(now);
+        }
+        let deadline = entry.loss_deadline(&self.shared);
         let reason = entry.expiry();
         // From here on every look at the hold compares the clock with its deadline, so the
         // loss is seen on time even when this task cannot run (a resumed process, a starved
@@ -134,11 +165,12 @@ impl Watchdog {
         }
         // The task wakes at least once per period (or round) and then looks at every entry, so
         // it only needs a nudge for a deadline that comes sooner (a short lease, a grant whose
-        // answer came late, a max hold). Not waking it for every acquisition keeps the hot path
-        // free of a task switch.
+        // answer came late, a max hold, a Redisson read hold's shorter period). Not waking it
+        // for every acquisition keeps the hot path free of a task switch.
         let soon = now + self.shared.period.max(self.shared.round);
-        let urgent =
-            deadline.is_some_and(|d| d < soon) || entry.max_hold_until.is_some_and(|t| t < soon);
+        let urgent = deadline.is_some_and(|d| d < soon)
+            || entry.max_hold_until.is_some_and(|t| t < soon)
+            || (reader && self.shared.reader_period < self.shared.period);
         self.shared.lock().insert(id, entry);
         if urgent {
             self.shared.changed.notify_one();
@@ -161,7 +193,7 @@ impl Watchdog {
         let Some(entry) = entries.get_mut(&id) else {
             return false;
         };
-        let Some(deadline) = entry.loss_deadline(self.shared.margin) else {
+        let Some(deadline) = entry.loss_deadline(&self.shared) else {
             return false;
         };
         if !entry.renew
@@ -190,7 +222,7 @@ impl Watchdog {
         if entry.signal.get().is_some() {
             return None;
         }
-        let deadline = entry.loss_deadline(self.shared.margin)?;
+        let deadline = entry.loss_deadline(&self.shared)?;
         signal.arm(&entry.names, Some(deadline), entry.expiry());
         entry.signal = signal.clone();
         entry.max_hold_until = max_hold_until;
@@ -224,14 +256,16 @@ impl Shared {
         sync::lock(&self.entries)
     }
 
-    /// Declares lost every entry past its deadline; returns the earliest remaining deadline
-    /// and how many were lost.
-    fn expire(&self, now: Instant, releases: &mut Vec<ReleaseJob>) -> (Option<Instant>, u64) {
+    /// Declares lost every entry past its deadline; returns the earliest remaining deadline,
+    /// how many were lost, and whether a renewed Redisson read hold is left (it needs the
+    /// shorter renewal period).
+    fn expire(&self, now: Instant, releases: &mut Vec<ReleaseJob>) -> (Option<Instant>, u64, bool) {
         let mut entries = self.lock();
         let mut earliest: Option<Instant> = None;
         let mut lost = 0;
+        let mut readers = false;
         entries.retain(|_, e| {
-            let deadline = e.loss_deadline(self.margin).unwrap_or(now);
+            let deadline = e.loss_deadline(self).unwrap_or(now);
             let reason = if e.max_hold_until.is_some_and(|t| now >= t) {
                 releases.push(ReleaseJob::new(&e.names, &e.owner, e.confirmed_until));
                 Some(LossReason::MaxHoldExceeded)
@@ -251,21 +285,45 @@ impl Shared {
                 None => {
                     let next = e.max_hold_until.map_or(deadline, |t| t.min(deadline));
                     earliest = Some(earliest.map_or(next, |x| x.min(next)));
+                    readers |= e.renew && e.shares_java_renewals();
                     true
                 }
             }
         });
-        (earliest, lost)
+        (earliest, lost, readers)
     }
+}
+
+/// Which holds a renewal round renews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Every renewed hold (every period).
+    All,
+    /// Only Redisson read holds (every reader period, between the full rounds).
+    Readers,
 }
 
 async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
     let mut next_renewal = Instant::now() + shared.period;
+    let mut next_reader_renewal = Instant::now() + shared.reader_period;
+    let mut had_readers = false;
     loop {
-        let Some(mut earliest) = settle(&client, &shared) else {
+        let Some((mut earliest, mut readers)) = settle(&client, &shared) else {
             return;
         };
-        if Instant::now() >= next_renewal {
+        let now = Instant::now();
+        if readers && !had_readers {
+            // The first read hold since there were none: just granted, renewed a period on.
+            next_reader_renewal = now + shared.reader_period;
+        }
+        let round = if now >= next_renewal {
+            Some(Round::All)
+        } else if readers && now >= next_reader_renewal {
+            Some(Round::Readers)
+        } else {
+            None
+        };
+        if let Some(round) = round {
             let Some(inner) = client.upgrade() else {
                 return;
             };
@@ -273,7 +331,7 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
             // time while the round is in flight; the round itself is bounded by the deadlines
             // of the locks it renews.
             let outcome = {
-                let mut renewal = std::pin::pin!(renew(&inner, &shared));
+                let mut renewal = std::pin::pin!(renew(&inner, &shared, round));
                 loop {
                     let timer =
                         earliest.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -283,25 +341,31 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
                         // A lock registered meanwhile may be due before the round ends.
                         _ = shared.changed.notified() => {}
                     }
-                    let Some(next) = settle(&client, &shared) else {
+                    let Some((next, _)) = settle(&client, &shared) else {
                         return;
                     };
                     earliest = next;
                 }
             };
-            next_renewal = match outcome {
-                Ok(sent) => sent + shared.period,
-                Err(()) => Instant::now() + shared.retry,
-            };
+            let retry = Instant::now() + shared.retry;
+            // Either round renews the read holds.
+            next_reader_renewal = outcome.map_or(retry, |sent| sent + shared.reader_period);
+            if round == Round::All {
+                next_renewal = outcome.map_or(retry, |sent| sent + shared.period);
+            }
             drop(inner);
             // Renewal may have removed or confirmed entries; recompute the earliest deadline.
             let Some(next) = settle(&client, &shared) else {
                 return;
             };
-            earliest = next;
+            (earliest, readers) = next;
         }
 
-        let wake = earliest.map_or(next_renewal, |d| d.min(next_renewal));
+        let mut wake = earliest.map_or(next_renewal, |d| d.min(next_renewal));
+        if readers {
+            wake = wake.min(next_reader_renewal);
+        }
+        had_readers = readers;
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             _ = shared.changed.notified() => {}
@@ -312,10 +376,11 @@ async fn run(client: Weak<Inner>, shared: Arc<Shared>) {
 }
 
 /// Declares overdue entries lost, counts them and queues the releases they need. Returns the
-/// earliest remaining deadline, or `None` once the client is gone.
-fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<Option<Instant>> {
+/// earliest remaining deadline and whether a renewed Redisson read hold is left, or `None` once
+/// the client is gone.
+fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<(Option<Instant>, bool)> {
     let mut releases = Vec::new();
-    let (earliest, lost) = shared.expire(Instant::now(), &mut releases);
+    let (earliest, lost, readers) = shared.expire(Instant::now(), &mut releases);
     if lost > 0 {
         let inner = client.upgrade()?;
         Counters::add(&inner.counters.losses, lost);
@@ -323,16 +388,16 @@ fn settle(client: &Weak<Inner>, shared: &Shared) -> Option<Option<Instant>> {
             inner.releaser.submit(job);
         }
     }
-    Some(earliest)
+    Some((earliest, readers))
 }
 
 /// One renewal round's locks, by acquisition id.
 type Batch = Vec<(u64, Arc<LockNames>, Arc<str>)>;
 
-/// Renews every watchdog entry in one batch. Returns when the request was sent; an error when
-/// the round must be retried soon.
-async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
-    let (batch, deadline) = renewal_batch(shared);
+/// Renews the watchdog entries of a `round` in one batch. Returns when the request was sent;
+/// an error when the round must be retried soon.
+async fn renew(inner: &Inner, shared: &Shared, round: Round) -> Result<Instant, ()> {
+    let (batch, deadline) = renewal_batch(shared, round);
     let sent = Instant::now();
     if batch.is_empty() {
         return Ok(sent);
@@ -362,23 +427,27 @@ async fn renew(inner: &Inner, shared: &Shared) -> Result<Instant, ()> {
         }
     };
     Counters::add(&inner.counters.renewal_round_trips, 1);
-    if apply(inner, shared, &batch, results, sent + shared.lease) > 0 {
+    if apply(inner, shared, &batch, results, sent) > 0 {
         tracing::warn!("some renewals were not confirmed; retrying");
         return Err(());
     }
     Ok(sent)
 }
 
-/// The locks the watchdog renews (not those past their maximum hold time), and the earliest
-/// loss deadline among them.
-fn renewal_batch(shared: &Shared) -> (Batch, Option<Instant>) {
+/// The locks a `round` renews (not those past their maximum hold time), and the earliest loss
+/// deadline among them.
+fn renewal_batch(shared: &Shared, round: Round) -> (Batch, Option<Instant>) {
     let mut deadline: Option<Instant> = None;
     let batch = shared
         .lock()
         .iter()
-        .filter(|(_, e)| e.renew && e.max_hold_until.is_none_or(|t| t > Instant::now()))
+        .filter(|(_, e)| {
+            e.renew
+                && e.max_hold_until.is_none_or(|t| t > Instant::now())
+                && (round == Round::All || e.shares_java_renewals())
+        })
         .map(|(id, e)| {
-            let lost_at = e.loss_deadline(shared.margin);
+            let lost_at = e.loss_deadline(shared);
             deadline = match (deadline, lost_at) {
                 (Some(d), Some(l)) => Some(d.min(l)),
                 (d, l) => d.or(l),
@@ -403,14 +472,15 @@ fn round_limit(deadline: Option<Instant>, sent: Instant, response_timeout: Durat
         .clamp(Duration::from_millis(1), response_timeout)
 }
 
-/// Records a round's results: renewed locks are confirmed until `confirmed`, locks found gone
-/// are declared lost. Returns how many were not confirmed.
+/// Records a round's results, sent at `sent`: renewed locks are confirmed for the lease from
+/// then (Redisson read holds for the shorter reader lease), locks found gone are declared
+/// lost. Returns how many were not confirmed.
 fn apply(
     inner: &Inner,
     shared: &Shared,
     batch: &Batch,
     results: Vec<Option<bool>>,
-    confirmed: Instant,
+    sent: Instant,
 ) -> usize {
     let mut entries = shared.lock();
     let (mut renewed, mut lost, mut unconfirmed) = (0usize, 0usize, 0usize);
@@ -420,8 +490,12 @@ fn apply(
         };
         match result {
             Some(true) => {
-                entry.confirmed_until = confirmed;
-                if let Some(deadline) = entry.loss_deadline(shared.margin) {
+                entry.confirmed_until = if entry.shares_java_renewals() {
+                    sent + shared.reader_lease
+                } else {
+                    sent + shared.lease
+                };
+                if let Some(deadline) = entry.loss_deadline(shared) {
                     entry.signal.extend(deadline);
                 }
                 renewed += 1;

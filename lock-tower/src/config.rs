@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_runtime::{LockClient, LockOptions};
 
 use crate::name::DEFAULT_MAX_NAME_VALUE_LEN;
-use crate::rejection::DefaultRejection;
+use crate::rejection::{DEFAULT_RETRY_AFTER, DefaultRejection};
 
 /// How long a request waits for a busy lock unless [`LockLayer::wait`](crate::LockLayer::wait)
 /// says otherwise.
@@ -28,10 +28,12 @@ pub(crate) struct Shared<N, E> {
 }
 
 /// A layer's configuration: the shared settings and the rejection response, each behind an
-/// `Arc`, so that cloning the layer and wrapping services in it copies nothing.
+/// `Arc`, so that cloning the layer and wrapping services in it copies nothing; and the retry
+/// hint of busy and limited rejections, which a custom rejection response keeps.
 pub(crate) struct Config<N, E, R> {
     pub(crate) shared: Arc<Shared<N, E>>,
     pub(crate) rejection: Arc<R>,
+    pub(crate) retry_hint: Duration,
 }
 
 impl<N, E> Config<N, E, DefaultRejection> {
@@ -48,7 +50,17 @@ impl<N, E> Config<N, E, DefaultRejection> {
                 own,
             }),
             rejection: Arc::new(DefaultRejection::new()),
+            retry_hint: DEFAULT_RETRY_AFTER,
         }
+    }
+
+    /// The longest wait busy and limited rejections suggest: the default rejection's
+    /// `Retry-After`, and [`LockRejection::retry_after`](crate::LockRejection::retry_after)
+    /// for a custom one set later.
+    pub(crate) fn retry_after(self, hint: Duration) -> Self {
+        let mut config = self.map_rejection(|r| r.retry_after(hint));
+        config.retry_hint = hint;
+        config
     }
 
     /// Changes the default rejection (its statuses, its `Retry-After` hint).
@@ -100,6 +112,7 @@ impl<N, E, R> Config<N, E, R> {
         Config {
             shared: self.shared,
             rejection: Arc::new(rejection),
+            retry_hint: self.retry_hint,
         }
     }
 }
@@ -109,6 +122,7 @@ impl<N, E, R> Clone for Config<N, E, R> {
         Config {
             shared: self.shared.clone(),
             rejection: self.rejection.clone(),
+            retry_hint: self.retry_hint,
         }
     }
 }

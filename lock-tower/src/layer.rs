@@ -84,8 +84,12 @@ impl<N: NameSource> LockLayer<N> {
     /// seconds, never 0. (The TTL alone is no help for a watchdog-renewed lock: it always has
     /// about the watchdog timeout left.) Busy gRPC rejections carry the same wait, in
     /// milliseconds, as `grpc-retry-pushback-ms`.
+    ///
+    /// A custom rejection response set afterwards
+    /// ([`with_rejection_response`](LockLayer::with_rejection_response)) gets the same wait
+    /// from [`LockRejection::retry_after`](crate::LockRejection::retry_after).
     pub fn retry_after(self, hint: Duration) -> Self {
-        self.map_rejection(|r| r.retry_after(hint))
+        self.map(|c| c.retry_after(hint))
     }
 }
 

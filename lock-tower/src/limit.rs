@@ -152,7 +152,8 @@ impl<N: NameSource> KeyedConcurrencyLimitLayer<N> {
     /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s): the smaller of
     /// this and the time until the first permit holder's lease ends, rounded up to whole
     /// seconds, never 0. Limited gRPC rejections carry the same wait, in milliseconds, as
-    /// `grpc-retry-pushback-ms`.
+    /// `grpc-retry-pushback-ms`; a custom rejection response set afterwards gets the same wait
+    /// from [`LockRejection::retry_after`](crate::LockRejection::retry_after).
     pub fn retry_after(self, hint: Duration) -> Self {
         self.map(|l| l.retry_after(hint))
     }

@@ -62,6 +62,8 @@ pub struct LockRejection {
     permit: bool,
     /// For a request body over the limit: the limit, in bytes.
     body_limit: Option<usize>,
+    /// The longest wait [`retry_after`](LockRejection::retry_after) suggests: the layer's.
+    retry_hint: Duration,
 }
 
 /// The classes of [`LockRejection`], each with its own default response.
@@ -113,7 +115,14 @@ impl LockRejection {
             grpc,
             permit: false,
             body_limit: None,
+            retry_hint: DEFAULT_RETRY_AFTER,
         }
+    }
+
+    /// The same rejection, suggesting waits of at most `hint` (the layer's `retry_after`).
+    pub(crate) fn with_retry_hint(mut self, hint: Duration) -> LockRejection {
+        self.retry_hint = hint;
+        self
     }
 
     /// A rejection of a request whose body is larger than `limit` bytes, by a
@@ -191,8 +200,10 @@ impl LockRejection {
 
     /// For [`Busy`](RejectionKind::Busy) and [`Limited`](RejectionKind::Limited): how long a
     /// client should wait before it retries, the hint a [`DefaultRejection`] sends: the smaller
-    /// of [`DEFAULT_RETRY_AFTER`] (1 s) and the holder's remaining lease (for `Limited`, the
-    /// first permit holder's) when it is known. `None` for every other kind.
+    /// of the layer's [`retry_after`](crate::LockLayer::retry_after) (default
+    /// [`DEFAULT_RETRY_AFTER`], 1 s; a rejection made with [`new`](LockRejection::new) has
+    /// the default) and the holder's remaining lease (for `Limited`, the first permit
+    /// holder's) when it is known. `None` for every other kind.
     ///
     /// The holder's lease alone is no hint: a lock renewed by the watchdog always has about
     /// the watchdog timeout (30 s) left, however soon it is released. It is still there, as
@@ -217,7 +228,7 @@ impl LockRejection {
             RejectionKind::Busy | RejectionKind::Limited => Some(
                 self.error
                     .retry_after()
-                    .map_or(DEFAULT_RETRY_AFTER, |ttl| ttl.min(DEFAULT_RETRY_AFTER)),
+                    .map_or(self.retry_hint, |ttl| ttl.min(self.retry_hint)),
             ),
             _ => None,
         }

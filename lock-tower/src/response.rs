@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use http::{Request, Response};
 use lock_runtime::LockError;
@@ -15,7 +16,7 @@ use tower_service::Service;
 use crate::access::Access;
 use crate::body::ResponseBody;
 use crate::hold::Hold;
-use crate::rejection::{LockRejection, RejectionResponse};
+use crate::rejection::{DEFAULT_RETRY_AFTER, LockRejection, RejectionResponse};
 
 pub(crate) type AcquireFuture = Pin<Box<dyn Future<Output = Result<Hold, LockError>> + Send>>;
 
@@ -27,16 +28,19 @@ pub(crate) struct Origin {
     /// The layer takes semaphore permits
     /// ([`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)).
     pub(crate) permit: bool,
+    /// The layer's retry hint for busy and limited rejections.
+    pub(crate) retry_hint: Duration,
 }
 
 impl Origin {
     /// The rejection of a request of this origin for `error`.
     pub(crate) fn rejection(self, error: LockError) -> LockRejection {
-        if self.permit {
+        let rejection = if self.permit {
             LockRejection::permit_limit(error, self.grpc)
         } else {
             LockRejection::new(error, self.grpc)
-        }
+        };
+        rejection.with_retry_hint(self.retry_hint)
     }
 }
 
@@ -104,6 +108,7 @@ where
             origin: Origin {
                 grpc: false,
                 permit: false,
+                retry_hint: DEFAULT_RETRY_AFTER,
             },
         }
     }

@@ -68,10 +68,11 @@ impl<N: NameSource> Shared<N, LockSettings> {
     }
 
     /// How rejections of this layer are classified.
-    fn origin(&self, grpc: bool) -> Origin {
+    fn origin(&self, grpc: bool, retry_hint: std::time::Duration) -> Origin {
         Origin {
             grpc,
             permit: matches!(self.own.primitive, Primitive::Semaphore { .. }),
+            retry_hint,
         }
     }
 }
@@ -132,7 +133,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.config.shared;
         let (mut parts, body) = request.into_parts();
-        let origin = shared.origin(is_grpc(&parts.headers));
+        let origin = shared.origin(is_grpc(&parts.headers), self.config.retry_hint);
         let name = shared.names.lock_name(&mut parts, shared.max_value_len);
         let access = match &shared.own.primitive {
             Primitive::ReadWrite(classifier) => Some(classifier.classify(&parts)),

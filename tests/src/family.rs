@@ -6,16 +6,22 @@
 //! told its hold was lost and that do not touch a window in which Redis lost its data:
 //! - never more semaphore holders at once than its 2 permits;
 //! - no writer of the read/write lock overlaps any other section of it;
-//! - the fair lock is exclusive, and served in the order asked: among sections that waited for
-//!   each other away from any fault, none that asked more than [`FAIR_TOLERANCE_NS`] later
-//!   started first.
+//! - the fair lock is exclusive.
+//!
+//! It also counts, among fair sections that waited for each other away from any fault, those
+//! that asked more than [`FAIR_TOLERANCE_NS`] later and started first: a reading for the
+//! report, not a broken promise. The ask is the worker's stamp before its request, and a
+//! loaded scheduler can delay the request past any fixed tolerance; the fair order is proved
+//! from Redis's own order of commands (`processes.rs`,
+//! `three_processes_take_a_fair_lock_in_the_order_they_asked`).
 
 use std::fmt;
 
 /// The semaphore's permits in the chaos workload.
 pub const PERMITS: usize = 2;
-/// How much earlier a fair waiter must have asked to be sure to go first: the time between
-/// asking and joining the queue in Redis (one round trip, plus scheduling on a busy machine).
+/// How much earlier a fair waiter must have asked to count as out of order in the report: the
+/// time between asking and joining the queue in Redis (one round trip, plus scheduling).
+/// Reported only: a loaded machine can delay a request past any fixed figure.
 pub const FAIR_TOLERANCE_NS: u64 = 50_000_000;
 
 /// One section of the lock family's chaos workload.
@@ -80,7 +86,7 @@ pub struct FamilyReport {
     /// The most readers at once.
     pub most_readers: usize,
     /// Fair sections that waited for each other away from faults, and order inversions among
-    /// them beyond the tolerance.
+    /// them beyond the tolerance (by the workers' stamps; a reading, not a violation).
     pub fair_pairs: usize,
     /// See `fair_pairs`.
     pub fair_inversions: usize,
@@ -187,10 +193,6 @@ pub fn check_family(
             report.fair_pairs += 1;
             if b.asked + FAIR_TOLERANCE_NS < a.asked {
                 report.fair_inversions += 1;
-                report.violations.push(format!(
-                    "fair order: {b:?} asked {} ms before {a:?} but started after it",
-                    (a.asked - b.asked) / 1_000_000
-                ));
             }
         }
     }
@@ -231,6 +233,10 @@ mod tests {
                 .violations
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn fair_order_inversions_are_counted_not_judged() {
         let late = 200_000_000;
         let inverted = [
             s("fair", late, late + 1, late + 2),
@@ -238,6 +244,10 @@ mod tests {
         ];
         let report = check_family(&inverted, &[], &[]);
         assert_eq!(report.fair_inversions, 1, "{report}");
+        assert!(
+            report.violations.is_empty(),
+            "a reading, not a check: {report}"
+        );
     }
 
     #[test]

@@ -123,15 +123,14 @@ async fn different_keys_run_in_parallel() {
     let probe = Arc::new(Probe::default());
     let hold = Duration::from_millis(300);
 
-    let start = Instant::now();
     let (a, b) = tokio::join!(
         guarded(locks.clone(), 10, probe.clone(), hold),
         guarded(locks.clone(), 11, probe.clone(), hold),
     );
 
     assert_eq!((a.unwrap(), b.unwrap()), (10, 11));
+    // The overlap is the proof, however slow the machine.
     assert_eq!(probe.max(), 2, "bodies with different keys did not overlap");
-    assert!(start.elapsed() < 2 * hold, "took {:?}", start.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -342,18 +341,13 @@ async fn a_fixed_lease_ends_the_body_when_it_runs_out() {
     let locks = connect(&server).await;
     let finished = AtomicBool::new(false);
 
-    let start = Instant::now();
     let result = payout(&locks, &finished).await;
 
     assert!(
         matches!(result, Err(AppError::Lock(LockError::Lost { .. }))),
         "{result:?}"
     );
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    // Ended by the loss, before its 3 s were up.
     assert!(!finished.load(SeqCst));
 }
 
@@ -369,14 +363,13 @@ async fn dropping_the_callers_future_releases_the_lock_at_once() {
         _ = call => panic!("the body should still be running"),
         _ = until(&started) => {}
     }
-    // `select!` has dropped `call` by now.
-    let start = Instant::now();
+    // `select!` has dropped `call` by now. Its lock's lease is the watchdog's 30 s: taken
+    // within a 200 ms wait, it was released when the call was dropped.
     let guard = other
         .lock("long-job")
         .try_acquire(Duration::from_millis(200))
         .await
         .expect("the dropped call's lock was not released");
-    assert!(start.elapsed() < Duration::from_millis(200));
     assert!(!finished.load(SeqCst));
     guard.release().await.unwrap();
 }

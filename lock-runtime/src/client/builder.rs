@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::inner::{Config, Inner, NameCache};
-use super::{DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_WATCHDOG_TIMEOUT, LockClient};
+use super::{
+    DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient,
+};
 use crate::LockError;
 use crate::backend::{Backend, Channels};
 use crate::demux::Demux;
@@ -36,6 +39,7 @@ pub struct LockClientBuilder {
     failover_grace: Duration,
     prefix: String,
     watchdog_timeout: Duration,
+    redisson_watchdog_timeout: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
@@ -61,6 +65,7 @@ impl LockClientBuilder {
             failover_grace: DEFAULT_FAILOVER_GRACE,
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            redisson_watchdog_timeout: DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
@@ -129,6 +134,44 @@ impl LockClientBuilder {
     /// it every third of this while the guard lives. At least 30 ms.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// With [`Layout::Redisson`]: the shortest `lockWatchdogTimeout` of the Java services that
+    /// share read/write locks with this client (default 10 s,
+    /// [`DEFAULT_REDISSON_WATCHDOG_TIMEOUT`](crate::DEFAULT_REDISSON_WATCHDOG_TIMEOUT)). At
+    /// least 30 ms.
+    ///
+    /// A Java reader's renewal sets the TTL of the hash every reader of the lock shares to
+    /// *its* watchdog timeout, which may be shorter than what is left of a Rust reader's lease
+    /// (and Redisson 3.x re-arms every reader's timeout key to it, ours included). Should that
+    /// Java reader then die (or, on 3.x, unlock), the hash would expire under the Rust reader.
+    /// So the watchdog renews Rust read holds of Redisson's read/write lock every third of the
+    /// shorter of this and the [watchdog timeout](LockClientBuilder::watchdog_timeout), and
+    /// counts a renewal as confirming only that long: a Rust read hold is told it is lost
+    /// before the hash can expire under it, and as long as Redis answers it never does. The
+    /// default covers Redisson's default (30 s) and Java fleets that lowered it to a third;
+    /// set the Java value when it is lower. The cost is a renewal round trip every 3.3 s (with
+    /// the default) while a client holds a Redisson read lock, and a read hold whose renewals
+    /// go unanswered for 9 s is reported lost. Other primitives, and read holds with an
+    /// explicit lease, are not affected (an explicit lease longer than this on a Redisson read
+    /// hold is not protected against a Java reader's renewal: keep it below).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lock_runtime::{Layout, LockClient};
+    ///
+    /// // The Java services run Redisson with `config.setLockWatchdogTimeout(5000)`.
+    /// let locks = LockClient::builder("redis://127.0.0.1/")
+    ///     .layout(Layout::Redisson)
+    ///     .redisson_watchdog_timeout(Duration::from_secs(5))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn redisson_watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.redisson_watchdog_timeout = timeout;
         self
     }
 
@@ -451,17 +494,22 @@ impl LockClientBuilder {
     /// The watchdog timeout, the other timeouts, the fence retention and the failover grace
     /// are within bounds.
     fn check_durations(&self) -> Result<(), LockError> {
-        if self.watchdog_timeout < Duration::from_millis(30) {
-            return Err(LockError::InvalidConfig(format!(
-                "watchdog timeout must be at least 30 ms, got {:?}",
-                self.watchdog_timeout
-            )));
+        for (what, d) in [
+            ("watchdog timeout", self.watchdog_timeout),
+            ("Redisson watchdog timeout", self.redisson_watchdog_timeout),
+        ] {
+            if d < Duration::from_millis(30) {
+                return Err(LockError::InvalidConfig(format!(
+                    "{what} must be at least 30 ms, got {d:?}"
+                )));
+            }
         }
         for (what, d) in [
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
             ("fence retention", self.fence_retention),
             ("watchdog timeout", self.watchdog_timeout),
+            ("Redisson watchdog timeout", self.redisson_watchdog_timeout),
         ] {
             if d.is_zero() || d > MAX_LEASE {
                 return Err(LockError::InvalidConfig(format!(
@@ -515,6 +563,7 @@ impl LockClientBuilder {
             prefix: self.prefix,
             layout: self.layout,
             watchdog_timeout: self.watchdog_timeout,
+            redisson_watchdog_timeout: self.redisson_watchdog_timeout,
             response_timeout: self.response_timeout,
             fence_retention: self.layout.fence_retention(self.fence_retention),
             // With acknowledged grants every release goes through Redis (and its `WAIT`).

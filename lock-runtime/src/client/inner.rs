@@ -128,6 +128,9 @@ pub(crate) struct Config {
     /// Where locks live: this crate's keys or Redisson's.
     pub(crate) layout: Layout,
     pub(crate) watchdog_timeout: Duration,
+    /// The shortest `lockWatchdogTimeout` of the Java services sharing Redisson read/write
+    /// locks: how long a renewal of a Redisson read hold is sure to last.
+    pub(crate) redisson_watchdog_timeout: Duration,
     pub(crate) response_timeout: Duration,
     /// How long the fencing counter is kept after its last grant; zero: for ever (Redisson's
     /// layout, whose token key Java services `INCR`).

@@ -27,6 +27,11 @@ pub const DEFAULT_PREFIX: &str = "lock";
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an acquisition rides out an unavailable cluster or Sentinel deployment by default.
 pub const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(10);
+/// The Java services' `lockWatchdogTimeout` a [`Layout::Redisson`](crate::Layout::Redisson)
+/// client's read holds are safe against by default (see
+/// [`redisson_watchdog_timeout`](LockClientBuilder::redisson_watchdog_timeout)): a third of
+/// Redisson's own default of 30 s.
+pub const DEFAULT_REDISSON_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(10);
 
 static DEFAULT_CLIENT: RwLock<Option<LockClient>> = RwLock::new(None);
 

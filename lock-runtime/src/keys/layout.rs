@@ -113,16 +113,18 @@ pub enum Layout {
     /// inside a writer's scope re-enters, a write inside a reader's scope is
     /// [`LockError::WouldDeadlock`].
     ///
-    /// **Keep the Rust [watchdog timeout](crate::LockClientBuilder::watchdog_timeout) well
-    /// below three times Java's `lockWatchdogTimeout`** (the defaults, 30 s on both sides,
-    /// leave 20 s of margin). Java's read-lock renewal sets the hash's TTL to *its* watchdog timeout, which
-    /// may shorten it (Redisson 3.x also re-arms every reader's timeout key, ours included, to
-    /// it), and our watchdog renews every third of ours. If a Java reader's renewal shortens
-    /// the hash to less than a Rust renewal period and that Java reader then dies (or, on 3.x,
-    /// unlocks), the hash expires under the Rust reader: a writer on either side gets in
-    /// before the Rust reader's next renewal reports the hold lost. With a Java
-    /// `lockWatchdogTimeout` of 10 s, a Rust watchdog timeout of 30 s or more is unsafe; with
-    /// Java's default, one of 90 s or more.
+    /// **Java readers' renewals.** Java's read-lock renewal sets the hash's TTL to *its*
+    /// watchdog timeout, which may shorten it (Redisson 3.x also re-arms every reader's timeout
+    /// key, ours included, to it); if that Java reader then dies (or, on 3.x, unlocks), the
+    /// hash runs out that long after the Java renewal. So Rust read holds are renewed every
+    /// third of the shorter of the Rust watchdog timeout and
+    /// [`redisson_watchdog_timeout`](crate::LockClientBuilder::redisson_watchdog_timeout) (the
+    /// shortest `lockWatchdogTimeout` of the Java fleet, 10 s by default), and a renewal is
+    /// taken to confirm the hold only that long. With that setting no lower than any Java
+    /// service's `lockWatchdogTimeout`, a writer on either side never gets in under a Rust
+    /// reader that has not been told it lost the lock; a Rust reader whose field or timeout
+    /// key is gone is told at its next renewal, a third of that timeout later at most. A Rust
+    /// read hold with an explicit lease is not renewed: keep such leases at most that long.
     ///
     /// A [semaphore](crate::Semaphore) is Redisson's `RPermitExpirableSemaphore`
     /// (`getPermitExpirableSemaphore(N)`): `N` holds the available count, `{N}:timeout` each

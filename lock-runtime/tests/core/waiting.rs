@@ -68,7 +68,7 @@ async fn waiters_survive_a_killed_subscription_connection() {
     let released = Instant::now();
     holder.release().await.unwrap();
     for w in waiters {
-        let got = tokio::time::timeout(Duration::from_secs(5), w)
+        let got = tokio::time::timeout(Duration::from_secs(10), w)
             .await
             .unwrap()
             .unwrap();
@@ -76,7 +76,7 @@ async fn waiters_survive_a_killed_subscription_connection() {
     }
     // All five took their turn well before the 20 s lease could have freed the lock.
     assert!(
-        released.elapsed() < Duration::from_secs(3),
+        released.elapsed() < Duration::from_secs(10),
         "{:?}",
         released.elapsed()
     );
@@ -190,8 +190,10 @@ async fn a_waiter_without_channel_permission_polls_every_100ms() {
         .expect("the waiter got the lock")
         .unwrap();
     let after = got.saturating_duration_since(released);
+    // Before half the 5 s response timeout it used to wait for each confirmation (nor by a
+    // message: it has no channel).
     assert!(
-        after < Duration::from_secs(1),
+        after < Duration::from_millis(2500),
         "waited {after:?} after the release"
     );
 }

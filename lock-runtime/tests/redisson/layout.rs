@@ -395,3 +395,82 @@ async fn a_drained_semaphore_makes_acquire_wait_not_fail() {
     assert_eq!(g.permits(), 1);
     g.release().await.unwrap();
 }
+
+/// A client of Redisson's layout whose watchdog renews every 20 s, sharing its read/write
+/// locks with Java services whose `lockWatchdogTimeout` is 1 s.
+async fn reader_client(redis: &RedisServer) -> LockClient {
+    lock_tests::client_with(redis, |b| {
+        b.layout(Layout::Redisson)
+            .watchdog_timeout(Duration::from_secs(60))
+            .redisson_watchdog_timeout(Duration::from_secs(1))
+    })
+    .await
+}
+
+/// The timeout key of read hold `owner` (count 1) of the Redisson read/write lock `name`.
+fn read_timeout_key(name: &str, owner: &str) -> String {
+    format!("{{{name}}}:{owner}:rwlock_timeout:1")
+}
+
+/// The review's M1: a Java reader's renewal sets the shared hash's TTL to Java's watchdog
+/// timeout (Redisson 4.x), and 3.x also re-arms every reader's timeout key to it, ours
+/// included. The Java reader then dies. A writer must not get in while the Rust reader has not
+/// been told: the Rust reader renews at the Java fleet's cadence (a third of the
+/// `redisson_watchdog_timeout`, not of its own 60 s), so the hash is restored before it runs
+/// out; and if that renewal were late, the reader would be lost by the clock before the hash
+/// could expire.
+#[tokio::test]
+async fn a_java_readers_short_renewal_never_lets_a_writer_in_under_a_rust_reader() {
+    let redis = RedisServer::start();
+    let rust = reader_client(&redis).await;
+    let other = redisson_client(&redis, Duration::from_secs(30)).await;
+    let reader = rust.rw_lock("rw").read().acquire().await.unwrap();
+    // A grant is sure only until a Java renewal could have cut the hash: 1 s, not 60 s.
+    assert!(reader.remaining_validity() <= Duration::from_secs(1));
+    // Java reader J: Redisson's read acquire, then its watchdog's renewal with a 1 s lease
+    // (`PEXPIRE N 1000`; 3.x: every reader's timeout key too). Then J's JVM is killed.
+    let j = "0b1c2d3e-0000-4000-8000-00000000000a:1";
+    redis.cmd(&["HINCRBY", "rw", j, "1"]);
+    redis.cmd(&["SET", &read_timeout_key("rw", j), "1", "PX", "1000"]);
+    redis.cmd(&["PEXPIRE", "rw", "1000"]);
+    redis.cmd(&["PEXPIRE", &read_timeout_key("rw", reader.owner()), "1000"]);
+    // Past Java's lease; the Rust watchdog's own period (20 s) is far away.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let w = other
+        .rw_lock("rw")
+        .write()
+        .try_acquire(Duration::ZERO)
+        .await;
+    assert!(
+        w.as_ref().is_err_and(|e| e.is_busy()) || reader.is_lost(),
+        "a writer holds while the Rust reader reads, untold"
+    );
+    drop(w);
+    // Not lost: then renewed since J's renewal (the hash alone would have at most 1 s left).
+    let left = redis.cmd(&["PTTL", "rw"]).int().unwrap();
+    assert!(left > 30_000 || reader.is_lost(), "PTTL {left}");
+    let key_left = redis
+        .cmd(&["PTTL", &read_timeout_key("rw", reader.owner())])
+        .int()
+        .unwrap();
+    assert!(key_left > 30_000 || reader.is_lost(), "PTTL {key_left}");
+}
+
+/// A Rust reader whose own timeout key is gone (expired after a Java renewal shortened it,
+/// or deleted), or whose field left the hash, is told at the Java fleet's renewal cadence, not
+/// at its own watchdog's (20 s here).
+#[tokio::test]
+async fn a_rust_reader_whose_timeout_key_or_field_is_gone_is_told_at_the_java_cadence() {
+    let redis = RedisServer::start();
+    let rust = reader_client(&redis).await;
+    let by_key = rust.rw_lock("rw:key").read().acquire().await.unwrap();
+    let by_field = rust.rw_lock("rw:field").read().acquire().await.unwrap();
+    redis.cmd(&["DEL", &read_timeout_key("rw:key", by_key.owner())]);
+    redis.cmd(&["HDEL", "rw:field", by_field.owner()]);
+    for guard in [&by_key, &by_field] {
+        let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .expect("told before the watchdog's own period");
+        assert_eq!(lock_tests::loss_reason(&lost), Some(LossReason::Deleted));
+    }
+}

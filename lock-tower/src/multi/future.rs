@@ -87,7 +87,9 @@ where
 {
     /// Where the request goes once its body is read.
     fn finish(self, outcome: Outcome) -> ResponseFuture<S, BufferedBody, R> {
-        let Config { shared, rejection } = self.config;
+        let Config {
+            shared, rejection, ..
+        } = self.config;
         let origin = self.origin;
         match outcome {
             Outcome::TooLarge => {

@@ -142,7 +142,7 @@ impl<N: BodyNameSource> MultiLockLayer<N> {
     /// [`DEFAULT_RETRY_AFTER`](crate::rejection::DEFAULT_RETRY_AFTER), 1 s); see
     /// [`LockLayer::retry_after`](crate::LockLayer::retry_after).
     pub fn retry_after(self, hint: Duration) -> Self {
-        self.map(|c| c.map_rejection(|r| r.retry_after(hint)))
+        self.map(|c| c.retry_after(hint))
     }
 }
 

@@ -107,6 +107,7 @@ where
         let origin = Origin {
             grpc: is_grpc(&parts.headers),
             permit: false,
+            retry_hint: self.config.retry_hint,
         };
         let shared = &self.config.shared;
         if shared.declared_too_large(&parts, body.size_hint().lower()) {

@@ -165,6 +165,11 @@ pub async fn is_free(locks: &LockClient, name: &str) -> bool {
     }
 }
 
+/// How long a lock or permit given back by a dropped handler or body may take to be free in
+/// these tests: a third of the 30 s lease the watchdog gives it, so free within this means
+/// released, not expired (how fast is not judged: a loaded machine can take its time).
+pub const RELEASED_WITHIN: Duration = Duration::from_secs(10);
+
 /// How long until `name` becomes free (polling every 5 ms), or `None` within `limit`.
 pub async fn freed_within(locks: &LockClient, name: &str, limit: Duration) -> Option<Duration> {
     let start = std::time::Instant::now();

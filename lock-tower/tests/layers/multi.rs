@@ -20,7 +20,8 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use bytes::Bytes;
 use common::{
-    BoxFuture, ChannelBody, Gauge, GrpcServer, Inside, UnaryMethod, freed_within, is_free, serve,
+    BoxFuture, ChannelBody, Gauge, GrpcServer, Inside, RELEASED_WITHIN, UnaryMethod, freed_within,
+    is_free, serve,
 };
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -246,7 +247,6 @@ async fn disjoint_carts_run_in_parallel() {
         let redis = RedisServer::start();
         let shop = Shop::new(Duration::from_millis(400));
         let addr = serve_shop(&redis, &shop, |l| l).await;
-        let started = Instant::now();
         let tasks: Vec<_> = (0..4)
             .map(|i| {
                 let body = cart(&[&format!("p{i}"), &format!("q{i}")]);
@@ -256,9 +256,9 @@ async fn disjoint_carts_run_in_parallel() {
         for task in tasks {
             assert_eq!(task.await.unwrap().status, StatusCode::OK);
         }
-        let elapsed = started.elapsed();
+        // The four handlers overlapped (each holds for 400 ms): the proof that disjoint carts
+        // ran in parallel, however slow the machine.
         assert_eq!(shop.all.max(), 4, "disjoint carts waited for each other");
-        assert!(elapsed < Duration::from_millis(1200), "took {elapsed:?}");
     })
     .await;
 }
@@ -340,7 +340,7 @@ async fn the_handler_gets_the_body_byte_for_byte_and_a_fencing_token_per_name() 
             }
         }
         for name in ["stock:42", "stock:a%3A1%7Bx%7D", "stock:b%C3%A9"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held");
         }
 
@@ -413,7 +413,7 @@ async fn unreadable_carts_are_400_and_lock_nothing() {
         assert_eq!(reply.locks().len(), 3);
         // Released in the background once the response is ready.
         for name in ["stock:a", "stock:b", "stock:c", "stock:d"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held");
         }
     })
@@ -537,7 +537,8 @@ async fn a_lock_lost_mid_handler_drops_it_and_answers_503_and_redis_down_is_503(
             reply.text()
         );
         assert!(reply.text().contains("lost"), "{}", reply.text());
-        assert!(started.elapsed() < Duration::from_secs(2));
+        // Before the handler's own 5 s were up: the loss ended it.
+        assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(shop.calls.load(Ordering::SeqCst), 1);
         assert!(
             common::eventually(Duration::from_secs(1), || shop.all.now() == 0).await,
@@ -585,7 +586,7 @@ async fn hold_until_body_end_keeps_every_lock_until_the_response_body_ends() {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "done");
         for name in ["stock:a", "stock:b"] {
-            let freed = freed_within(&locks, name, Duration::from_secs(2)).await;
+            let freed = freed_within(&locks, name, RELEASED_WITHIN).await;
             assert!(freed.is_some(), "{name} still held after the body ended");
         }
     })

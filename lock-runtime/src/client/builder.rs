@@ -34,6 +34,7 @@ pub struct LockClientBuilder {
     misplaced: Option<&'static str>,
     replica_ack: Option<ReplicaAck>,
     failover_grace: Duration,
+    sentinel_recheck: Duration,
     prefix: String,
     watchdog_timeout: Duration,
     connect_timeout: Duration,
@@ -58,6 +59,7 @@ impl LockClientBuilder {
             misplaced: None,
             replica_ack: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
+            sentinel_recheck: topology::DEFAULT_SENTINEL_RECHECK,
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
@@ -302,6 +304,44 @@ impl LockClientBuilder {
         self
     }
 
+    /// How often a Sentinel client asks the sentinels about the master even when nothing
+    /// failed (default 1 s; at least 10 ms): one `SENTINEL MASTER` on a kept connection to one
+    /// sentinel.
+    ///
+    /// Most failovers show up as failed requests, which make the client ask at once (at most
+    /// every 200 ms) and send nothing to the master until the sentinels confirm it (same
+    /// address, same run id or a restart they have seen too, no failover under way). This
+    /// periodic question notices what caused no error here: a failover started while this
+    /// client's requests still succeed (the old master cut off from the sentinels but not from
+    /// this client: from then on nothing is sent to it), or a master restarted between two
+    /// requests. A shorter interval narrows that window at the cost of one small request per
+    /// interval per client on a sentinel. It does not help a client that cannot reach the
+    /// sentinels either; against that (a split brain), configure `min-replicas-to-write` on
+    /// the master (see [`replica_ack`](LockClientBuilder::replica_ack)).
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let locks = lock_runtime::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .sentinel_recheck(Duration::from_millis(250))
+    ///     .build()
+    ///     .await?;
+    /// # drop(locks); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_recheck(mut self, interval: Duration) -> Self {
+        match &self.topology {
+            Topology::Sentinel { .. } => self.sentinel_recheck = interval,
+            _ => self.misplaced = Some("sentinel_recheck needs a client made by sentinel_builder"),
+        }
+        self
+    }
+
     /// TLS to the Redis data nodes behind Sentinel, verified against the system's trust store
     /// or the [`tls_root_certificate`](LockClientBuilder::tls_root_certificate) (TLS to the
     /// sentinels themselves is the `rediss://` of their URLs). The sentinels must report the
@@ -448,6 +488,12 @@ impl LockClientBuilder {
                 )));
             }
         }
+        if self.sentinel_recheck < Duration::from_millis(10) || self.sentinel_recheck > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "sentinel recheck interval must be at least 10 ms and at most {MAX_LEASE:?}, got {:?}",
+                self.sentinel_recheck
+            )));
+        }
         if self.failover_grace > MAX_LEASE {
             return Err(LockError::InvalidConfig(format!(
                 "failover grace must be at most {MAX_LEASE:?}, got {:?}",
@@ -483,6 +529,7 @@ impl LockClientBuilder {
         let settings = Settings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            sentinel_recheck: self.sentinel_recheck,
             #[cfg(feature = "tls")]
             tls_root_certificate: self.tls_root_certificate,
         };

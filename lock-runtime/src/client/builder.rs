@@ -264,7 +264,8 @@ impl LockClientBuilder {
     /// - A renewal that is not acknowledged does not count: the watchdog retries, and declares
     ///   the lock lost if no acknowledged renewal lands before the lease would run out.
     /// - [`LockGuard::release`](crate::LockGuard::release) reports an unacknowledged release as
-    ///   [`LockError::ReplicaAck`]; the lock is released on the master either way.
+    ///   [`LockError::UnacknowledgedRelease`], which is not a failure: the lock is released on
+    ///   the master and the caller can ignore it ([`LockError::is_released`]).
     ///
     /// `timeout` must be at most half the [response timeout](LockClientBuilder::response_timeout).
     /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the

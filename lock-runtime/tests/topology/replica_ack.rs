@@ -143,10 +143,21 @@ async fn unacknowledged_renewals_and_releases_are_reported() {
         .release()
         .await
         .expect_err("release cannot be acknowledged");
+    // Not a failed release: a typed outcome the caller can ignore (not "unavailable", so an
+    // HTTP layer does not answer 503 for work that was done).
     assert!(
-        matches!(err, LockError::ReplicaAck { op: "release", .. }),
+        matches!(
+            err,
+            LockError::UnacknowledgedRelease {
+                required: 1,
+                acknowledged: 0,
+                ..
+            }
+        ),
         "{err:?}"
     );
+    assert!(err.is_released(), "{err:?}");
+    assert!(!err.is_unavailable(), "{err:?}");
     assert!(!exists(&pair, &key), "released on the master anyway");
 }
 

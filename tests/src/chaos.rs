@@ -271,9 +271,12 @@ pub struct FailoverReport {
     /// Sections whose token is lower than the token of a section on the same key that ended
     /// before it started.
     pub token_regressions: Vec<String>,
-    /// Per fault: from the fault to the first section that started after it, in ns (`None`:
-    /// no section started after it).
+    /// Per fault: the longest time in its window `[from, to)` in which no section started
+    /// (counted from `from`; up to `to` if none started after the last one), in ns: the
+    /// outage the fault caused. `None`: no section started in the window.
     pub recovery_ns: Vec<Option<u64>>,
+    /// Per fault: the overlapping pairs whose later section started in its window.
+    pub overlaps_per_fault: Vec<usize>,
 }
 
 impl FailoverReport {
@@ -286,10 +289,12 @@ impl FailoverReport {
 }
 
 /// Counts overlaps, unaware writes, token regressions and recovery times in `records`;
-/// `faults` are the instants (on [`crate::mono_ns`]) at which a fault was injected.
-pub fn failover_report(records: &[Record], faults: &[u64]) -> FailoverReport {
+/// `faults` are the windows `[from, to)` (on [`crate::mono_ns`]) from the injection of each
+/// fault until the deployment was whole again.
+pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverReport {
     let mut report = FailoverReport {
         faults: faults.len(),
+        overlaps_per_fault: vec![0; faults.len()],
         ..FailoverReport::default()
     };
     let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
@@ -303,6 +308,12 @@ pub fn failover_report(records: &[Record], faults: &[u64]) -> FailoverReport {
             open.retain(|o| o.end_ns > r.start_ns);
             for o in &open {
                 report.overlaps += 1;
+                if let Some(i) = faults
+                    .iter()
+                    .position(|&(from, to)| (from..to).contains(&r.start_ns))
+                {
+                    report.overlaps_per_fault[i] += 1;
+                }
                 if o.outcome == Outcome::Committed && !o.lost {
                     report.unaware_writes += 1;
                 }
@@ -331,12 +342,22 @@ pub fn failover_report(records: &[Record], faults: &[u64]) -> FailoverReport {
     }
     report.recovery_ns = faults
         .iter()
-        .map(|&at| {
-            records
-                .iter()
-                .filter(|r| r.start_ns >= at)
-                .map(|r| r.start_ns - at)
-                .min()
+        .map(|&(from, to)| {
+            let mut starts: Vec<u64> = (records.iter())
+                .map(|r| r.start_ns)
+                .filter(|t| (from..to).contains(t))
+                .collect();
+            if starts.is_empty() {
+                return None;
+            }
+            starts.sort_unstable();
+            let mut longest = 0;
+            let mut last = from;
+            for t in starts {
+                longest = longest.max(t - last);
+                last = t;
+            }
+            Some(longest.max(to - last))
         })
         .collect();
     report
@@ -439,12 +460,15 @@ mod tests {
         let rival = rec("k", 7, 8, 30, false);
         let regressed = rec("k", 4, 40, 50, false);
         let records = [unaware, told, rival, regressed];
-        let report = failover_report(&records, &[3, 35, 100]);
+        let report = failover_report(&records, &[(3, 9), (35, 45), (100, 110)]);
         // (5, 6), (5, 7), (6, 7) overlap; only 5 committed unaware of a loss (twice).
         assert_eq!(report.overlaps, 3);
         assert_eq!(report.unaware_writes, 2);
         assert_eq!(report.token_regressions.len(), 1, "{report:?}");
-        assert_eq!(report.recovery_ns, vec![Some(2), Some(5), None]);
+        // Starts 5 and 8 in [3, 9): gaps 2, 3, then 1 to the end; 40 in [35, 45): 5, 5.
+        assert_eq!(report.recovery_ns, vec![Some(3), Some(5), None]);
+        // (5, 6) and (5, 7) start in the first window, (6, 7) too: 8 is in [3, 9).
+        assert_eq!(report.overlaps_per_fault, vec![3, 0, 0]);
         let store = HashMap::from([(
             "k".to_string(),
             StoreState {

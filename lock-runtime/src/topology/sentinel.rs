@@ -3,9 +3,10 @@
 //! The client keeps its two connections (commands, pub/sub) to the master the sentinels name,
 //! and the master's run id (`INFO server`). When a request to it fails in a way a failover
 //! explains (connection refused or dropped, timeout, `READONLY` from a demoted master), the
-//! master becomes *unconfirmed*: no request is sent to it (each fails at once with an I/O
-//! error, which callers retry) until the sentinels have been asked again, at most every
-//! [`RECHECK`] (one question at a time). The master is confirmed again when the sentinels
+//! master becomes *unconfirmed*: no request is sent to it until the sentinels have been asked
+//! again, at most every [`RECHECK`] (one question at a time; a request waits for the question
+//! in progress, or asks itself, and fails with an I/O error, which callers retry, if the master
+//! is still unconfirmed after it). The master is confirmed again when the sentinels
 //! still name its address, no failover of it is under way (`o_down`, `failover_in_progress`)
 //! and its run id is the one the client knew, or, if it restarted (redis' connection manager
 //! reconnects to the same address by itself, and a master restarted without persistence is

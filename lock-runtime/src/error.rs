@@ -162,6 +162,29 @@ pub enum LockError {
         /// How long we waited for them.
         timeout: Duration,
     },
+    /// A release that succeeded on the master, but fewer replicas than required acknowledged it
+    /// in time ([`LockClientBuilder::replica_ack`](crate::LockClientBuilder::replica_ack)).
+    ///
+    /// **Not a failed release; safe to ignore** (see [`is_released`](LockError::is_released)):
+    /// the lock is free on the master, nothing of it is held by this process, and nothing needs
+    /// retrying (the library does not retry it either). The only thing it leaves open: should
+    /// the master fail before its replicas get the release, a promoted replica may still have
+    /// the grant, under an owner id nobody renews, so the lock stays taken until that lease
+    /// ends. Other holders then wait at most one lease; no two hold it at once. Log it, or
+    /// count it as a sign that replicas lag; do not undo the work done under the lock.
+    #[error(
+        "lock `{name}` was released on the master, but only {acknowledged} of {required} required replicas acknowledged it within {timeout:?}"
+    )]
+    UnacknowledgedRelease {
+        /// The lock name.
+        name: String,
+        /// Replicas that had to acknowledge.
+        required: u32,
+        /// Replicas that did.
+        acknowledged: u32,
+        /// How long we waited for them.
+        timeout: Duration,
+    },
     /// A [`RedLock`](crate::RedLock) could not reach a quorum of its nodes: too many were down,
     /// too slow, or the time it took used up the validity. Partial acquisitions were released.
     #[error(
@@ -253,6 +276,24 @@ impl LockError {
         )
     }
 
+    /// The release this error reports was done anyway: the lock is free on the master and the
+    /// caller can treat the release as successful
+    /// ([`UnacknowledgedRelease`](LockError::UnacknowledgedRelease): only the replicas'
+    /// acknowledgement was missing).
+    ///
+    /// ```
+    /// # async fn demo(guard: lock_runtime::LockGuard) -> Result<(), lock_runtime::LockError> {
+    /// match guard.release().await {
+    ///     Ok(()) => {}
+    ///     Err(e) if e.is_released() => tracing::debug!("released; replicas lag: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_released(&self) -> bool {
+        matches!(self, LockError::UnacknowledgedRelease { .. })
+    }
+
     /// The lock was lost while held.
     pub fn is_lost(&self) -> bool {
         matches!(self, LockError::Lost { .. })
@@ -263,6 +304,18 @@ impl LockError {
         match self {
             LockError::WaitTimeout { remaining_ttl, .. } => *remaining_ttl,
             _ => None,
+        }
+    }
+
+    /// What a release that `shortfall` replicas short of acknowledging reports: done on the
+    /// master, so an [`UnacknowledgedRelease`](LockError::UnacknowledgedRelease), never a
+    /// failed release.
+    pub(crate) fn unacknowledged_release(name: &str, shortfall: crate::backend::Shortfall) -> Self {
+        LockError::UnacknowledgedRelease {
+            name: name.to_owned(),
+            required: shortfall.required,
+            acknowledged: shortfall.acknowledged,
+            timeout: shortfall.timeout,
         }
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::Acked;
 use crate::backend::Reply;
-use crate::backend::{Acked, Shortfall};
 use crate::error::outcome_unknown;
 use crate::handoff;
 use crate::hold::Held;
@@ -244,9 +244,10 @@ impl LockGuard {
     ///   with another holder's); whatever was left of it is released.
     /// - [`LockError::NotOwner`]: it was no longer ours (expired or force-unlocked).
     /// - Backend errors: the release is retried in the background until the lease ends.
-    /// - [`LockError::ReplicaAck`] (with
+    /// - [`LockError::UnacknowledgedRelease`] (with
     ///   [`replica_ack`](crate::LockClientBuilder::replica_ack)): released on the master, but
-    ///   not acknowledged by enough replicas in time.
+    ///   not acknowledged by enough replicas in time; not a failure, safe to ignore
+    ///   ([`LockError::is_released`]).
     ///
     /// A re-entrant guard releases nothing (its outermost guard does) and returns `Ok(())`
     /// unless the lock is lost.
@@ -391,20 +392,9 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
             None => backend.release(&held.names, &held.owner, None).await,
         };
         return match reply.map(|Acked { reply, shortfall }| (reply, shortfall)) {
-            Ok((
-                Reply::Done(_) | Reply::HandedOff(_),
-                Some(Shortfall {
-                    required,
-                    acknowledged,
-                    timeout,
-                }),
-            )) => Err(LockError::ReplicaAck {
-                op: "release",
-                name: held.names.name.clone(),
-                required,
-                acknowledged,
-                timeout,
-            }),
+            Ok((Reply::Done(_) | Reply::HandedOff(_), Some(shortfall))) => Err(
+                LockError::unacknowledged_release(&held.names.name, shortfall),
+            ),
             Ok((Reply::Done(_) | Reply::HandedOff(_), None)) => Ok(true),
             // After an unknown outcome, "not ours any more" means our first attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.

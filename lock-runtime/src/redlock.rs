@@ -643,7 +643,7 @@ impl RedLockGuard {
             let Some(result) = next else { break };
             match result {
                 // Released on that node's master, only not acknowledged by its replicas.
-                Ok(()) | Err(LockError::ReplicaAck { .. }) => released += 1,
+                Ok(()) | Err(LockError::UnacknowledgedRelease { .. }) => released += 1,
                 Err(LockError::NotOwner { .. } | LockError::Lost { .. }) => not_ours += 1,
                 Err(e) => failed = Some(e),
             }

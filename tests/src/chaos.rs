@@ -256,6 +256,132 @@ pub fn check(
     report
 }
 
+/// What a run with failovers showed, per fault window (the failover suite, `tests/failover.rs`).
+/// Counted, not judged: overlaps are expected without replica acknowledgement. The hard
+/// invariants stay [`check`]'s (and [`stale_writes_accepted`]).
+#[derive(Debug, Default, Clone)]
+pub struct FailoverReport {
+    /// Fault windows given.
+    pub faults: usize,
+    /// Pairs of critical sections on one key that overlapped.
+    pub overlaps: usize,
+    /// Of those, pairs where the earlier holder committed a write after the rival's grant
+    /// without having been told its lock was lost.
+    pub unaware_writes: usize,
+    /// Sections whose token is lower than the token of a section on the same key that ended
+    /// before it started.
+    pub token_regressions: Vec<String>,
+    /// Per fault: the longest time in its window `[from, to)` in which no section started
+    /// (counted from `from`; up to `to` if none started after the last one), in ns: the
+    /// outage the fault caused. `None`: no section started in the window.
+    pub recovery_ns: Vec<Option<u64>>,
+    /// Per fault: the overlapping pairs whose later section started in its window.
+    pub overlaps_per_fault: Vec<usize>,
+}
+
+impl FailoverReport {
+    /// The recovery times that are known, sorted.
+    pub fn recoveries(&self) -> Vec<u64> {
+        let mut known: Vec<u64> = self.recovery_ns.iter().flatten().copied().collect();
+        known.sort_unstable();
+        known
+    }
+}
+
+/// Counts overlaps, unaware writes, token regressions and recovery times in `records`;
+/// `faults` are the windows `[from, to)` (on [`crate::mono_ns`]) from the injection of each
+/// fault until the deployment was whole again.
+pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverReport {
+    let mut report = FailoverReport {
+        faults: faults.len(),
+        overlaps_per_fault: vec![0; faults.len()],
+        ..FailoverReport::default()
+    };
+    let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
+    for r in records {
+        by_key.entry(&r.key).or_default().push(r);
+    }
+    for (key, mut recs) in by_key {
+        recs.sort_by_key(|r| r.start_ns);
+        let mut open: Vec<&Record> = Vec::new();
+        for r in &recs {
+            open.retain(|o| o.end_ns > r.start_ns);
+            for o in &open {
+                report.overlaps += 1;
+                if let Some(i) = faults
+                    .iter()
+                    .position(|&(from, to)| (from..to).contains(&r.start_ns))
+                {
+                    report.overlaps_per_fault[i] += 1;
+                }
+                if o.outcome == Outcome::Committed && !o.lost {
+                    report.unaware_writes += 1;
+                }
+            }
+            open.push(r);
+        }
+        // Sections by end time: the highest token among those that ended before each start.
+        let mut ended: Vec<&Record> = recs.clone();
+        ended.sort_by_key(|r| r.end_ns);
+        let (mut next, mut highest): (usize, Option<&Record>) = (0, None);
+        for r in &recs {
+            while next < ended.len() && ended[next].end_ns <= r.start_ns {
+                if highest.is_none_or(|h| ended[next].token > h.token) {
+                    highest = Some(ended[next]);
+                }
+                next += 1;
+            }
+            if let Some(h) = highest
+                && r.token < h.token
+            {
+                report
+                    .token_regressions
+                    .push(format!("token went back on `{key}`:\n  {h}\n  {r}"));
+            }
+        }
+    }
+    report.recovery_ns = faults
+        .iter()
+        .map(|&(from, to)| {
+            let mut starts: Vec<u64> = (records.iter())
+                .map(|r| r.start_ns)
+                .filter(|t| (from..to).contains(t))
+                .collect();
+            if starts.is_empty() {
+                return None;
+            }
+            starts.sort_unstable();
+            let mut longest = 0;
+            let mut last = from;
+            for t in starts {
+                longest = longest.max(t - last);
+                last = t;
+            }
+            Some(longest.max(to - last))
+        })
+        .collect();
+    report
+}
+
+/// Writes a fenced store accepted out of token order: in each key's commit log, the commits
+/// whose token is not above every token committed before. 0 is the hard invariant.
+pub fn stale_writes_accepted(store: &HashMap<String, StoreState>) -> usize {
+    store
+        .values()
+        .map(|state| {
+            let mut highest = None;
+            let mut stale = 0;
+            for &t in &state.log {
+                if highest.is_some_and(|h| t <= h) {
+                    stale += 1;
+                }
+                highest = highest.max(Some(t));
+            }
+            stale
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +448,34 @@ mod tests {
         let report = check(&wiped, &store, &[(4, 6)]);
         assert!(report.violations.is_empty());
         assert_eq!(report.excused_overlaps, 1);
+    }
+
+    #[test]
+    fn the_failover_report_counts_overlaps_regressions_and_recovery() {
+        let unaware = rec("k", 5, 0, 10, false);
+        let told = Record {
+            outcome: Outcome::RejectedWrite,
+            ..rec("k", 6, 5, 20, true)
+        };
+        let rival = rec("k", 7, 8, 30, false);
+        let regressed = rec("k", 4, 40, 50, false);
+        let records = [unaware, told, rival, regressed];
+        let report = failover_report(&records, &[(3, 9), (35, 45), (100, 110)]);
+        // (5, 6), (5, 7), (6, 7) overlap; only 5 committed unaware of a loss (twice).
+        assert_eq!(report.overlaps, 3);
+        assert_eq!(report.unaware_writes, 2);
+        assert_eq!(report.token_regressions.len(), 1, "{report:?}");
+        // Starts 5 and 8 in [3, 9): gaps 2, 3, then 1 to the end; 40 in [35, 45): 5, 5.
+        assert_eq!(report.recovery_ns, vec![Some(3), Some(5), None]);
+        // (5, 6) and (5, 7) start in the first window, (6, 7) too: 8 is in [3, 9).
+        assert_eq!(report.overlaps_per_fault, vec![3, 0, 0]);
+        let store = HashMap::from([(
+            "k".to_string(),
+            StoreState {
+                value: 4,
+                log: vec![1, 3, 2, 3],
+            },
+        )]);
+        assert_eq!(stale_writes_accepted(&store), 2);
     }
 }

@@ -37,6 +37,7 @@ pub struct LockClientBuilder {
     misplaced: Option<&'static str>,
     replica_ack: Option<ReplicaAck>,
     failover_grace: Duration,
+    sentinel_recheck: Duration,
     prefix: String,
     watchdog_timeout: Duration,
     redisson_watchdog_timeout: Duration,
@@ -63,6 +64,7 @@ impl LockClientBuilder {
             misplaced: None,
             replica_ack: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
+            sentinel_recheck: topology::DEFAULT_SENTINEL_RECHECK,
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             redisson_watchdog_timeout: DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
@@ -326,13 +328,24 @@ impl LockClientBuilder {
     /// - A renewal that is not acknowledged does not count: the watchdog retries, and declares
     ///   the lock lost if no acknowledged renewal lands before the lease would run out.
     /// - [`LockGuard::release`](crate::LockGuard::release) reports an unacknowledged release as
-    ///   [`LockError::ReplicaAck`]; the lock is released on the master either way.
+    ///   [`LockError::UnacknowledgedRelease`], which is not a failure: the lock is released on
+    ///   the master and the caller can ignore it ([`LockError::is_released`]).
     ///
     /// `timeout` must be at most half the [response timeout](LockClientBuilder::response_timeout).
     /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the
     /// shared connection for up to `timeout` when a replica lags. It narrows the window in which
     /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
     /// docs on topologies). `replicas = 0` turns it off.
+    ///
+    /// Recommended in production alongside it, on every master: `min-replicas-to-write 1` and
+    /// `min-replicas-max-lag 1`. A master cut off from its replicas but still reached by
+    /// clients (a split brain) then refuses every write, for every client, about lag + 1 s
+    /// after the cut (measured: 1.95–1.97 s; without it, it kept granting until the partition
+    /// healed). Choose the lease, the [response timeout](LockClientBuilder::response_timeout)
+    /// and `timeout` together: `timeout ≤ response / 2` (checked by
+    /// [`build`](LockClientBuilder::build)), `response ≤ lease / 4` (at least two renewal
+    /// attempts before the loss is declared); TOPOLOGIES.md has the table and the
+    /// measurements.
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_ack = (replicas > 0).then_some(ReplicaAck { replicas, timeout });
         self
@@ -362,6 +375,44 @@ impl LockClientBuilder {
             _ => {
                 self.misplaced = Some("master_credentials needs a client made by sentinel_builder")
             }
+        }
+        self
+    }
+
+    /// How often a Sentinel client asks the sentinels about the master even when nothing
+    /// failed (default 1 s; at least 10 ms): one `SENTINEL MASTER` on a kept connection to one
+    /// sentinel.
+    ///
+    /// Most failovers show up as failed requests, which make the client ask at once (at most
+    /// every 200 ms) and send nothing to the master until the sentinels confirm it (same
+    /// address, same run id or a restart they have seen too, no failover under way). This
+    /// periodic question notices what caused no error here: a failover started while this
+    /// client's requests still succeed (the old master cut off from the sentinels but not from
+    /// this client: from then on nothing is sent to it), or a master restarted between two
+    /// requests. A shorter interval narrows that window at the cost of one small request per
+    /// interval per client on a sentinel. It does not help a client that cannot reach the
+    /// sentinels either; against that (a split brain), configure `min-replicas-to-write` on
+    /// the master (see [`replica_ack`](LockClientBuilder::replica_ack)).
+    ///
+    /// Only for a builder made by [`LockClient::sentinel_builder`]; on any other,
+    /// [`build`](LockClientBuilder::build) fails with [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let locks = lock_runtime::LockClient::sentinel_builder(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .sentinel_recheck(Duration::from_millis(250))
+    ///     .build()
+    ///     .await?;
+    /// # drop(locks); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_recheck(mut self, interval: Duration) -> Self {
+        match &self.topology {
+            Topology::Sentinel { .. } => self.sentinel_recheck = interval,
+            _ => self.misplaced = Some("sentinel_recheck needs a client made by sentinel_builder"),
         }
         self
     }
@@ -517,6 +568,12 @@ impl LockClientBuilder {
                 )));
             }
         }
+        if self.sentinel_recheck < Duration::from_millis(10) || self.sentinel_recheck > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "sentinel recheck interval must be at least 10 ms and at most {MAX_LEASE:?}, got {:?}",
+                self.sentinel_recheck
+            )));
+        }
         if self.failover_grace > MAX_LEASE {
             return Err(LockError::InvalidConfig(format!(
                 "failover grace must be at most {MAX_LEASE:?}, got {:?}",
@@ -552,6 +609,7 @@ impl LockClientBuilder {
         let settings = Settings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            sentinel_recheck: self.sentinel_recheck,
             #[cfg(feature = "tls")]
             tls_root_certificate: self.tls_root_certificate,
         };

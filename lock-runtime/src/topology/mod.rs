@@ -34,6 +34,9 @@ pub(crate) mod replica_ack;
 mod sentinel;
 mod slots;
 
+/// How often a Sentinel client asks the sentinels about the master anyway (1 s).
+pub(crate) const DEFAULT_SENTINEL_RECHECK: Duration = Duration::from_secs(1);
+
 pub(crate) use self::operations::RedisBackend;
 #[cfg(test)]
 pub(crate) use self::slots::slot;
@@ -273,6 +276,9 @@ impl Channels for Conn {
 pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// How often a Sentinel client asks the sentinels about the master anyway.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) sentinel_recheck: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }

@@ -11,7 +11,9 @@
 //! - **renew**: fewer than `n` → the renewal does not count; the watchdog retries and declares
 //!   the lock lost if no acknowledged renewal lands before the lease would run out.
 //! - **release**: fewer than `n` → [`LockGuard::release`](crate::LockGuard::release) reports
-//!   it (a failover could bring the lock back until its lease ends; it is not held by us).
+//!   [`LockError::UnacknowledgedRelease`](crate::LockError::UnacknowledgedRelease), which is not
+//!   a failed release (it is done on the master; a failover could bring the grant back until its
+//!   lease ends, held by no one).
 //!
 //! `WAIT` narrows the window; it does not make replication synchronous (a replica may
 //! acknowledge and still lose the write, and Redis does not roll a master back): see the crate

@@ -1,17 +1,30 @@
 //! Redis Sentinel: find the master through the sentinels and follow it when it fails over.
 //!
-//! The client keeps its two connections (commands, pub/sub) to the master the sentinels name.
-//! When a request to it fails in a way a failover explains (connection refused or dropped,
-//! timeout, `READONLY` from a demoted master), it asks the sentinels again, at most every
-//! [`RECHECK`] (one question at a time), and asks them anyway every [`SCAN`] (over one kept
-//! sentinel connection; the full lookup only when the address changed). A reply that arrives
-//! from the old master after a switch counts as an unknown outcome. Once they name another
-//! master, both connections are replaced and the demux is told the pub/sub connection was
-//! lost, which wakes every waiter (an unlock published during the switch may be gone) and
-//! resubscribes every channel on the new master. Requests that failed meanwhile are retried by their callers: acquisitions ride out the failover within
+//! The client keeps its two connections (commands, pub/sub) to the master the sentinels name,
+//! and the master's run id (`INFO server`). When a request to it fails in a way a failover
+//! explains (connection refused or dropped, timeout, `READONLY` from a demoted master), the
+//! master becomes *unconfirmed*: no request is sent to it until the sentinels have been asked
+//! again, at most every [`RECHECK`] (one question at a time; a request waits for the question
+//! in progress, or asks itself, and fails with an I/O error, which callers retry, if the master
+//! is still unconfirmed after it). The master is confirmed again when the sentinels
+//! still name its address, no failover of it is under way (`o_down`, `failover_in_progress`)
+//! and its run id is the one the client knew, or, if it restarted (redis' connection manager
+//! reconnects to the same address by itself, and a master restarted without persistence is
+//! empty), once the sentinels report the new run id too: a restarted master is then treated
+//! like a new one. Without that check, a master killed and restarted before the sentinels
+//! demoted it would be granted on until the next periodic question. The sentinels are asked
+//! anyway every [`LockClientBuilder::sentinel_recheck`](crate::LockClientBuilder::sentinel_recheck)
+//! (default 1 s, over one kept sentinel connection: `SENTINEL MASTER`, the full lookup only
+//! when the address changed), which also notices a new run id or a failover under way that
+//! caused no error here. A reply that arrives from the old master after a switch counts as an
+//! unknown outcome. Once they name another master (or a restarted one is confirmed), both
+//! connections are replaced and the demux is told the pub/sub connection was lost, which wakes
+//! every waiter (an unlock published during the switch may be gone) and resubscribes every
+//! channel on the new master. Requests that failed meanwhile are retried by their callers: acquisitions ride out the failover within
 //! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), the
 //! watchdog retries renewals until the lease would run out, the releaser retries releases.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,9 +42,6 @@ use crate::sync;
 
 /// The shortest interval between two questions to the sentinels.
 const RECHECK: Duration = Duration::from_millis(200);
-/// How often the sentinels are asked anyway, to notice a failover that caused no error here
-/// (for example: the old master came back, empty, before the sentinels demoted it).
-const SCAN: Duration = Duration::from_secs(1);
 
 /// One of the two connections to the current master.
 #[derive(Clone)]
@@ -45,6 +55,9 @@ struct Shared {
     resolver: tokio::sync::Mutex<Resolver>,
     /// A lookup is queued or running: failed requests do not queue another.
     pending: AtomicBool,
+    /// The master failed a request (or the sentinels' view changed) and has not been confirmed
+    /// since: requests are not sent to it.
+    suspect: AtomicBool,
     master_name: String,
     current: Mutex<Current>,
     settings: Settings,
@@ -63,6 +76,9 @@ struct Resolver {
 struct Current {
     generation: u64,
     addr: String,
+    /// The master's `run_id` when the connections were made (or its restart was confirmed);
+    /// `None` if it could not be read.
+    run_id: Option<String>,
     commands: ConnectionManager,
     pubsub: ConnectionManager,
 }
@@ -198,7 +214,8 @@ pub(crate) async fn connect(
         .await?;
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
-    let (commands, pubsub) = settings.managers(info, demux).await?;
+    let (mut commands, pubsub) = settings.managers(info, demux).await?;
+    let run_id = run_id(&mut commands, settings).await;
     tracing::debug!(master = %addr, "Sentinel named the master");
     let shared = Arc::new(Shared {
         resolver: tokio::sync::Mutex::new(Resolver {
@@ -207,10 +224,12 @@ pub(crate) async fn connect(
             sentinel_conn: None,
         }),
         pending: AtomicBool::new(false),
+        suspect: AtomicBool::new(false),
         master_name: master.to_owned(),
         current: Mutex::new(Current {
             generation: 0,
             addr,
+            run_id,
             commands,
             pubsub,
         }),
@@ -218,7 +237,7 @@ pub(crate) async fn connect(
         demux: demux.clone(),
         renew_now,
     });
-    tokio::spawn(scan(Arc::downgrade(&shared)));
+    tokio::spawn(scan(Arc::downgrade(&shared), settings.sentinel_recheck));
     Ok((
         Conn::Sentinel(FailoverConn {
             shared: shared.clone(),
@@ -242,14 +261,36 @@ impl FailoverConn {
         (current.generation, conn)
     }
 
-    /// After a failed request: ask the sentinels in the background if a failover explains it.
+    /// After a failed request: if a failover explains it, the master is unconfirmed until the
+    /// sentinels have been asked again (in the background).
     fn check<T>(&self, generation: u64, result: &redis::RedisResult<T>) {
         if let Err(e) = result
             && failover_symptom(e)
-            && !self.shared.pending.swap(true, Ordering::AcqRel)
         {
-            tokio::spawn(self.shared.clone().rediscover(Some(generation)));
+            if self.shared.lock().generation == generation {
+                self.shared.suspect.store(true, Ordering::Release);
+            }
+            if !self.shared.pending.swap(true, Ordering::AcqRel) {
+                tokio::spawn(self.shared.clone().rediscover(Some(generation)));
+            }
         }
+    }
+
+    /// Before a request: an unconfirmed master is confirmed (or replaced) first; while it is
+    /// not, the request fails at once with an I/O error (a failover symptom, which callers
+    /// retry) instead of reaching a master that may have restarted empty or be deposed.
+    async fn confirmed(&self) -> redis::RedisResult<()> {
+        if !self.shared.suspect.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.shared.clone().rediscover(None).await;
+        if !self.shared.suspect.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "the master is not confirmed by the sentinels yet",
+        )))
     }
 
     /// A reply from a master we switched away from while the request was in flight does not
@@ -270,6 +311,7 @@ impl FailoverConn {
         channels: &[String],
         subscribe: bool,
     ) -> redis::RedisResult<()> {
+        self.confirmed().await?;
         let (generation, mut conn) = self.pick();
         let result = if subscribe {
             conn.subscribe(channels).await
@@ -284,6 +326,7 @@ impl FailoverConn {
 impl ConnectionLike for FailoverConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            self.confirmed().await?;
             let (generation, mut conn) = self.pick();
             let result = conn.req_packed_command(cmd).await;
             self.check(generation, &result);
@@ -298,6 +341,7 @@ impl ConnectionLike for FailoverConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            self.confirmed().await?;
             let (generation, mut conn) = self.pick();
             let result = conn.req_packed_commands(pipeline, offset, count).await;
             self.check(generation, &result);
@@ -315,25 +359,81 @@ impl Shared {
         sync::lock(&self.current)
     }
 
-    /// Asks the sentinels for the master; switches both connections when it moved. `seen`:
-    /// the generation a failed request used (nothing to do if we switched since); `None` for
-    /// the periodic check, which first asks one kept sentinel connection for the address and
-    /// does the full lookup (which connects to the master to check its role) only if it moved.
+    /// Asks the sentinels about the master; confirms it, or switches both connections when it
+    /// moved (or restarted, once the sentinels know its new run id). `seen`: the generation a
+    /// failed request used (nothing to do if we switched since, or if it is not unconfirmed);
+    /// `None` for the periodic check and for a request waiting on an unconfirmed master. The
+    /// first question is `SENTINEL MASTER` on one kept sentinel connection; the full lookup
+    /// (which connects to the master to check its role) runs only if the address moved.
     async fn rediscover(self: Arc<Self>, seen: Option<u64>) {
         let mut resolver = self.resolver.lock().await;
         self.pending.store(false, Ordering::Release);
-        if seen.is_some_and(|g| self.lock().generation != g)
+        let suspect = self.suspect.load(Ordering::Acquire);
+        if seen.is_some_and(|g| self.lock().generation != g || !suspect)
             || resolver.last_check.is_some_and(|t| t.elapsed() < RECHECK)
         {
             return;
         }
-        if seen.is_none()
-            && let Some(addr) = self.named_master(&mut resolver).await
-            && addr == self.lock().addr
-        {
-            resolver.last_check = Some(Instant::now());
+        let view = self.sentinel_view(&mut resolver).await;
+        resolver.last_check = Some(Instant::now());
+        let Some(view) = view else {
+            // No sentinel answered: an unconfirmed master stays unconfirmed; a confirmed one
+            // is kept (the sentinels may be the ones cut off).
+            return;
+        };
+        let (addr, known_run_id) = {
+            let current = self.lock();
+            (current.addr.clone(), current.run_id.clone())
+        };
+        if view.addr != addr {
+            self.suspect.store(true, Ordering::Release);
+            self.follow(&mut resolver).await;
             return;
         }
+        if view.failing_over {
+            // The sentinels agree it is down, or are replacing it: do not use it meanwhile.
+            self.suspect.store(true, Ordering::Release);
+            return;
+        }
+        if !suspect && (view.run_id.is_empty() || Some(&view.run_id) == known_run_id.as_ref()) {
+            return;
+        }
+        // Unconfirmed, or the sentinels report another run id: ask the master itself.
+        let (generation, mut commands) = {
+            let current = self.lock();
+            (current.generation, current.commands.clone())
+        };
+        let Some(now) = run_id(&mut commands, &self.settings).await else {
+            self.suspect.store(true, Ordering::Release);
+            return;
+        };
+        if known_run_id.as_ref() == Some(&now) {
+            self.suspect.store(false, Ordering::Release);
+            return;
+        }
+        if view.run_id != now {
+            // Restarted (perhaps empty), and the sentinels have not seen it yet: it may be
+            // demoted any moment, so nothing is granted on it meanwhile.
+            self.suspect.store(true, Ordering::Release);
+            tracing::debug!(master = %addr, "the master restarted; waiting for the sentinels to see it");
+            return;
+        }
+        {
+            let mut current = self.lock();
+            if current.generation != generation {
+                return;
+            }
+            current.generation += 1;
+            current.run_id = Some(now);
+        }
+        self.suspect.store(false, Ordering::Release);
+        tracing::warn!(master = %addr, "the master restarted (new run id, confirmed by the sentinels); grants made before are checked at once");
+        self.switched();
+    }
+
+    /// The full lookup through the sentinels (which checks the named server's role); switches
+    /// both connections to the master it finds if that is another address.
+    async fn follow(&self, resolver: &mut Resolver) {
         let lookup = self
             .settings
             .within_connect_timeout(resolver.sentinel.async_get_client())
@@ -351,32 +451,39 @@ impl Shared {
         if addr == self.lock().addr {
             return;
         }
-        let (commands, pubsub) = match self.settings.managers(info, &self.demux).await {
+        let (mut commands, pubsub) = match self.settings.managers(info, &self.demux).await {
             Ok(conns) => conns,
             Err(e) => {
                 tracing::warn!(master = %addr, error = %e, "cannot connect to the new master yet");
                 return;
             }
         };
+        let run_id = run_id(&mut commands, &self.settings).await;
         let old = {
             let mut current = self.lock();
             current.generation += 1;
             current.commands = commands;
             current.pubsub = pubsub;
+            current.run_id = run_id;
             std::mem::replace(&mut current.addr, addr.clone())
         };
+        self.suspect.store(false, Ordering::Release);
         tracing::warn!(old = %old, new = %addr, "Sentinel failed over to a new master; switched connections");
-        // Waiters may have missed an unlock during the switch, and the channels must be
-        // subscribed on the new master.
-        self.demux.connection_lost();
-        // Grants the old master took with it show up as "gone" at the next renewal: now.
-        self.renew_now.notify_one();
-        drop(resolver);
+        self.switched();
     }
 
-    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on the kept sentinel connection (made on first use,
-    /// dropped on error), as `host:port`.
-    async fn named_master(&self, resolver: &mut Resolver) -> Option<String> {
+    /// After a switch to another master (or a restarted one): wakes every waiter (they may have
+    /// missed an unlock during the switch, and the channels must be subscribed again) and has
+    /// the watchdog renew at once (grants the old master took with it show up as "gone").
+    fn switched(&self) {
+        self.demux.connection_lost();
+        self.renew_now.notify_one();
+    }
+
+    /// `SENTINEL MASTER` on the kept sentinel connection (made on first use, dropped on
+    /// error): the address the sentinel names, the run id it last saw there, and whether a
+    /// failover of it is under way.
+    async fn sentinel_view(&self, resolver: &mut Resolver) -> Option<SentinelView> {
         if resolver.sentinel_conn.is_none() {
             let client = self
                 .settings
@@ -391,10 +498,10 @@ impl Shared {
         }
         let conn = resolver.sentinel_conn.as_mut()?;
         let mut cmd = redis::cmd("SENTINEL");
-        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master_name);
-        let question = cmd.query_async::<Option<(String, u16)>>(conn);
+        cmd.arg("MASTER").arg(&self.master_name);
+        let question = cmd.query_async::<HashMap<String, String>>(conn);
         match tokio::time::timeout(self.settings.response_timeout, question).await {
-            Ok(Ok(Some((host, port)))) => Some(format!("{host}:{port}")),
+            Ok(Ok(fields)) => SentinelView::read(&fields),
             _ => {
                 resolver.sentinel_conn = None;
                 None
@@ -403,10 +510,47 @@ impl Shared {
     }
 }
 
-/// Asks the sentinels every [`SCAN`] until the client is gone.
-async fn scan(shared: std::sync::Weak<Shared>) {
+/// What one sentinel says of the master (`SENTINEL MASTER <name>`).
+#[derive(Debug, PartialEq, Eq)]
+struct SentinelView {
+    /// `host:port`.
+    addr: String,
+    /// The run id the sentinel last read from it (empty before its first `INFO`).
+    run_id: String,
+    /// The sentinels agree it is down (`o_down`) or are replacing it (`failover_in_progress`).
+    failing_over: bool,
+}
+
+impl SentinelView {
+    fn read(fields: &HashMap<String, String>) -> Option<SentinelView> {
+        let flags = fields.get("flags")?;
+        Some(SentinelView {
+            addr: format!("{}:{}", fields.get("ip")?, fields.get("port")?),
+            run_id: fields.get("runid").cloned().unwrap_or_default(),
+            failing_over: flags
+                .split(',')
+                .any(|f| f == "o_down" || f == "failover_in_progress"),
+        })
+    }
+}
+
+/// The `run_id` of the server behind `conn` (`INFO server`), within the response timeout.
+async fn run_id(conn: &mut ConnectionManager, settings: &Settings) -> Option<String> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server");
+    let info = tokio::time::timeout(settings.response_timeout, cmd.query_async::<String>(conn))
+        .await
+        .ok()?
+        .ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+}
+
+/// Asks the sentinels every `interval` until the client is gone.
+async fn scan(shared: std::sync::Weak<Shared>, interval: Duration) {
     loop {
-        tokio::time::sleep(SCAN).await;
+        tokio::time::sleep(interval).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LossReason};
 use lock_tests::topology::ReplicatedPair;
@@ -143,10 +143,21 @@ async fn unacknowledged_renewals_and_releases_are_reported() {
         .release()
         .await
         .expect_err("release cannot be acknowledged");
+    // Not a failed release: a typed outcome the caller can ignore (not "unavailable", so an
+    // HTTP layer does not answer 503 for work that was done).
     assert!(
-        matches!(err, LockError::ReplicaAck { op: "release", .. }),
+        matches!(
+            err,
+            LockError::UnacknowledgedRelease {
+                required: 1,
+                acknowledged: 0,
+                ..
+            }
+        ),
         "{err:?}"
     );
+    assert!(err.is_released(), "{err:?}");
+    assert!(!err.is_unavailable(), "{err:?}");
     assert!(!exists(&pair, &key), "released on the master anyway");
 }
 
@@ -265,4 +276,111 @@ async fn the_lock_family_waits_for_the_replica_and_rolls_back_without_it() {
         .filter(|k| !k.ends_with(":fence") && !k.ends_with(":capacity"))
         .collect();
     assert!(left.is_empty(), "keys left behind: {left:?}");
+}
+
+/// Grants per outcome while a master's link to its only replica is black-holed (a split
+/// brain: the client still reaches the master), with or without `min-replicas-to-write 1` /
+/// `min-replicas-max-lag <lag>` on the master. Returns (grants accepted after the cut, time
+/// from the cut to the first refusal, grants after healing). Panics if a grant follows a
+/// refusal while the link is still cut.
+async fn grants_while_cut_off(min_replicas_lag: Option<u64>) -> (u32, Option<Duration>, u32) {
+    use lock_tests::{RedisServer, TcpProxy};
+    let lag = min_replicas_lag.map(|l| l.to_string());
+    let mut args = vec!["--repl-diskless-sync-delay", "0"];
+    if let Some(lag) = &lag {
+        args.extend([
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            lag,
+        ]);
+    }
+    let master = RedisServer::start_with(&args);
+    let link = TcpProxy::start(([127, 0, 0, 1], master.port()).into())
+        .await
+        .expect("proxy");
+    let link_port = link.url().rsplit(':').next().unwrap().to_owned();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    common::eventually(Duration::from_secs(30), || {
+        master
+            .cmd(&["INFO", "replication"])
+            .text()
+            .is_some_and(|i| i.contains("state=online"))
+            && replica
+                .cmd(&["INFO", "replication"])
+                .text()
+                .is_some_and(|i| i.contains("master_link_status:up"))
+    })
+    .await
+    .then_some(())
+    .expect("replication up");
+    let locks = common::client(&master).await;
+    let lock = locks.lock("split:1");
+    lock.try_acquire(Duration::ZERO)
+        .await
+        .expect("granted while the replica is attached")
+        .release()
+        .await
+        .expect("release");
+
+    let cut = Instant::now();
+    link.set_black_hole(true);
+    let (mut granted, mut refused_at) = (0, None);
+    // Bounded: 6 s of tries, one every 20 ms.
+    while cut.elapsed() < Duration::from_secs(6) {
+        match lock.try_acquire(Duration::ZERO).await {
+            Ok(guard) => {
+                assert!(
+                    refused_at.is_none(),
+                    "granted after a refusal while still cut off"
+                );
+                granted += 1;
+                let _ = guard.release().await;
+            }
+            Err(e) => {
+                assert!(format!("{e}").contains("NOREPLICAS"), "{e:?}");
+                refused_at.get_or_insert_with(|| cut.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    link.set_black_hole(false);
+    link.cut_all();
+    // Healed: the replica re-attaches (partial resync) and grants resume.
+    let mut after = 0;
+    let healed = Instant::now();
+    while healed.elapsed() < Duration::from_secs(20) && after == 0 {
+        if let Ok(guard) = lock.try_acquire(Duration::ZERO).await {
+            after += 1;
+            let _ = guard.release().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(replica);
+    (granted, refused_at, after)
+}
+
+/// Split brain, measured: a master cut off from its replica keeps granting for as long as it
+/// likes without `min-replicas-to-write`; with `min-replicas-to-write 1` and
+/// `min-replicas-max-lag 1` it refuses every lock write (`NOREPLICAS`, nothing changed) once
+/// the replica's last acknowledgement is older than the lag, and grants again once the replica
+/// is back. The figures (time to the first refusal) go into TOPOLOGIES.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_cut_off_from_its_replicas_refuses_lock_writes_with_min_replicas_to_write() {
+    let (granted, refused, after) = grants_while_cut_off(None).await;
+    eprintln!("no min-replicas: {granted} grants in 6 s after the cut, first refusal {refused:?}");
+    assert!(refused.is_none(), "nothing refuses without min-replicas");
+    assert!(granted > 0);
+    assert_eq!(after, 1);
+
+    let (granted, refused, after) = grants_while_cut_off(Some(1)).await;
+    eprintln!(
+        "min-replicas-to-write 1, max-lag 1: {granted} grants after the cut, first refusal after {refused:?}"
+    );
+    let refused = refused.expect("the cut-off master refuses lock writes");
+    assert!(
+        refused < Duration::from_secs(6),
+        "refused while cut off: {refused:?}"
+    );
+    assert_eq!(after, 1, "grants resume once the replica is back");
 }

@@ -275,3 +275,93 @@ async fn a_grant_lost_in_the_failover_is_reported_right_after_the_switch() {
     );
     assert!(lost.is_lost(), "{lost:?}");
 }
+
+/// `run_id` of a data server (`INFO server`).
+fn run_id(server: &lock_tests::RedisServer) -> String {
+    let info = server.cmd(&["INFO", "server"]);
+    let text = info.text().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| panic!("no run_id in {text:?}"))
+}
+
+/// The master killed with `SIGKILL` and restarted at once, empty, at the same address (redis'
+/// connection manager reconnects there by itself): nothing is granted on it until the
+/// sentinels have seen the restart (their `runid` is the new one) or replaced it. Before, the
+/// client granted on it as soon as it reconnected, while the holder of the lost grant still
+/// held it, until its periodic question to the sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it() {
+    let mut group = SentinelGroup::start(3);
+    let holder = sentinel_client(&group, Duration::from_secs(10)).await;
+    let rival = sentinel_client(&group, Duration::from_secs(10)).await;
+    let guard = holder.lock("restart:1").acquire().await.expect("hold");
+    let master = group.current_master_port();
+    let before = run_id(group.server(master));
+
+    let restarted_at = Instant::now();
+    group.server_mut(master).kill();
+    group.server_mut(master).restart();
+    let after = run_id(group.server(master));
+    assert_ne!(before, after, "a restarted server has a new run id");
+
+    let rival_guard = rival
+        .lock("restart:1")
+        .try_acquire(Duration::from_secs(40))
+        .await
+        .expect("granted once the sentinels know the restarted master (or another one)");
+    let granted_after = restarted_at.elapsed();
+    // Where it was granted: the master the sentinels name now; their view of it must already
+    // be the server that holds the grant (its run id), not the one from before the restart.
+    let now_master = group.current_master_port();
+    let server = group.server(now_master);
+    assert_eq!(
+        server.cmd(&["EXISTS", rival_guard.key()]).int(),
+        Some(1),
+        "granted on the master the sentinels name"
+    );
+    let sentinel_runids: Vec<String> = group
+        .sentinels()
+        .iter()
+        .map(|s| {
+            s.master_state(group.master_name())
+                .expect("sentinel state")
+                .get("runid")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    let node = run_id(server);
+    eprintln!(
+        "granted {granted_after:?} after the restart on port {now_master} (started on {master}); \
+         sentinels' run ids {sentinel_runids:?}, the node's {node}, before the restart {before}"
+    );
+    assert!(
+        sentinel_runids.contains(&node),
+        "granted on a master no sentinel knew as it is now: a restarted (empty) master was \
+         used before the sentinels saw it"
+    );
+    // The holder's grant went with the restart: it is told so.
+    let lost = tokio::time::timeout(Duration::from_secs(20), guard.lost())
+        .await
+        .expect("the holder is told its grant is gone");
+    assert!(lost.is_lost(), "{lost:?}");
+    rival_guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn sentinel_recheck_is_validated_and_only_for_sentinel_clients() {
+    let err = LockClient::builder("redis://127.0.0.1:1")
+        .sentinel_recheck(Duration::from_millis(100))
+        .build()
+        .await
+        .expect_err("not a Sentinel client");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+    let err = LockClient::sentinel_builder(["redis://127.0.0.1:1"], "mymaster")
+        .sentinel_recheck(Duration::from_millis(1))
+        .build()
+        .await
+        .expect_err("too short");
+    assert!(matches!(err, LockError::InvalidConfig(_)), "{err:?}");
+}

@@ -29,6 +29,7 @@
 //!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`;
 //!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
+//!     (<lock-url>: one server, or `sentinel:<master>@<sentinel-url>,…[+ack]`)
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
 //!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end.
@@ -359,8 +360,28 @@ mod chaos {
     use rand::Rng;
     use redis::aio::MultiplexedConnection;
 
+    /// A client of `url`: one server's URL, or a Sentinel deployment written
+    /// `sentinel:<master-name>@<sentinel-url>,<sentinel-url>…`, with `+ack` at the end for
+    /// `replica_ack(1, 100 ms)` (the failover suite, `tests/failover.rs`).
     async fn client(url: &str, watchdog_ms: &str, group_commit: bool) -> LockClient {
-        LockClient::builder(url)
+        let builder = match url.strip_prefix("sentinel:") {
+            Some(spec) => {
+                let (spec, ack) = match spec.strip_suffix("+ack") {
+                    Some(spec) => (spec, true),
+                    None => (spec, false),
+                };
+                let (master, sentinels) = spec.split_once('@').expect("sentinel:<master>@<urls>");
+                let builder = LockClient::sentinel_builder(sentinels.split(','), master)
+                    .failover_grace(Duration::from_secs(20));
+                if ack {
+                    builder.replica_ack(1, Duration::from_millis(100))
+                } else {
+                    builder
+                }
+            }
+            None => LockClient::builder(url),
+        };
+        builder
             .watchdog_timeout(Duration::from_millis(
                 watchdog_ms.parse().expect("watchdog ms"),
             ))

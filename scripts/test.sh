@@ -54,8 +54,17 @@ bash scripts/msrv.sh
 #   packaged (nothing outside its directory) and built from its package alone, with little
 #   debug info (as the workspace's dev profile: a smaller, faster build); needs crates.io's index.
 step "packages"
+# From scratch: cargo verifies each package against the others through a local registry, and
+# treats what comes from a registry as never changing: sources it extracted and libraries it
+# built for an earlier run of the same version would be used instead of the packages just made.
+# So the packages, their extracted sources and the verification's build all start empty.
+rm -rf target/package target/package-verify
+for crate in lock-macros lock-runtime lock-fence lock-tower lockctl; do
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$crate"-[0-9]*
+done
 cargo package -p lock-macros -p lock-runtime -p lock-fence -p lock-tower -p lockctl --allow-dirty -q \
+  --target-dir target/package-verify \
   --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
-ls -l target/package/*.crate
+ls -l target/package-verify/package/*.crate
 du -sh target 2>/dev/null || true
 step "done"

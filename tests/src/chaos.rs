@@ -171,6 +171,29 @@ pub struct StoreState {
     pub log: Vec<u64>,
 }
 
+/// What the store holds for the locks `chaos:0` … `chaos:<keys - 1>`: each counter and its commit
+/// log, read from `store` after a run.
+pub fn read_store(store: &crate::RedisServer, keys: usize) -> HashMap<String, StoreState> {
+    (0..keys)
+        .map(|k| {
+            let key = format!("chaos:{k}");
+            let [_, value_key, log_key] = store_keys(&key);
+            let value = store
+                .cmd(&["GET", &value_key])
+                .text()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let log = store
+                .cmd(&["LRANGE", &log_key, "0", "-1"])
+                .items()
+                .iter()
+                .filter_map(|t| t.text().and_then(|t| t.parse().ok()))
+                .collect();
+            (key, StoreState { value, log })
+        })
+        .collect()
+}
+
 /// Checks the records against the lock model and the store. `wiped` lists `[from, to)`
 /// windows (on [`crate::mono_ns`]) in which the lock state was wiped (a restart without
 /// persistence): exclusion is not promised there, only fencing.
@@ -189,29 +212,19 @@ pub fn check(
         ..Report::default()
     };
 
-    let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
-    for r in records {
-        by_key.entry(&r.key).or_default().push(r);
-    }
-    for (key, mut recs) in by_key {
-        recs.sort_by_key(|r| r.start_ns);
-        // Exclusion: sweep by start time, keeping the sections still open.
-        let mut open: Vec<&Record> = Vec::new();
-        for r in &recs {
-            open.retain(|o| o.end_ns > r.start_ns);
-            for o in &open {
-                let in_wipe = wiped
-                    .iter()
-                    .any(|&(from, to)| o.start_ns < to && r.end_ns.max(o.end_ns) > from);
-                if o.lost || r.lost || in_wipe {
-                    report.excused_overlaps += 1;
-                } else {
-                    report
-                        .violations
-                        .push(format!("overlap on `{key}`:\n  {o}\n  {r}"));
-                }
+    for (key, recs) in sections_by_key(records) {
+        // Exclusion.
+        for (o, r) in overlapping(&recs) {
+            let in_wipe = wiped
+                .iter()
+                .any(|&(from, to)| o.start_ns < to && r.end_ns.max(o.end_ns) > from);
+            if o.lost || r.lost || in_wipe {
+                report.excused_overlaps += 1;
+            } else {
+                report
+                    .violations
+                    .push(format!("overlap on `{key}`:\n  {o}\n  {r}"));
             }
-            open.push(r);
         }
         // Tokens are unique per acquisition.
         let mut tokens: HashMap<u64, &Record> = HashMap::new();
@@ -288,6 +301,31 @@ impl FailoverReport {
     }
 }
 
+/// The sections of each lock key, by start time.
+fn sections_by_key(records: &[Record]) -> HashMap<&str, Vec<&Record>> {
+    let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
+    for r in records {
+        by_key.entry(&r.key).or_default().push(r);
+    }
+    for recs in by_key.values_mut() {
+        recs.sort_by_key(|r| r.start_ns);
+    }
+    by_key
+}
+
+/// Every pair of sections of one key that overlap in time, `(earlier, later)`: a sweep by start
+/// time, keeping the sections still open (`recs` sorted by start).
+fn overlapping<'r>(recs: &[&'r Record]) -> Vec<(&'r Record, &'r Record)> {
+    let mut pairs = Vec::new();
+    let mut open: Vec<&Record> = Vec::new();
+    for &r in recs {
+        open.retain(|o| o.end_ns > r.start_ns);
+        pairs.extend(open.iter().map(|&o| (o, r)));
+        open.push(r);
+    }
+    pairs
+}
+
 /// Counts overlaps, unaware writes, token regressions and recovery times in `records`;
 /// `faults` are the windows `[from, to)` (on [`crate::mono_ns`]) from the injection of each
 /// fault until the deployment was whole again.
@@ -297,28 +335,18 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
         overlaps_per_fault: vec![0; faults.len()],
         ..FailoverReport::default()
     };
-    let mut by_key: HashMap<&str, Vec<&Record>> = HashMap::new();
-    for r in records {
-        by_key.entry(&r.key).or_default().push(r);
-    }
-    for (key, mut recs) in by_key {
-        recs.sort_by_key(|r| r.start_ns);
-        let mut open: Vec<&Record> = Vec::new();
-        for r in &recs {
-            open.retain(|o| o.end_ns > r.start_ns);
-            for o in &open {
-                report.overlaps += 1;
-                if let Some(i) = faults
-                    .iter()
-                    .position(|&(from, to)| (from..to).contains(&r.start_ns))
-                {
-                    report.overlaps_per_fault[i] += 1;
-                }
-                if o.outcome == Outcome::Committed && !o.lost {
-                    report.unaware_writes += 1;
-                }
+    for (key, recs) in sections_by_key(records) {
+        for (o, r) in overlapping(&recs) {
+            report.overlaps += 1;
+            if let Some(i) = faults
+                .iter()
+                .position(|&(from, to)| (from..to).contains(&r.start_ns))
+            {
+                report.overlaps_per_fault[i] += 1;
             }
-            open.push(r);
+            if o.outcome == Outcome::Committed && !o.lost {
+                report.unaware_writes += 1;
+            }
         }
         // Sections by end time: the highest token among those that ended before each start.
         let mut ended: Vec<&Record> = recs.clone();

@@ -8,13 +8,12 @@
 //! Short mode (CI): every fault once, about a minute. Long mode: `CHAOS_LONG=1` (10 minutes of
 //! faults in a loop) or `CHAOS_SECONDS=<n>`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_tests::chaos::{self, Outcome, Record, StoreState};
+use lock_tests::chaos::{self, Outcome, Record};
 use lock_tests::family::{Section, check_family};
 use lock_tests::{RedisServer, TcpProxy, mono_ns};
 use tokio::process::{Child, Command};
@@ -397,23 +396,7 @@ async fn exclusion_and_fencing_hold_under_faults() {
         "after kill -9 a key stayed blocked for {max_recovery:?}"
     );
 
-    let mut state = HashMap::new();
-    for k in 0..KEYS {
-        let key = format!("chaos:{k}");
-        let [_, value_key, log_key] = chaos::store_keys(&key);
-        let value = store
-            .cmd(&["GET", &value_key])
-            .text()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let log = store
-            .cmd(&["LRANGE", &log_key, "0", "-1"])
-            .items()
-            .iter()
-            .filter_map(|t| t.text().and_then(|t| t.parse().ok()))
-            .collect();
-        state.insert(key, StoreState { value, log });
-    }
+    let state = chaos::read_store(&store, KEYS);
     let report = chaos::check(&records, &state, &wiped);
     // The fair order is judged away from faults (and 2 s after each, for waiters to settle).
     let fault_windows: Vec<(u64, u64)> = injected

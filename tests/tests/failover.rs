@@ -23,12 +23,11 @@
 //! one-way stalls, a lagging replica, a client cut from the new master), Redis Cluster, and the
 //! semaphore, read/write lock and SQL stores in the workload.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lock_tests::chaos::{self, Record, StoreState};
+use lock_tests::chaos::{self, Record};
 use lock_tests::topology::SentinelGroup;
 use lock_tests::{RedisServer, mono_ns};
 use tokio::process::{Child, Command};
@@ -69,27 +68,6 @@ fn read_records(path: &Path) -> Vec<Record> {
         .lines()
         // A worker killed mid-write may leave a torn last line.
         .filter_map(Record::parse)
-        .collect()
-}
-
-fn store_state(store: &RedisServer) -> HashMap<String, StoreState> {
-    (0..KEYS)
-        .map(|k| {
-            let key = format!("chaos:{k}");
-            let [_, value_key, log_key] = chaos::store_keys(&key);
-            let value = store
-                .cmd(&["GET", &value_key])
-                .text()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let log = store
-                .cmd(&["LRANGE", &log_key, "0", "-1"])
-                .items()
-                .iter()
-                .filter_map(|t| t.text().and_then(|t| t.parse().ok()))
-                .collect();
-            (key, StoreState { value, log })
-        })
         .collect()
 }
 
@@ -294,7 +272,7 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
     }
 
     let records: Vec<Record> = outs.iter().flat_map(|o| read_records(o)).collect();
-    let state = store_state(&store);
+    let state = chaos::read_store(&store, KEYS);
     let all: Vec<(u64, u64)> = windows.iter().map(|&(_, from, to)| (from, to)).collect();
     let checked = chaos::check(&records, &state, &all);
     let failover = chaos::failover_report(&records, &all);

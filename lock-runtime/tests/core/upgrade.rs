@@ -9,8 +9,17 @@ use lock_tests::{RedisServer, Resp};
 
 use super::common;
 
-const PREVIOUS_ACQUIRE: &str = include_str!("previous_release/acquire.lua");
-const PREVIOUS_RELEASE: &str = include_str!("previous_release/release.lua");
+/// The previous release's scripts, each after that release's whole `prelude.lua`.
+const PREVIOUS_ACQUIRE: &str = concat!(
+    include_str!("previous_release/prelude.lua"),
+    "\n",
+    include_str!("previous_release/acquire.lua")
+);
+const PREVIOUS_RELEASE: &str = concat!(
+    include_str!("previous_release/prelude.lua"),
+    "\n",
+    include_str!("previous_release/release.lua")
+);
 
 /// The keys of `name` under the default prefix: lock hash, fencing counter, unlock channel.
 fn keys(name: &str) -> [String; 3] {

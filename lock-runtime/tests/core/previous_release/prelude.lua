@@ -1,0 +1,340 @@
+-- The previous release's `prelude.lua` (commit 8bd097d), verbatim: the shared definitions its
+-- scripts (`acquire.lua`, `release.lua` here) run after. For the rolling-upgrade test
+-- (`upgrade.rs`), which puts them together as that release's client sends them. Not built into
+-- the crate.
+
+-- Shared functions, prepended to every script that grants, renews or releases: `next_token`
+-- (the fencing counter), `grant` (a free mutex to an owner), `grant_member` (a sorted-set lock),
+-- `clock_us` and `now_ms`, `extend`, and the helpers of the lock family's sorted sets
+-- (`foreign`, `expire`, `first_end`, the semaphore's `permits_held` and `capacity_in_force`,
+-- the fair lock's `queue_head`).
+
+-- The server clock in microseconds, read once per script call: one `TIME` however many grants
+-- the call makes (a group of acquires, a release that hands the lock over). Tokens stay
+-- strictly increasing (a grant takes the last token + 1 when the clock has not passed it).
+local clock_read
+local function clock_us()
+  if not clock_read then
+    local now = redis.call('TIME')
+    clock_read = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock_read
+end
+
+-- The server clock in milliseconds.
+local function now_ms()
+  return math.floor(clock_us() / 1000)
+end
+
+-- The fencing token last issued at `fence` (its digits, without a yield marker: see `yield`
+-- below), or false when there is none: what the inspect scripts report.
+local function last_token(fence)
+  local counter = redis.pcall('GET', fence)
+  if type(counter) == 'string' then
+    return string.match(counter, '^(%-?%d+)') or false
+  end
+  return false
+end
+
+-- Makes `key` live at least `ms` more milliseconds (never shortens it).
+local function extend(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- The reply for a key that holds data of another type, or nil when `result` (a `pcall`'s) is
+-- no error. Errors other than WRONGTYPE (READONLY, OOM, …) are raised for the client to see.
+local function foreign(result, key)
+  if type(result) == 'table' and result.err then
+    if not string.find(result.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(result.err)
+    end
+    return {-1, redis.call('TYPE', key)['ok']}
+  end
+  return nil
+end
+
+-- Publishes `message` on `channel` to wake waiters, after the change they are told about was
+-- made. A refusal (an ACL user without `publish`) is no error of the call: the release (or
+-- force-unlock, or capacity change) the caller asked for is done and stays done, and the
+-- waiters it would have woken take their turn at their own retry timers. The refusal is in the
+-- server's log (and its ACL log).
+local function wake(channel, message)
+  local sent = redis.pcall('PUBLISH', channel, message)
+  if type(sent) == 'table' and sent.err then
+    redis.log(redis.LOG_WARNING, 'lock script: no wake-up on ' .. channel .. ': ' .. sent.err)
+  end
+end
+
+-- Removes the holders (or waiters' places) of sorted set `set` whose lease (or place) ended.
+local function expire(set, now)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+end
+
+-- Milliseconds until the first entry of sorted set `set` ends, or nil when it is empty.
+local function first_end(set, now)
+  local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(1, tonumber(first[2]) - now)
+  end
+  return nil
+end
+
+-- Turns: when clients of several processes wait for one mutex, each client's tasks hand it on
+-- among themselves at most `handoff_limit` times in a row (`handoff.rs`); then the client ends
+-- its turn (`yield` below) and the client whose last turn is longest ago takes the next one.
+-- The order lives on the fencing counter, after its digits, as a mark:
+-- `<digits>:[+<current>,]<client>[,<client>…]:<until µs>`: the client whose turn it is (if its
+-- turn began while the mark was live), then the clients whose turns ended last, most recent
+-- first, who are refused the lock; `until` is when the mark lapses.
+
+-- How long a mark outlives the last grant or turn's end, in microseconds (the client's
+-- `handoff::YIELD`): a lock whose other waiters went away idles at most that long.
+local TURN_LAPSE_US = 5000
+-- The most clients a mark lists.
+local TURNS_MAX = 64
+
+-- The client id of an owner id (`<client>:<acquisition>`), or nil.
+local function client_of(owner)
+  return string.match(owner, '^(.*):')
+end
+
+-- A fencing counter's value read apart: its digits (nil when the value is not ours) and, when
+-- it carries a mark that has not lapsed at `clock`, the clients whose turns ended last, the
+-- client whose turn it is (or nil) and when the mark lapses.
+local function read_counter(value, clock)
+  local digits, body, untils = string.match(value, '^(%-?%d+):([%w,+]+):(%d+)$')
+  if not digits then
+    return string.match(value, '^%-?%d+$')
+  end
+  if tonumber(untils) <= clock then
+    return digits
+  end
+  local current, ended = nil, {}
+  for id in string.gmatch(body, '[^,]+') do
+    if string.sub(id, 1, 1) == '+' then
+      current = string.sub(id, 2)
+    else
+      ended[#ended + 1] = id
+    end
+  end
+  return digits, ended, current, untils
+end
+
+-- Puts `client` first among the turns that `ended`, keeping at most `keep` of them.
+local function ended_turn(ended, client, keep)
+  local order = {client}
+  for _, id in ipairs(ended) do
+    if #order >= keep then
+      break
+    end
+    if id ~= client then
+      order[#order + 1] = id
+    end
+  end
+  return order
+end
+
+-- Whether `client` is among the turns that `ended`.
+local function has_ended(ended, client)
+  for _, id in ipairs(ended) do
+    if id == client then
+      return true
+    end
+  end
+  return false
+end
+
+-- Whether a client other than the asking one waits for the lock: subscribed to its unlock
+-- channel (`asking`: {channel, whether the asking client is subscribed}). Without `asking`
+-- (a grant that does not tell), assumed so.
+local function others_wait(asking)
+  if not asking then
+    return true
+  end
+  local subscribers = redis.call('PUBSUB', 'NUMSUB', asking[1])[2]
+  return subscribers > (asking[2] and 1 or 0)
+end
+
+-- A mark's turns, written out.
+local function turns_body(current, ended)
+  local body = table.concat(ended, ',')
+  if current then
+    return '+' .. current .. (body == '' and '' or ',' .. body)
+  end
+  return body
+end
+
+-- Bumps the fencing counter for a grant to `owner`; `handoff` when the grant hands the lock
+-- over within the turn of the client that held it (a local hand-off: see `yield` below).
+-- `asking`, for an acquire: {the lock's unlock channel, whether the owner's client is
+-- subscribed to it}, to tell whether another client waits.
+--
+-- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
+-- data at the fencing counter, a server error, or {0, ms} while the owner's client had one of
+-- the last turns and another client waits: see `yield`).
+--
+-- Tokens are never below the server clock in microseconds: they keep increasing when the
+-- counter is lost (first use, retention passed, a restart without persistence) and across a
+-- failover to a replica whose counter lagged, as long as the servers' clocks agree to within
+-- the time between the two grants. One grant per microsecond is far above any lock's
+-- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
+-- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
+local function next_token(fence, owner, retention_ms, handoff, asking)
+  local last = redis.pcall('GET', fence)
+  if type(last) == 'table' then
+    if not string.find(last.err, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply(last.err)
+    end
+    -- A hash, a list, …: not a counter. Nothing was written.
+    return nil, {-1, redis.call('TYPE', fence)['ok']}
+  end
+  local clock = clock_us()
+  local token = clock
+  -- The turn mark, when one is live.
+  local mark = ''
+  if last then
+    -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
+    -- followed by a turn mark (see "Turns" above).
+    local digits, ended, current, untils = read_counter(last, clock)
+    if not digits or string.len(digits) > 17 then
+      return nil, {-1, 'string'}
+    end
+    local n = tonumber(digits)
+    if n >= 9007199254740991 or n <= -9007199254740991 then
+      return nil, {-1, 'string'}
+    end
+    if ended then
+      if not handoff then
+        -- A new turn. The turn before it ended with a plain release: it counts as ended.
+        if current then
+          ended = ended_turn(ended, current, math.max(#ended, 1))
+          current = nil
+        end
+        local client = client_of(owner)
+        if has_ended(ended, client) then
+          if others_wait(asking) then
+            -- This client had one of the last turns: a client waiting longer goes first.
+            local kept = turns_body(nil, ended) .. ':' .. untils
+            redis.call('SET', fence, digits .. ':' .. kept, 'KEEPTTL')
+            return nil, {0, math.ceil((tonumber(untils) - clock) / 1000)}
+          end
+          -- Nobody else waits: no turns to take.
+          ended = nil
+        end
+        current = client
+      end
+      if ended then
+        -- Kept from lapsing while the lock changes hands among the waiting clients.
+        local lapse = math.max(tonumber(untils), clock + TURN_LAPSE_US)
+        mark = ':' .. turns_body(current, ended) .. ':' .. string.format('%d', lapse)
+      end
+    end
+    if n >= token then
+      token = n + 1
+    end
+  end
+  if tonumber(retention_ms) > 0 then
+    redis.call('SET', fence, string.format('%d', token) .. mark, 'PX', retention_ms)
+  else
+    -- Kept for ever: Redisson's token key, which Java services `INCR` (a TTL would let
+    -- their tokens restart at 1).
+    redis.call('SET', fence, string.format('%d', token) .. mark)
+  end
+  return token
+end
+
+-- Grants a free mutex (or fair lock) to `owner`: a new fencing token, the hold, the lease
+-- (`handoff`, `asking`: see `next_token`).
+local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking)
+  local token, reply = next_token(fence, owner, retention_ms, handoff, asking)
+  if not token then
+    return nil, reply
+  end
+  redis.call('HSET', lock, owner, 1)
+  redis.call('PEXPIRE', lock, lease_ms)
+  return token
+end
+
+-- Grants the sorted-set lock `set` (a semaphore's or read/write lock's holders) to `owner`: a
+-- new fencing token, and the holder's entry with its lease end. Returns the token, or nil and a
+-- reply as `next_token` does.
+local function grant_member(set, fence, owner, lease_ms, retention_ms, now)
+  local token, reply = next_token(fence, owner, retention_ms)
+  if not token then
+    return nil, reply
+  end
+  redis.call('ZADD', set, now + tonumber(lease_ms), owner)
+  extend(set, lease_ms)
+  return token
+end
+
+-- The permits a semaphore holder's owner id (or member) carries: `#<permits>` at its end.
+local function permits_of(member)
+  return tonumber(string.match(member, '#(%d+)$')) or 1
+end
+
+-- The permits held in semaphore `set` by holders whose lease has not ended.
+local function permits_held(set, now)
+  local used = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf')) do
+    used = used + permits_of(member)
+  end
+  return used
+end
+
+-- A semaphore's capacity in force: the one stored at `stored` (a decimal string, set by an
+-- operator), else `default`. Returns nil and a reply for data at `stored` that is not ours.
+local function capacity_in_force(stored, default)
+  local value = redis.pcall('GET', stored)
+  local bad = foreign(value, stored)
+  if bad then
+    return nil, bad
+  end
+  if value and (not string.match(value, '^%d+$') or string.len(value) > 10) then
+    return nil, {-1, 'string'}
+  end
+  return tonumber(value or default)
+end
+
+-- Fair-lock waiters: drops those whose place ended; returns the first one still queued, if
+-- any. A queue entry without a place (written by something else) is dropped too.
+local function queue_head(queue, places, now)
+  local dead = redis.call('ZRANGEBYSCORE', places, '-inf', now, 'LIMIT', 0, 1000)
+  for _, owner in ipairs(dead) do
+    redis.call('ZREM', queue, owner)
+    redis.call('ZREM', places, owner)
+  end
+  for _ = 1, 100 do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first or redis.call('ZSCORE', places, first) then
+      return first
+    end
+    redis.call('ZREM', queue, first)
+  end
+  return nil
+end
+
+-- Ends `owner`'s client's turn at a lock that clients of other processes wait for (see
+-- "Turns" above): the client has handed the lock on locally as often as it may in a row, lets
+-- it fall free and goes first among the ended turns, of which the mark keeps as many as
+-- `waiting` (the subscribers of the lock's channel, this client included) less one. So the
+-- waiting client whose last turn is longest ago takes the lock, whatever order Redis delivered
+-- the unlock message in. The mark lapses `yield_ms` from now, or `TURN_LAPSE_US` after the
+-- next grant.
+local function yield(fence, owner, yield_ms, waiting)
+  local last = redis.pcall('GET', fence)
+  local client = client_of(owner)
+  if type(last) ~= 'string' or not client then
+    return
+  end
+  local clock = clock_us()
+  local digits, ended = read_counter(last, clock)
+  if not digits then
+    return
+  end
+  ended = ended_turn(ended or {}, client, math.min(waiting - 1, TURNS_MAX))
+  local lapse = string.format('%d', clock + yield_ms * 1000)
+  redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. lapse, 'KEEPTTL')
+end

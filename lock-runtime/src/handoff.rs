@@ -291,10 +291,11 @@ impl HandOffs {
         if streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN) {
             return None;
         }
+        // Within the turn, decided above: a `Next` dropped here would leave its waiter chosen
+        // but never told.
         self.choose_if(key, streak, |ticket| {
             !ticket.wants.token && ticket.wants.renewed && ticket.lease == lease
         })
-        .filter(|next| !next.at_limit)
     }
 
     /// Like [`HandOffs::choose`], but only if the first waiter `fits` (else the queue is left

@@ -209,29 +209,32 @@ impl Watchdog {
     }
 
     /// Takes over the hold of acquisition `id` passed in memory ([`Watchdog::hand_over`]):
-    /// `signal` is told its loss from now on, and its maximum hold time applies. Returns until
-    /// when the lease is confirmed, or `None` when the hold was lost meanwhile (or released).
+    /// `signal` is told its loss from now on, and its maximum hold time applies. Returns
+    /// whether it took it over: `false` when the hold was lost meanwhile (or released).
     pub(crate) fn adopt(
         &self,
         id: u64,
         signal: &Arc<LossSignal>,
         max_hold_until: Option<Instant>,
-    ) -> Option<Instant> {
+    ) -> bool {
         let mut entries = self.shared.lock();
-        let entry = entries.get_mut(&id)?;
+        let Some(entry) = entries.get_mut(&id) else {
+            return false;
+        };
+        let Some(deadline) = entry.loss_deadline(&self.shared) else {
+            return false;
+        };
         if entry.signal.get().is_some() {
-            return None;
+            return false;
         }
-        let deadline = entry.loss_deadline(&self.shared)?;
         signal.arm(&entry.names, Some(deadline), entry.expiry());
         entry.signal = signal.clone();
         entry.max_hold_until = max_hold_until;
-        let confirmed = entry.confirmed_until;
         drop(entries);
         if max_hold_until.is_some() {
             self.shared.changed.notify_one();
         }
-        Some(confirmed)
+        true
     }
 
     /// How many tracked holds are not lost (one past its deadline may still be tracked until

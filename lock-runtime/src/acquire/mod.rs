@@ -412,11 +412,11 @@ impl<'a> Acquire<'a> {
                     .watchdog
                     .adopt(inherited.acquisition, &signal, max_hold_until)
                 {
-                    Some(_) => {
+                    true => {
                         metrics::handed_over(&self.group, grant.sent.elapsed());
                         Settled::Taken(self.adopted(inherited, signal, grant.streak))
                     }
-                    None => {
+                    false => {
                         tracing::debug!("the hold passed in memory ended before it was taken");
                         Settled::Busy(Busy::Vanished)
                     }

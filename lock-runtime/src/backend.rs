@@ -35,13 +35,30 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Called as each group of channels of an (un)subscribe is settled: which channels, and how.
 pub(crate) type GroupDone<'a> = &'a mut (dyn FnMut(&[String], RedisResult<()>) + Send);
 
+/// Which attempt of an acquire [`Backend::acquire`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Approach {
+    /// The first attempt of an acquire that waits if it must, with no task of its client
+    /// waiting for the lock: only whether it is free matters, so the holder's remaining lease
+    /// may be left out of a `NotDone` (reported as -2). Redis takes a mutex of this crate's
+    /// layout asked without a token with a plain `SET NX PX`.
+    Plain,
+    /// The first attempt of an acquire that does not wait: a `NotDone` carries the holder's
+    /// remaining lease (the caller's hint for when to try again).
+    First,
+    /// An attempt made while the owner's client waits for the lock (is subscribed to its
+    /// unlock channel): counted for the turns a busy mutex's waiting clients take
+    /// (`handoff.rs`), and it marks a held mutex so that its release wakes the waiters.
+    Waiting,
+}
+
 /// The answer of a single-lock operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reply {
     /// Done: taken with this fencing token, released, deleted, or locked with this PTTL in ms.
     Done(i64),
-    /// Not done: held by another with this PTTL in ms (-1: no TTL, -2: vanished meanwhile),
-    /// not ours, or free.
+    /// Not done: held by another with this PTTL in ms (-1: no TTL, -2: vanished meanwhile, or
+    /// not known: [`Approach::Plain`]), not ours, or free.
     NotDone(i64),
     /// Released and handed to the next owner with this fencing token (see [`HandOff`]).
     HandedOff(i64),
@@ -55,7 +72,8 @@ pub(crate) enum Reply {
 /// What [`Backend::inspect`] reads about a lock, in one atomic step.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LockState {
-    /// The Redis type at the lock key: `none`, `hash` (a mutex or fair lock), `zset` (a
+    /// The Redis type at the lock key: `none`, `string` (a mutex of this crate's layout, when
+    /// it has a holder), `hash` (a fair lock, or a mutex in Redisson's layout), `zset` (a
     /// read/write lock or semaphore), or another type (data that is not a lock).
     pub(crate) kind: String,
     /// Milliseconds until the lock ends: the hash's PTTL (-1: a hash without TTL), or until the
@@ -83,7 +101,7 @@ impl LockState {
     pub(crate) fn held(&self) -> bool {
         match self.kind.as_str() {
             "hash" => true,
-            "zset" => self.holder_count > 0,
+            "string" | "zset" => self.holder_count > 0,
             _ => false,
         }
     }
@@ -166,15 +184,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Takes the lock for `owner` (or re-takes it: idempotent for the same owner) with a lease
     /// of `lease_ms`; a new fencing token comes back in `Reply::Done` (0 for a mutex taken
     /// without one: `fenced` false). The fencing counter is kept `retention_ms` after its last
-    /// use. `waiting`: the owner's client waits for the lock (is subscribed to its unlock
-    /// channel), for the turns a busy mutex's waiting clients take (`handoff.rs`).
+    /// use. `approach`: which attempt of the acquire this is (see [`Approach`]).
     fn acquire<'a>(
         &'a self,
         names: &'a LockNames,
         owner: &'a str,
         lease_ms: u64,
         retention_ms: u64,
-        waiting: bool,
+        approach: Approach,
         fenced: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 

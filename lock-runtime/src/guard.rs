@@ -71,7 +71,7 @@ impl LockGuard {
         &self.held.names.name
     }
 
-    /// The Redis key of the lock hash (prefix and hash tag included).
+    /// The Redis key of the lock (prefix and hash tag included).
     pub fn key(&self) -> &str {
         &self.held.names.key
     }

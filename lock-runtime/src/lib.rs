@@ -109,13 +109,18 @@
 //!
 //! # How it works
 //!
-//! A lock named `N` is a Redis hash at `<prefix>:{N}` (field: owner id, value: hold count),
-//! always with a TTL. Lua scripts acquire, release, renew and force-unlock it. On one server
+//! A lock named `N` is a Redis string at `<prefix>:{N}`: its holder's owner id, always with a
+//! TTL (the lease), followed by `!` once another client waits for it. An uncontended acquire
+//! is one plain `SET key owner NX PX lease GET`; Lua scripts take it while waiting or with a
+//! fencing token, and release, renew and force-unlock it. A release publishes the unlock
+//! message only when a waiter marked the lock (a waiting attempt that finds it held adds the
+//! `!`), so a lock nobody waits for costs Redis one `SET` and one small script per use. On one server
 //! or behind Sentinel (Redis 7) they are the functions of a library the client loads on first
 //! use (`FUNCTION LOAD`, then `FCALL`: Redis runs only the function called, not a whole
 //! script, on each call); on a cluster, or where the server refuses functions, they are sent
 //! with `EVALSHA`. Either is loaded again after the server lost it. Releasing publishes on
-//! `<prefix>:{N}:unlock`; the fencing counter lives at `<prefix>:{N}:fence`. The hash tag keeps all three in one
+//! `<prefix>:{N}:unlock`; the fencing counter lives at `<prefix>:{N}:fence`. (A fair lock is a
+//! hash of owner → hold count, as every lock in Redisson's layout is.) The hash tag keeps all three in one
 //! cluster slot. A name with its own hash tag keeps it, so the lock can sit in the slot of the
 //! data it protects: `order:{user:7}` is at `<prefix>:#order:{user:7}`, its fencing counter at
 //! `<prefix>:fence:#order:{user:7}` and its channel at `<prefix>:unlock:#order:{user:7}` (the

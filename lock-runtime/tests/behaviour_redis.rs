@@ -13,6 +13,17 @@ struct Redis(RedisServer);
 
 impl behaviour::Fixture for Redis {
     async fn client_with_watchdog(&self, watchdog: Duration) -> LockClient {
+        // A script call first, by a client of its own, so that the library of functions is
+        // loaded before a test counts round trips (an uncontended acquire is a plain `SET`,
+        // which loads nothing).
+        let warm = lock_tests::client(&self.0).await;
+        let held = warm
+            .lock("fixture:warm-up")
+            .fenced()
+            .acquire()
+            .await
+            .unwrap();
+        held.release().await.unwrap();
         lock_tests::client_with(&self.0, |b| b.watchdog_timeout(watchdog)).await
     }
 

@@ -320,6 +320,13 @@ impl RedisServer {
         self.command_calls("evalsha") + self.command_calls("fcall")
     }
 
+    /// The holder of this crate's mutex at `key` (its owner id, without the mark a waiter
+    /// leaves), or `None` when it is free.
+    pub fn mutex_holder(&self, key: &str) -> Option<String> {
+        let value = self.cmd(&["GET", key]).text()?.to_owned();
+        Some(value.strip_suffix('!').unwrap_or(&value).to_owned())
+    }
+
     /// Kills every client connection of a type (`normal`, `pubsub`, …); returns how many.
     pub fn kill_clients(&self, kind: &str) -> i64 {
         self.cmd(&["CLIENT", "KILL", "TYPE", kind])

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Acquire, Attempt, Busy};
-use crate::backend::{Acked, Reply, Shortfall};
+use crate::backend::{Acked, Approach, Reply, Shortfall};
 use crate::error::{failover_symptom, outcome_unknown};
 use crate::keys::Mode;
 use crate::releaser::ReleaseJob;
@@ -27,8 +27,8 @@ impl Acquire<'_> {
     /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
     /// id (retaking our own hold is idempotent), and if we give up or are cancelled while a
     /// request may have taken the lock, the possible hold is released in the background.
-    /// `waiting`: made while subscribed to the lock's unlock channel (see `Backend::acquire`).
-    pub(super) async fn attempt(&self, waiting: bool) -> Result<Attempt, LockError> {
+    /// `approach`: which attempt of the acquire this is (see [`Approach`]).
+    pub(super) async fn attempt(&self, approach: Approach) -> Result<Attempt, LockError> {
         let config = &self.client.inner.config;
         // Armed whenever a request that may have taken the lock is in flight or ended with an
         // unknown outcome; dropping it (cancellation, or giving up) releases in the background.
@@ -47,7 +47,7 @@ impl Acquire<'_> {
             let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
             cleanup.job = Some(job);
             let sent = Instant::now();
-            let Acked { reply, shortfall } = match self.send_acquire(waiting).await {
+            let Acked { reply, shortfall } = match self.send_acquire(approach).await {
                 Ok(acked) => acked,
                 Err(e) => match reconcile.retry_after(&e) {
                     Some(pause) => {
@@ -160,7 +160,7 @@ impl Acquire<'_> {
     }
 
     /// Sends the acquire once (acknowledged by replicas when the client asks for it).
-    async fn send_acquire(&self, waiting: bool) -> redis::RedisResult<Acked<Reply>> {
+    async fn send_acquire(&self, approach: Approach) -> redis::RedisResult<Acked<Reply>> {
         let inner = &self.client.inner;
         // Rounded up: Redis never gets a shorter lease than the client believes it holds.
         let lease_ms = crate::options::ceil_millis(self.lease);
@@ -172,7 +172,7 @@ impl Acquire<'_> {
                 &self.owner,
                 lease_ms,
                 retention_ms,
-                waiting,
+                approach,
                 self.fenced,
             )
             .await

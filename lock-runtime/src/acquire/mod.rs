@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use crate::backend::Approach;
 use crate::demux::{Subscription, WakeRule};
 use crate::handoff::{Delivery, Grant, Inherited, Streak};
 use crate::hold::{Held, LossSignal};
@@ -58,7 +59,8 @@ enum Busy {
 }
 
 impl Busy {
-    /// From the PTTL the acquire script returns (-1: no TTL, -2: no key).
+    /// From the PTTL the acquire script returns (-1: no TTL, -2: no key, or not known: a plain
+    /// first attempt's).
     fn from_pttl(pttl: i64) -> Busy {
         match pttl {
             p if p > 0 => Busy::For(Duration::from_millis(p as u64)),
@@ -184,7 +186,14 @@ impl<'a> Acquire<'a> {
             // Uncontended: one round trip, no subscription. A busy attempt may have taken a
             // place in Redis (a fair lock's queue): removed if we stop here.
             let mut place = Place::without_ticket(self);
-            let busy = match Box::pin(self.attempt(false)).await? {
+            // An acquire that waits needs only whether the lock is free; one that does not
+            // wait reports the holder's remaining lease.
+            let approach = if self.opts.wait == Some(Duration::ZERO) {
+                Approach::First
+            } else {
+                Approach::Plain
+            };
+            let busy = match Box::pin(self.attempt(approach)).await? {
                 Attempt::Taken { token, sent } => {
                     place.holds = true;
                     return Ok(self.hold(token, sent, Streak::default()));
@@ -255,7 +264,7 @@ impl<'a> Acquire<'a> {
                     // Boxed: the round trip's future is large and only alive during the
                     // attempt; inline it would make every waiting task carry its size while it
                     // sleeps.
-                    let attempt = Box::pin(self.attempt(true)).await;
+                    let attempt = Box::pin(self.attempt(Approach::Waiting)).await;
                     match self.settle(attempt, &sub, &mut chain, &mut place)? {
                         Settled::Taken(guard) => return Ok(guard),
                         Settled::Busy(now_busy) => busy = Some(now_busy),
@@ -432,7 +441,7 @@ impl<'a> Acquire<'a> {
             )));
         }
         tracing::debug!("hand-off answered too late; taking the lock again");
-        match Box::pin(self.attempt(true)).await {
+        match Box::pin(self.attempt(Approach::Waiting)).await {
             Ok(Attempt::Taken { token, sent }) => {
                 Ok(Settled::Taken(self.hold(token, sent, Streak::default())))
             }

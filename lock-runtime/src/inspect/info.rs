@@ -271,6 +271,9 @@ impl LockInfo {
 /// Which member of the family the data says it is; the handle's family decides what the data
 /// cannot (a fair lock nobody waits for, a sorted set without holders' modes).
 fn kind_of(state: &LockState, family: Family) -> LockKind {
+    if state.kind == "string" {
+        return LockKind::Mutex;
+    }
     if state.kind == "hash" {
         return if family == Family::Fair || state.queued > 0 {
             LockKind::Fair
@@ -333,7 +336,9 @@ impl Lock {
             .await
             .map_err(|e| LockError::backend("inspect", e))?;
         match state.kind.as_str() {
+            // A string is this crate's mutex when the script found its holder in it.
             "none" | "hash" | "zset" => Ok(state),
+            "string" if state.holder_count > 0 => Ok(state),
             _ => Err(LockError::ForeignData {
                 key: names.key.clone(),
                 found: state.kind,

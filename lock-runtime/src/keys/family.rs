@@ -7,8 +7,8 @@
 //!
 //! | [`Family`] | on Redis | owner id |
 //! |---|---|---|
-//! | `Mutex` | hash: owner → hold count, key TTL | `<client>:<n>` |
-//! | `Fair` | the mutex's hash, plus a queue of waiters and their places' ends | `<client>:<n>` |
+//! | `Mutex` | string: the holder's owner id (then `!` once a client waits), key TTL | `<client>:<n>` |
+//! | `Fair` | hash: owner → hold count, key TTL, plus a queue of waiters and their places' ends | `<client>:<n>` |
 //! | `ReadWrite` | sorted set: owner → lease end, plus the waiting writers | `<client>:<n>#r` or `#w` |
 //! | `Semaphore` | sorted set: owner → lease end | `<client>:<n>#<permits>` |
 //!

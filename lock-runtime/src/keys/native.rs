@@ -3,7 +3,7 @@
 //!
 //! For a lock named `N` under prefix `P` the client uses three keys:
 //!
-//! | name | lock hash | fencing counter | unlock channel |
+//! | name | lock | fencing counter | unlock channel |
 //! |---|---|---|---|
 //! | plain: `stock:42` | `P:{N}` | `P:{N}:fence` | `P:{N}:unlock` |
 //! | with its own hash tag: `order:{user:7}` | `P:#N` | `P:fence:#N` | `P:unlock:#N` |

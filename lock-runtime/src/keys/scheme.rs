@@ -7,11 +7,11 @@
 //!
 //! | scheme | layout | primitive | on Redis |
 //! |---|---|---|---|
-//! | `Mutex` | native | [`Lock`](crate::Lock) | hash: owner → hold count |
-//! | `Fair` | native | fair lock | the mutex's hash, a queue, places |
+//! | `Mutex` | native | [`Lock`](crate::Lock) | string: the holder's owner id (`!` once waited for) |
+//! | `Fair` | native | fair lock | hash: owner → hold count, a queue, places |
 //! | `ReadWrite` | native | [`RwLock`](crate::RwLock) | sorted set of holders, waiting writers |
 //! | `Semaphore` | native | [`Semaphore`](crate::Semaphore) | sorted set of holders |
-//! | `RedissonMutex` | Redisson | `RLock` / `RFencedLock` | the same hash as `Mutex` |
+//! | `RedissonMutex` | Redisson | `RLock` / `RFencedLock` | hash: owner → hold count |
 //! | `RedissonFair` | Redisson | `RFairLock` | the hash, `redisson_lock_queue`, `redisson_lock_timeout` |
 //! | `RedissonReadWrite` | Redisson | `RReadWriteLock` | hash with `mode`, per-read-hold timeout keys |
 //! | `RedissonPermits` | Redisson | `RPermitExpirableSemaphore` | available count, `{N}:timeout` permit ids |

@@ -1,6 +1,7 @@
 -- Take the lock if it is free or already ours; otherwise report the holder's remaining lease.
 --
--- KEYS[1]  lock hash (field = owner id, value = hold count)
+-- KEYS[1]  the lock: this crate's mutex string (see `WAITED` in prelude.lua), or a hash
+--          (field = owner id, value = hold count) in Redisson's layout
 -- KEYS[2]  fencing counter
 -- KEYS[3]  unlock channel (counted when clients take turns: see "Turns" in prelude.lua)
 -- ARGV[1]  owner id
@@ -9,12 +10,31 @@
 -- ARGV[4]  '1' when the owner's client waits for the lock (is subscribed to its channel)
 -- ARGV[5]  '0' to take it without a fencing token (tokens on demand: `token.lua`); anything
 --          else (or nothing) issues one
+-- ARGV[6]  's': the lock is this crate's mutex string; anything else (or nothing): a hash
 --
--- Returns {1, token} when taken (token 0: none issued) (retaking our own hold is idempotent, so a retried acquire
--- after a timeout is safe), {0, pttl} when another owner holds it (pttl is -1 when a
--- foreign key has no TTL), {-1, type} when a key holds data that is not ours (nothing written).
-local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, waiting, fenced)
-  if redis.call('EXISTS', lock) == 1 then
+-- Returns {1, token} when taken (token 0: none issued; retaking our own hold is idempotent,
+-- so a retried acquire after a timeout is safe), {0, pttl} when another owner holds it (pttl
+-- is -1 when a foreign key has no TTL), {-1, type} when a key holds data that is not ours
+-- (nothing written).
+--
+-- A waiting attempt that finds the mutex string held marks it (`WAITED`), so its release
+-- publishes; one that takes it marks it again when another client still waits.
+local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, waiting, fenced, model)
+  local plain = model == 's'
+  local waited = false
+  if plain then
+    local holder, marked, other = string_holder(lock)
+    if other then
+      return other
+    end
+    if holder and holder ~= owner then
+      if waiting == '1' and not marked then
+        redis.call('SET', lock, holder .. WAITED, 'KEEPTTL')
+      end
+      return {0, redis.call('PTTL', lock)}
+    end
+    waited = marked
+  elseif redis.call('EXISTS', lock) == 1 then
     local mine = redis.pcall('HEXISTS', lock, owner)
     if type(mine) == 'table' then
       if not string.find(mine.err, 'WRONGTYPE', 1, true) then
@@ -29,11 +49,22 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
   end
 
   local asking = {channel, waiting == '1'}
-  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, nil, asking, fenced == '0')
+  if plain and waiting == '1' and not waited then
+    -- Taken by a waiter: others may still wait (their marks went with the last holder).
+    waited = others_wait(asking)
+  end
+  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, nil, asking,
+    fenced == '0', plain, waited)
   if not token then
     return reply
   end
   return {1, token}
 end
 
-return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+-- A plain `SET NX PX GET`, as a group of operations (`batch.lua`) runs it: what the command
+-- alone replies (nil when taken, else the value there).
+local function plain_acquire(lock, owner, lease_ms)
+  return redis.call('SET', lock, owner, 'NX', 'PX', lease_ms, 'GET')
+end
+
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

@@ -3,8 +3,9 @@
 -- (their functions, without their last lines), so each operation is exactly the one its own
 -- script would have run.
 --
--- ARGV  for each operation: 'a' (acquire) or 'r' (release), its argument count, its arguments
--- KEYS  each operation's keys, in the same order: 3 each
+-- ARGV  for each operation: 'a' (acquire), 'p' (a plain acquire: `SET NX PX GET`) or 'r'
+--       (release), its argument count, its arguments
+-- KEYS  each operation's keys, in the same order: 3 each, 1 for a plain acquire
 --
 -- Returns one reply per operation, as its own script would have replied; an operation that
 -- raised an error (a server error its script does not turn into a reply) gets that error in its
@@ -18,6 +19,9 @@ while arg <= #ARGV do
   if kind == 'a' then
     ok, reply = pcall(acquire, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
     key = key + 3
+  elseif kind == 'p' then
+    ok, reply = pcall(plain_acquire, KEYS[key], unpack(args))
+    key = key + 1
   else
     ok, reply = pcall(release, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
     key = key + 3

@@ -1,6 +1,7 @@
-//! [`Call`]: one script invocation with its keys and arguments, built here and nowhere else.
-//! Each constructor is one `match` on the lock's [`Scheme`]: which script serves the call in
-//! the name's layout and family.
+//! [`Call`]: one script invocation with its keys and arguments, built here and nowhere else
+//! (and the one plain command among them: [`Call::plain_acquire`]). Each constructor is one
+//! `match` on the lock's [`Scheme`]: which script serves the call in the name's layout and
+//! family.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -16,10 +17,12 @@ use crate::keys::{LockNames, PLACE_TTL, Scheme};
 
 /// One script invocation: the script (to reload it), and its command: the `FCALL` of the
 /// library function that runs the same script (`functions.rs`) if there is one, else its
-/// `EVALSHA`. Built once, in the form most endpoints take.
+/// `EVALSHA`. Built once, in the form most endpoints take. (Or a plain command, without a
+/// script: [`Call::plain_acquire`].)
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
-    script: &'static Script,
+    /// `None` for a plain command.
+    script: Option<&'static Script>,
     cmd: Cmd,
     /// The library function `cmd` calls, if it is an `FCALL`.
     function: Option<&'static str>,
@@ -30,9 +33,9 @@ pub(crate) struct Call {
 /// The scripts `calls` use, each once: what to load after the server lost them.
 pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
     let mut scripts: Vec<&'static Script> = Vec::new();
-    for call in calls {
-        if !scripts.iter().any(|s| std::ptr::eq(*s, call.script)) {
-            scripts.push(call.script);
+    for script in calls.iter().filter_map(|call| call.script) {
+        if !scripts.iter().any(|s| std::ptr::eq(*s, script)) {
+            scripts.push(script);
         }
     }
     scripts
@@ -71,22 +74,22 @@ impl Call {
             };
         }
         Call {
-            script,
+            script: Some(script),
             cmd,
             function,
             keys: keys.len(),
         }
     }
 
-    /// `Some('a')` for a mutex acquire, `Some('r')` for a mutex release (both in our layout,
-    /// with classic pub/sub): what [`Call::batch`] can run together.
+    /// `Some('a')` for a mutex acquire, `Some('p')` for a plain one ([`Call::plain_acquire`]),
+    /// `Some('r')` for a mutex release (with classic pub/sub): what [`Call::batch`] can run
+    /// together.
     pub(crate) fn batch_kind(&self) -> Option<&'static str> {
-        if std::ptr::eq(self.script, LazyLock::force(&ACQUIRE)) {
-            Some("a")
-        } else if std::ptr::eq(self.script, LazyLock::force(&RELEASE)) {
-            Some("r")
-        } else {
-            None
+        match self.script {
+            None => Some("p"),
+            Some(s) if std::ptr::eq(s, LazyLock::force(&ACQUIRE)) => Some("a"),
+            Some(s) if std::ptr::eq(s, LazyLock::force(&RELEASE)) => Some("r"),
+            Some(_) => None,
         }
     }
 
@@ -98,13 +101,27 @@ impl Call {
         for call in calls {
             let kind = call.batch_kind().unwrap_or("r");
             // FCALL and the function (or EVALSHA and the hash), the key count, the keys, the
-            // arguments.
-            let mut parts = call.cmd.args_iter().skip(3).filter_map(|arg| match arg {
-                redis::Arg::Simple(bytes) => Some(bytes),
-                _ => None,
-            });
+            // arguments; or a plain `SET key owner NX PX lease GET`.
+            let plain = call.script.is_none();
+            let mut parts = call
+                .cmd
+                .args_iter()
+                .skip(if plain { 1 } else { 3 })
+                .filter_map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => Some(bytes),
+                    _ => None,
+                });
             keys.extend(parts.by_ref().take(call.keys));
-            let own: Vec<&[u8]> = parts.collect();
+            let own: Vec<&[u8]> = if plain {
+                // The owner and the lease.
+                parts
+                    .enumerate()
+                    .filter(|(i, _)| *i == 0 || *i == 3)
+                    .map(|(_, a)| a)
+                    .collect()
+            } else {
+                parts.collect()
+            };
             args.push(kind.as_bytes().to_vec());
             args.push(own.len().to_string().into_bytes());
             args.extend(own.into_iter().map(<[u8]>::to_vec));
@@ -115,7 +132,7 @@ impl Call {
             .arg(&keys)
             .arg(&args);
         Call {
-            script: &BATCH,
+            script: Some(&BATCH),
             cmd,
             function: None,
             keys: keys.len(),
@@ -126,7 +143,8 @@ impl Call {
     /// `retention_ms` after its last use). `waiting`: the owner's client waits for the lock
     /// (is subscribed to its unlock channel), which the mutex's turns across clients count.
     /// `fenced`: issue a fencing token with the grant; a mutex taken without one gets it on
-    /// demand ([`Call::token`]). The other families always issue one.
+    /// demand ([`Call::token`]). The other families always issue one. A mutex of this crate's
+    /// layout is a string (see `WAITED` in `prelude.lua`), of Redisson's a hash.
     ///
     /// The script is the name's scheme's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
@@ -142,13 +160,14 @@ impl Call {
         let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.scheme {
-            // Redisson's `RLock` hash is this crate's mutex hash.
+            // Redisson's `RLock` hash, or this crate's mutex string.
             Scheme::Mutex | Scheme::RedissonMutex => Call::new(
                 publishing.acquire,
                 &[&names.key, &names.fence, &names.channel],
                 args.into_iter().chain([
                     Arg::Str(if waiting { "1" } else { "0" }),
                     Arg::Str(if fenced { "1" } else { "0" }),
+                    Arg::Str(model(names.scheme)),
                 ]),
             ),
             Scheme::Fair => Call::new(
@@ -184,6 +203,30 @@ impl Call {
                 )
             }
         }
+    }
+
+    /// The first attempt at a mutex of this crate's layout taken without a token, as a plain
+    /// command: `SET key owner NX PX lease GET`. Its reply is not a script's: nil when taken,
+    /// else the value there (the holder's owner id, marked when someone waits; ours when a
+    /// retried request had taken it), or a `WRONGTYPE` error for a key of another type, which
+    /// `acquire.lua` then reads. `None` for every other scheme.
+    pub(crate) fn plain_acquire(names: &LockNames, owner: &str, lease_ms: u64) -> Option<Call> {
+        if names.scheme != Scheme::Mutex {
+            return None;
+        }
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&names.key)
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(lease_ms)
+            .arg("GET");
+        Some(Call {
+            script: None,
+            cmd,
+            function: None,
+            keys: 1,
+        })
     }
 
     /// `release.lua`: release `owner`'s hold and publish the unlock message, or, with `next`,
@@ -238,7 +281,7 @@ impl Call {
         next: Option<&HandOff<'_>>,
     ) -> Call {
         let keys = [names.key.as_str(), &names.channel, &names.fence];
-        let mut args = vec![Arg::Str(owner)];
+        let mut args = vec![Arg::Str(owner), Arg::Str(model(names.scheme))];
         if let Some(next) = next {
             args.extend([
                 Arg::Str(next.owner),
@@ -259,7 +302,11 @@ impl Call {
         Call::new(
             &TOKEN,
             &[&names.key, &names.fence],
-            [Arg::Str(owner), Arg::Int(retention_ms)],
+            [
+                Arg::Str(owner),
+                Arg::Int(retention_ms),
+                Arg::Str(model(names.scheme)),
+            ],
         )
     }
 
@@ -377,8 +424,8 @@ impl Call {
         )
     }
 
-    /// The script, to load it after the server lost it.
-    pub(crate) fn script(&self) -> &'static Script {
+    /// The script, to load it after the server lost it (`None` for a plain command).
+    pub(crate) fn script(&self) -> Option<&'static Script> {
         self.script
     }
 
@@ -389,10 +436,10 @@ impl Call {
 
     /// The `EVALSHA` command (made from the `FCALL` for an endpoint that takes scripts only).
     pub(crate) fn evalsha(&self) -> Cow<'_, Cmd> {
-        if self.function.is_none() {
+        let (Some(script), Some(_)) = (self.script, self.function) else {
             return Cow::Borrowed(&self.cmd);
-        }
-        let hash = self.script.get_hash();
+        };
+        let hash = script.get_hash();
         let mut cmd = Cmd::with_capacity(self.cmd.args_iter().count(), self.cmd_len() + 40);
         cmd.arg("EVALSHA").arg(hash);
         // FCALL and the function; then the key count, the keys and the arguments, as they are.
@@ -414,6 +461,12 @@ impl Call {
             })
             .sum()
     }
+}
+
+/// The mutex model argument of `acquire.lua`, `release.lua` and `token.lua`: `s` for this
+/// crate's mutex string, `h` for Redisson's hash.
+fn model(scheme: Scheme) -> &'static str {
+    if scheme == Scheme::Mutex { "s" } else { "h" }
 }
 
 #[cfg(test)]
@@ -455,7 +508,45 @@ mod tests {
                 "30000".into(),
                 "60000".into(),
                 "1".into(),
-                "0".into()
+                "0".into(),
+                "s".into()
+            ]
+        );
+        let plain = Call::plain_acquire(&names, "me:1", 30_000).unwrap();
+        assert_eq!(
+            args(&plain)[..],
+            [
+                "SET".to_owned(),
+                names.key.clone(),
+                "me:1".into(),
+                "NX".into(),
+                "PX".into(),
+                "30000".into(),
+                "GET".into()
+            ]
+        );
+        assert_eq!(plain.batch_kind(), Some("p"));
+        let batched = Call::batch(&[&plain, &acquire]);
+        assert_eq!(
+            args(&batched)[2..],
+            [
+                "4".to_owned(),
+                names.key.clone(),
+                names.key.clone(),
+                names.fence.clone(),
+                names.channel.clone(),
+                "p".into(),
+                "2".into(),
+                "me:1".into(),
+                "30000".into(),
+                "a".into(),
+                "6".into(),
+                "me:1".into(),
+                "30000".into(),
+                "60000".into(),
+                "1".into(),
+                "0".into(),
+                "s".into()
             ]
         );
         let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);
@@ -472,7 +563,8 @@ mod tests {
                 names.key.clone(),
                 names.channel.clone(),
                 names.fence.clone(),
-                "me:1".into()
+                "me:1".into(),
+                "s".into()
             ]
         );
         let next = HandOff {
@@ -485,7 +577,7 @@ mod tests {
         let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
         assert_eq!(
             args(&handing_off)[6..],
-            ["me:1", "me:2", "500", "60000", "1"].map(String::from)
+            ["me:1", "s", "me:2", "500", "60000", "1"].map(String::from)
         );
         assert_eq!(
             args(&Call::inspect(Publishing::CLASSIC, &names, 100))[2..],

@@ -1,7 +1,8 @@
 -- Delete the lock whoever holds it (every reader and permit holder too), and wake every waiter;
 -- or, given the holders an operator saw, only while exactly those hold it.
 --
--- KEYS[1]  lock hash, or the holders of a semaphore or read/write lock
+-- KEYS[1]  the lock: this crate's mutex string, a hash (a fair lock, Redisson's layout), or
+--          the holders of a semaphore or read/write lock
 -- KEYS[2]  unlock channel
 -- ARGV[1]  (optional) the message; `*` (wake every waiter) by default
 -- ARGV[2]  (optional) how many holders must hold it: with ARGV[3..], the lock is deleted only
@@ -13,13 +14,23 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
   return {0, 0}
 end
-if kind ~= 'hash' and kind ~= 'zset' then
+-- The mutex string's holder.
+local holder = nil
+if kind == 'string' then
+  holder = string_holder(KEYS[1])
+  if not holder then
+    return {-1, kind}
+  end
+elseif kind ~= 'hash' and kind ~= 'zset' then
   return {-1, kind}
 end
 local expected = tonumber(ARGV[2])
 if expected then
   local now = now_ms()
   local function holds(owner)
+    if holder then
+      return holder == owner
+    end
     if kind == 'hash' then
       return redis.call('HEXISTS', KEYS[1], owner) == 1
     end
@@ -27,7 +38,9 @@ if expected then
     return ends ~= false and ends ~= nil and tonumber(ends) > now
   end
   local count
-  if kind == 'hash' then
+  if holder then
+    count = 1
+  elseif kind == 'hash' then
     count = redis.call('HLEN', KEYS[1])
   else
     count = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')

@@ -20,7 +20,11 @@
 //! - **The same scripts either way.** A function's body is the script's own file, after the
 //!   whole prelude, so both forms run exactly the same Lua.
 //! - **Releases run when Redis is out of memory** (`allow-oom`), as their scripts did: a lock
-//!   must be releasable and renewable when the server is full. Acquires are refused then.
+//!   must be releasable and renewable when the server is full. Acquires are refused then. A
+//!   server that is full when the library must be loaded refuses `FUNCTION LOAD`: the endpoint
+//!   then falls back to scripts (`SCRIPT LOAD` is allowed), for good, with a warning. (An
+//!   uncontended mutex is taken with a plain `SET`, so the first function call may well be a
+//!   release.)
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -152,7 +156,9 @@ impl Dialect {
             tracing::debug!("lock function library missing on the server; loading it");
             match load_library(conn).await {
                 Ok(()) => {}
-                Err(e) if refuses_functions(&e) => {
+                // A server out of memory refuses `FUNCTION LOAD` but not `SCRIPT LOAD`: a
+                // release or renewal must still run there.
+                Err(e) if refuses_functions(&e) || e.code() == Some("OOM") => {
                     self.fall_back(&e);
                     load = true;
                 }

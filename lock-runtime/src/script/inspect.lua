@@ -1,9 +1,10 @@
 -- Read everything about a lock without changing it: who holds it and for how long, the fencing
 -- token last issued, who waits, and a semaphore's stored capacity. Works for every member of
--- the family (a mutex or fair lock is a hash, a read/write lock or semaphore a sorted set);
+-- the family (a mutex is a string, a fair lock a hash, a read/write lock or semaphore a sorted
+-- set; every lock of Redisson's layout is a hash);
 -- data of another type is reported, never touched.
 --
--- KEYS[1]  lock hash, or the holders of a semaphore or read/write lock
+-- KEYS[1]  the lock (see `acquire.lua`), or the holders of a semaphore or read/write lock
 -- KEYS[2]  fencing counter
 -- KEYS[3]  unlock channel (only its subscribers are counted)
 -- KEYS[4]  a fair lock's queue
@@ -13,9 +14,9 @@
 -- ARGV[1]  the most holders to list
 --
 -- Returns {type, pttl, holders, holder count, token, queued, writers, subscribers, capacity}:
--- `type` the Redis type at KEYS[1] ('none' when free); `pttl` the hash's PTTL, or the ms until
+-- `type` the Redis type at KEYS[1] ('none' when free); `pttl` the mutex's PTTL, or the ms until
 -- the last live lease of the sorted set ends (0 when free); `holders` a flat list of owner id
--- and detail (a hash's value, or the ms left of a holder's lease) for up to ARGV[1] live
+-- and detail (a hash's value, '1' for the mutex string, or the ms left of a holder's lease) for up to ARGV[1] live
 -- holders; `token` the counter's number or false; `queued` and `writers` the waiters whose
 -- place is live; `subscribers` from PUBSUB NUMSUB; `capacity` the stored capacity or false.
 
@@ -35,7 +36,15 @@ local function inspect(lock, fence, channel, queue, places, writers, stored, max
   local pttl = 0
   local holders = {}
   local count = 0
-  if kind == 'hash' then
+  if kind == 'string' then
+    -- This crate's mutex (its holder's owner id), or someone else's string: no holders.
+    local holder = string_holder(lock)
+    if holder then
+      pttl = redis.call('PTTL', lock)
+      count = 1
+      holders = {holder, '1'}
+    end
+  elseif kind == 'hash' then
     pttl = redis.call('PTTL', lock)
     count = redis.call('HLEN', lock)
     local fields

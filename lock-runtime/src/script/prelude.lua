@@ -260,15 +260,63 @@ local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
   return token
 end
 
+-- The mutex of this crate's layout is a string: its holder's owner id, then `WAITED` once a
+-- client waits for it (a waiting attempt that found it held marks it: `acquire.lua`). A release
+-- publishes the unlock message only when the mark is there, so a lock nobody waits for is
+-- taken with a plain `SET NX PX` and released without a message. (A fair lock, and every lock
+-- in Redisson's layout, is a hash of owner → hold count, and its release always publishes.)
+local WAITED = '!'
+
+-- Whether `value` (a string at a mutex key, its mark removed) is an owner id of this crate's
+-- layout (`<client hex>:<n>`), not data of someone else's.
+local function is_owner_id(value)
+  return string.match(value, '^%x+:%d+$') ~= nil
+end
+
+-- The holder of a mutex string at `lock`: its owner id (nil when free) and whether a waiter
+-- marked it; or nil, false and the reply for a key that is no mutex string: {0, pttl} for a
+-- hash (a client of an earlier release of this crate, which kept the mutex as a hash, or a
+-- fair lock of the same name: held, to be waited for), {-1, type} for anything else (a string
+-- that is no owner id included), a server error (READONLY, …) as it is.
+local function string_holder(lock)
+  local value = redis.pcall('GET', lock)
+  if type(value) == 'table' then
+    if not string.find(value.err, 'WRONGTYPE', 1, true) then
+      return nil, false, redis.error_reply(value.err)
+    end
+    local kind = redis.call('TYPE', lock)['ok']
+    if kind == 'hash' then
+      return nil, false, {0, redis.call('PTTL', lock)}
+    end
+    return nil, false, {-1, kind}
+  end
+  if not value then
+    return nil, false
+  end
+  local marked = string.sub(value, -1) == WAITED
+  if marked then
+    value = string.sub(value, 1, -2)
+  end
+  if not is_owner_id(value) then
+    return nil, false, {-1, 'string'}
+  end
+  return value, marked
+end
+
 -- Grants a free mutex (or fair lock) to `owner`: a new fencing token (0 when `lazy`), the
--- hold, the lease (`handoff`, `asking`, `lazy`: see `next_token`).
-local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking, lazy)
+-- hold, the lease (`handoff`, `asking`, `lazy`: see `next_token`). `plain`: the mutex string of
+-- this crate's layout (marked `WAITED` when `waited`), else a hash.
+local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking, lazy, plain, waited)
   local token, reply = next_token(fence, owner, retention_ms, handoff, asking, lazy)
   if not token then
     return nil, reply
   end
-  redis.call('HSET', lock, owner, 1)
-  redis.call('PEXPIRE', lock, lease_ms)
+  if plain then
+    redis.call('SET', lock, waited and owner .. WAITED or owner, 'PX', lease_ms)
+  else
+    redis.call('HSET', lock, owner, 1)
+    redis.call('PEXPIRE', lock, lease_ms)
+  end
   return token
 end
 

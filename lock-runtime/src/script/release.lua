@@ -1,55 +1,77 @@
 -- Release our hold; then either hand the lock to a waiting task of the same client, or wake
 -- a waiter of any client.
 --
--- KEYS[1]  lock hash
+-- KEYS[1]  the lock: this crate's mutex string, or a hash (see `acquire.lua`)
 -- KEYS[2]  unlock channel
 -- KEYS[3]  fencing counter
 -- ARGV[1]  owner id
--- ARGV[2]  (optional) the next owner: a task of the releasing client waiting for this lock
--- ARGV[3]  the next owner's lease in milliseconds
--- ARGV[4]  fencing counter retention in milliseconds
--- ARGV[5]  '0' when the next owner takes the lock without a fencing token (see `acquire.lua`)
--- ARGV[6]  (optional) the releasing client has handed this lock on as often as it may in a row:
+-- ARGV[2]  's': the lock is this crate's mutex string; anything else: a hash
+-- ARGV[3]  (optional) the next owner: a task of the releasing client waiting for this lock
+-- ARGV[4]  the next owner's lease in milliseconds
+-- ARGV[5]  fencing counter retention in milliseconds
+-- ARGV[6]  '0' when the next owner takes the lock without a fencing token (see `acquire.lua`)
+-- ARGV[7]  (optional) the releasing client has handed this lock on as often as it may in a row:
 --          if another process waits for it (subscribes to its channel), let it fall free
 --          instead, and keep it from this client's tasks until the clients waiting longer had
 --          their turn (lapsing this many milliseconds after the last grant: `yield` in
 --          prelude.lua)
 --
--- Returns {1, 0} when released (the key is deleted and the unlock message published once no
--- owner is left), {2, token} when released and handed to ARGV[2] with this fencing token (no
--- message: the lock never fell free; token 0: none issued), {0, 0} when this owner does not hold the lock, {-1, type}
--- for foreign data.
-local function release(lock, channel, fence, owner, heir, lease_ms, retention_ms, fenced, yield_ms)
-  local removed = redis.pcall('HDEL', lock, owner)
-  if type(removed) == 'table' then
-    if not string.find(removed.err, 'WRONGTYPE', 1, true) then
-      -- READONLY (a demoted master), OOM, …: not foreign data; let the client see it.
-      return redis.error_reply(removed.err)
+-- Returns {1, 0} when released (the key deleted once no owner is left, and the unlock message
+-- published if a waiter marked the mutex string, always for a hash), {2, token} when released
+-- and handed to ARGV[3] with this fencing token (no message: the lock never fell free; token
+-- 0: none issued), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
+local function release(lock, channel, fence, owner, model, heir, lease_ms, retention_ms, fenced, yield_ms)
+  local plain = model == 's'
+  local waited = true
+  if plain then
+    local holder, marked, other = string_holder(lock)
+    if other then
+      -- A hash (an earlier release's hold, a fair lock's) is not ours either.
+      return other[1] == 0 and {0, 0} or other
     end
-    return {-1, redis.call('TYPE', lock)['ok']}
-  end
-  if removed == 0 then
-    return {0, 0}
-  end
-  if redis.call('EXISTS', lock) == 0 then
-    if heir and yield_ms then
-      local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
-      if waiting > 1 then
-        -- Others wait besides this client's own subscription: their turn.
-        yield(fence, owner, tonumber(yield_ms), waiting, retention_ms)
-        heir = nil
+    if holder ~= owner then
+      return {0, 0}
+    end
+    waited = marked
+    redis.call('DEL', lock)
+  else
+    local removed = redis.pcall('HDEL', lock, owner)
+    if type(removed) == 'table' then
+      if not string.find(removed.err, 'WRONGTYPE', 1, true) then
+        -- READONLY (a demoted master), OOM, …: not foreign data; let the client see it.
+        return redis.error_reply(removed.err)
       end
+      return {-1, redis.call('TYPE', lock)['ok']}
     end
-    if heir then
-      local token = grant(lock, fence, heir, lease_ms, retention_ms, true, nil, fenced == '0')
-      if token then
-        return {2, token}
-      end
-      -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
+    if removed == 0 then
+      return {0, 0}
     end
+    if redis.call('EXISTS', lock) == 1 then
+      return {1, 0}
+    end
+  end
+  if heir and yield_ms then
+    local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
+    if waiting > 1 then
+      -- Others wait besides this client's own subscription: their turn.
+      yield(fence, owner, tonumber(yield_ms), waiting, retention_ms)
+      heir = nil
+      waited = true
+    end
+  end
+  if heir then
+    local token = grant(lock, fence, heir, lease_ms, retention_ms, true, nil, fenced == '0',
+      plain, waited)
+    if token then
+      return {2, token}
+    end
+    -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
+    waited = true
+  end
+  if waited then
     wake(channel, '0')
   end
   return {1, 0}
 end
 
-return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])

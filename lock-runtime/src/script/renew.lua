@@ -1,6 +1,7 @@
 -- Extend many leases at once, only where the owner still holds the lock.
 --
--- KEYS[i]    lock i: a mutex or fair lock hash, or the holders of a semaphore or read/write
+-- KEYS[i]    lock i: this crate's mutex string (its holder's owner id, see `WAITED` in
+--            prelude.lua), a mutex or fair lock hash, or the holders of a semaphore or read/write
 --            lock (a sorted set with each holder's lease end), or Redisson's read/write lock
 --            hash (see renew_redisson_reader)
 -- ARGV[1]    lease in milliseconds
@@ -72,15 +73,29 @@ local now = nil
 for i, key in ipairs(KEYS) do
   local owner = ARGV[i + 1]
   local held = 0
-  local redisson_permits = nil
+  -- 1 or 0 once decided.
+  local decided = nil
   if string.sub(owner, 1, 8) == 'permits:' or string.sub(owner, 1, 6) == 'plain:' then
     now = now or now_ms()
-    redisson_permits = redisson_semaphore(key, owner, ARGV[1], now)
+    decided = redisson_semaphore(key, owner, ARGV[1], now)
   end
-  if not redisson_permits then
-    held = redis.pcall('HEXISTS', key, owner)
+  if decided == nil then
+    -- This crate's mutex first: one command when the key is one (a string).
+    local value = redis.pcall('GET', key)
+    if type(value) == 'string' then
+      decided = 0
+      if value == owner or value == owner .. WAITED then
+        redis.call('PEXPIRE', key, ARGV[1])
+        decided = 1
+      end
+    elseif not value then
+      -- Gone.
+      decided = 0
+    else
+      held = redis.pcall('HEXISTS', key, owner)
+    end
   end
-  renewed[i] = redisson_permits or 0
+  renewed[i] = decided or 0
   if held == 1 then
     -- Only a Redisson-layout owner (a hyphenated client uuid) can be a Redisson reader: a
     -- native mutex's renewal costs no extra command.

@@ -1,24 +1,35 @@
 -- Issues a fencing token to the holder of a lock taken without one (tokens on demand), checked
 -- in the same step: a token is issued only to an owner that holds the lock at that moment.
 --
--- KEYS[1]  lock hash
+-- KEYS[1]  the lock: this crate's mutex string, or a hash (see `acquire.lua`)
 -- KEYS[2]  fencing counter
 -- ARGV[1]  owner id
 -- ARGV[2]  fencing counter retention in milliseconds
+-- ARGV[3]  's': the lock is this crate's mutex string; anything else (or nothing): a hash
 --
 -- Returns {1, token} (greater than every token issued before for the name: the counter and
 -- the server clock, as for a grant; the turns are left as they are), {0, 0} when the owner
 -- does not hold the lock, {-1, type} for foreign data (nothing written).
-local function token(lock, fence, owner, retention_ms)
-  local mine = redis.pcall('HEXISTS', lock, owner)
-  if type(mine) == 'table' then
-    if not string.find(mine.err, 'WRONGTYPE', 1, true) then
-      return redis.error_reply(mine.err)
+local function token(lock, fence, owner, retention_ms, model)
+  if model == 's' then
+    local holder, _, other = string_holder(lock)
+    if other then
+      return other[1] == 0 and {0, 0} or other
     end
-    return {-1, redis.call('TYPE', lock)['ok']}
-  end
-  if mine == 0 then
-    return {0, 0}
+    if holder ~= owner then
+      return {0, 0}
+    end
+  else
+    local mine = redis.pcall('HEXISTS', lock, owner)
+    if type(mine) == 'table' then
+      if not string.find(mine.err, 'WRONGTYPE', 1, true) then
+        return redis.error_reply(mine.err)
+      end
+      return {-1, redis.call('TYPE', lock)['ok']}
+    end
+    if mine == 0 then
+      return {0, 0}
+    end
   end
   -- Within the holder's turn: as for a hand-off, the turns stay.
   local issued, reply = next_token(fence, owner, retention_ms, true)
@@ -28,4 +39,4 @@ local function token(lock, fence, owner, retention_ms)
   return {1, issued}
 end
 
-return token(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+return token(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])

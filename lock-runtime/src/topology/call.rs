@@ -23,7 +23,10 @@ pub(crate) async fn send<T: FromRedisValue>(
         // `query_async`, not the raw request: it turns an error reply into an `Err`.
         let reply: Value = match dialect.cmd(call).query_async(&mut *conn).await {
             Err(e) => {
-                if !dialect.recover(&mut *conn, &[&e], &[call.script()]).await? {
+                if !dialect
+                    .recover(&mut *conn, &[&e], call.script().as_slice())
+                    .await?
+                {
                     return Err(e);
                 }
                 dialect.cmd(call).query_async(conn).await?

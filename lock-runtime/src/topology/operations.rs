@@ -20,7 +20,9 @@ use super::call::{query_reloading, send};
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
 use crate::backend::CapacityOp;
-use crate::backend::{Acked, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode};
+use crate::backend::{
+    Acked, Approach, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode,
+};
 use crate::keys::LockNames;
 use crate::script::{self, Call, Dialect, Publishing};
 
@@ -85,17 +87,69 @@ impl RedisBackend {
 
     /// A single-lock write, acknowledged by replicas when the client asks for it.
     async fn write(&self, call: Call) -> RedisResult<Acked<Reply>> {
+        let Acked { reply, shortfall } = self.write_value(call).await?;
+        Ok(Acked {
+            reply: Reply::from_redis_value(reply)?,
+            shortfall,
+        })
+    }
+
+    /// [`RedisBackend::write`], the reply as it came.
+    async fn write_value(&self, call: Call) -> RedisResult<Acked<Value>> {
         if let Some(group) = &self.group {
-            let reply = Reply::from_redis_value(group.send(call).await?)?;
             return Ok(Acked {
-                reply,
+                reply: group.send(call).await?,
                 shortfall: None,
             });
         }
         let (reply, acked) =
-            send::<Reply>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;
+            send::<Value>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;
         let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
         Ok(Acked { reply, shortfall })
+    }
+
+    /// The first attempt at a mutex of this crate's layout, taken without a token: a plain
+    /// `SET NX PX` ([`Call::plain_acquire`]). `None` when its answer needs the script: a key
+    /// of another type (an earlier release's hash, a fair lock's, foreign data), which
+    /// `acquire.lua` tells apart.
+    async fn plain_acquire(
+        &self,
+        names: &LockNames,
+        owner: &str,
+        lease_ms: u64,
+    ) -> RedisResult<Option<Acked<Reply>>> {
+        let Some(call) = Call::plain_acquire(names, owner, lease_ms) else {
+            return Ok(None);
+        };
+        let Acked { reply, shortfall } = match self.write_value(call).await {
+            Ok(acked) => acked,
+            Err(e) if e.code() == Some("WRONGTYPE") => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let reply = match reply {
+            Value::Nil => Reply::Done(0),
+            Value::BulkString(held) => {
+                let holder = held.strip_suffix(b"!").unwrap_or(&held);
+                if holder == owner.as_bytes() {
+                    // A retried request of ours had taken it.
+                    Reply::Done(0)
+                } else if is_owner_id(holder) {
+                    Reply::NotDone(-2)
+                } else {
+                    // A string that is not a lock: the script names it.
+                    return Ok(None);
+                }
+            }
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(None),
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "unexpected reply to a plain acquire",
+                    format!("{other:?}"),
+                )));
+            }
+        };
+        Ok(Some(Acked { reply, shortfall }))
     }
 
     /// A single-lock read (or an unacknowledged write).
@@ -175,6 +229,18 @@ impl RedisBackend {
     }
 }
 
+/// Whether `value` is an owner id of this crate's layout, `<client hex>:<n>` (as
+/// `is_owner_id` in `prelude.lua`).
+fn is_owner_id(value: &[u8]) -> bool {
+    let text = std::str::from_utf8(value).unwrap_or_default();
+    text.split_once(':').is_some_and(|(client, n)| {
+        !client.is_empty()
+            && client.bytes().all(|b| b.is_ascii_hexdigit())
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 impl Backend for RedisBackend {
     fn acquire<'a>(
         &'a self,
@@ -182,18 +248,27 @@ impl Backend for RedisBackend {
         owner: &'a str,
         lease_ms: u64,
         retention_ms: u64,
-        waiting: bool,
+        approach: Approach,
         fenced: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::acquire(
-            self.publishing,
-            names,
-            owner,
-            lease_ms,
-            retention_ms,
-            waiting,
-            fenced,
-        )))
+        Box::pin(async move {
+            if approach == Approach::Plain
+                && !fenced
+                && let Some(taken_or_busy) = self.plain_acquire(names, owner, lease_ms).await?
+            {
+                return Ok(taken_or_busy);
+            }
+            self.write(Call::acquire(
+                self.publishing,
+                names,
+                owner,
+                lease_ms,
+                retention_ms,
+                approach == Approach::Waiting,
+                fenced,
+            ))
+            .await
+        })
     }
 
     fn token<'a>(

@@ -242,7 +242,8 @@ async fn a_grant_answered_after_its_lease_is_taken_again_before_use() {
         }
     });
     let locks = client(fake, Duration::from_secs(1));
-    let guard = locks.lock("late").acquire().await.unwrap();
+    // Fenced: each grant carries its own token, which tells them apart.
+    let guard = locks.lock("late").fenced().acquire().await.unwrap();
     assert_eq!(acquires.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(
         guard.fencing_token().await.unwrap(),

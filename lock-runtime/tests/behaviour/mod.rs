@@ -43,7 +43,8 @@ pub trait Fixture {
     fn leftovers(&self, name: &str) -> Vec<String>;
 
     /// Lock operations sent to the backend so far, where the backend counts them (Redis:
-    /// `EVALSHA` and `FCALL` calls).
+    /// `EVALSHA` and `FCALL` calls; not the plain `SET` of an uncontended mutex's first
+    /// attempt, which `INFO commandstats` cannot tell from the `SET`s the scripts make).
     fn lock_round_trips(&self) -> Option<u64>;
 }
 

@@ -45,7 +45,13 @@ async fn distinct_keys(
             tokio::spawn(async move {
                 let mut tokens = Vec::with_capacity(rounds);
                 for _ in 0..rounds {
-                    let guard = client.lock(format!("gc:{i}")).acquire().await.unwrap();
+                    // Fenced: every grant is a script call, carrying its token.
+                    let guard = client
+                        .lock(format!("gc:{i}"))
+                        .fenced()
+                        .acquire()
+                        .await
+                        .unwrap();
                     tokens.push(guard.fencing_token().await.unwrap());
                     guard.release().await.unwrap();
                 }
@@ -76,6 +82,37 @@ async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() 
     );
     assert_increasing(&tokens);
     // Every release ran: no lock is left, only the fencing counters.
+    assert!(
+        holds(&redis).is_empty(),
+        "locks left behind: {:?}",
+        holds(&redis)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_first_attempts_are_grouped_with_releases() {
+    let redis = RedisServer::start();
+    let client = grouped(&redis).await;
+    let (n, rounds) = (64, 20);
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = client.lock(format!("gc:{i}")).acquire().await.unwrap();
+                    assert_eq!(guard.issued_token(), None);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Every first attempt was a plain `SET` (alone, or inside a group's script), and groups
+    // ran: only grouped operations go out as `EVALSHA` (a lone call is a function call).
+    assert_eq!(redis.command_calls("set"), (n * rounds) as u64);
+    assert!(redis.command_calls("evalsha") > 0, "no group ran");
     assert!(
         holds(&redis).is_empty(),
         "locks left behind: {:?}",

@@ -60,9 +60,7 @@ async fn a_release_hands_the_lock_to_a_waiting_task_without_letting_it_fall_free
         .unwrap();
     assert!(token > first_token, "{token} > {first_token}");
     // Redis holds it for the waiter's owner id, with the waiter's lease.
-    let fields = redis.cmd(&["HKEYS", "lock:{h}"]);
-    assert_eq!(fields.items().len(), 1);
-    assert_eq!(fields.items()[0].text(), Some(owner.as_str()));
+    assert_eq!(redis.mutex_holder("lock:{h}"), Some(owner.clone()));
     let pttl = redis.cmd(&["PTTL", "lock:{h}"]).int().unwrap();
     assert!(pttl > 25_000, "the waiter's own 30 s lease: {pttl}");
     let stats = locks.stats();

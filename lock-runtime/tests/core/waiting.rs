@@ -13,7 +13,8 @@ async fn try_acquire_zero_makes_exactly_one_attempt() {
     let redis = RedisServer::start();
     let a = common::client(&redis).await;
     let b = common::client(&redis).await;
-    let _held = a.lock("once").acquire().await.unwrap();
+    // Fenced, so that a script call (which loads the library of functions) ran before.
+    let _held = a.lock("once").fenced().acquire().await.unwrap();
     let before = redis.script_calls();
     let err = b
         .lock("once")
@@ -196,4 +197,100 @@ async fn a_waiter_without_channel_permission_polls_every_100ms() {
         after < Duration::from_millis(2500),
         "waited {after:?} after the release"
     );
+}
+
+/// A release publishes the unlock message only when someone waits: a waiting attempt that
+/// finds the mutex held marks it, and the release that finds the mark publishes. Uncontended
+/// pairs publish nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_only_when_someone_waits() {
+    let redis = RedisServer::start();
+    let a = common::client(&redis).await;
+    let b = common::client(&redis).await;
+    let published = || redis.command_calls("publish");
+    for _ in 0..10 {
+        a.lock("quiet")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(published(), 0, "nobody waited: no message");
+
+    // A waiter of another client: the release publishes, and wakes it long before the
+    // holder's 30 s lease would have.
+    let held = a.lock("quiet").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("quiet").acquire().await }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(5), || redis
+            .cmd(&["GET", "lock:{quiet}"])
+            .text()
+            .is_some_and(|v| v.ends_with('!')))
+        .await,
+        "the waiting attempt marks the lock"
+    );
+    held.release().await.unwrap();
+    assert_eq!(published(), 1);
+    let taken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the message, not the lease's end")
+        .unwrap()
+        .unwrap();
+    // Nobody waits any more: its release is silent again.
+    taken.release().await.unwrap();
+    assert_eq!(published(), 1);
+}
+
+/// Waiters of three clients on one lock, each holding for a long lease: every release wakes
+/// the next one by its message. The mark a waiter leaves goes with the hold it marked, so a
+/// waiter that takes the lock while others still wait marks it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_in_a_queue_of_clients_wakes_the_next_waiter() {
+    let redis = RedisServer::start();
+    let clients = [
+        common::client(&redis).await,
+        common::client(&redis).await,
+        common::client(&redis).await,
+        common::client(&redis).await,
+    ];
+    let started = Instant::now();
+    let first = clients[0].lock("queue").acquire().await.unwrap();
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    for locks in &clients[1..] {
+        let (locks, done_tx) = (locks.clone(), done_tx.clone());
+        tokio::spawn(async move {
+            let guard = locks.lock("queue").acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await.unwrap();
+            done_tx.send(()).unwrap();
+        });
+    }
+    // Every waiter subscribed (and so made its marking attempt).
+    let subscribers = || {
+        redis
+            .cmd(&["PUBSUB", "NUMSUB", "lock:{queue}:unlock"])
+            .items()[1]
+            .int()
+    };
+    assert!(common::eventually(Duration::from_secs(5), || subscribers() == Some(3)).await);
+    first.release().await.unwrap();
+    for _ in 0..3 {
+        done.recv().await.unwrap();
+    }
+    // Four holds of 30 s leases, each woken by its predecessor's message: far less than one
+    // lease in all (a missed message would cost a waiter the whole 30 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    // Three releases with a waiter behind; the last one's publishes only if the grant still
+    // counted a subscription its predecessor was dropping.
+    let published = redis.command_calls("publish");
+    assert!((3..=4).contains(&published), "{published}");
 }

@@ -125,9 +125,10 @@ async fn names_of_other_kinds_and_foreign_data_are_typed_errors() {
         a.rw_lock("taken").read().clone(),
         a.rw_lock("taken").write().clone(),
     ] {
+        // A mutex is a string.
         let err = side.acquire().await.unwrap_err();
         assert!(
-            matches!(&err, LockError::ForeignData { found, .. } if found == "hash"),
+            matches!(&err, LockError::ForeignData { found, .. } if found == "string"),
             "{err:?}"
         );
     }

@@ -153,7 +153,7 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
     let mutex = a.lock("shared-name").acquire().await.unwrap();
     let err = a.semaphore("shared-name", 5).acquire().await.unwrap_err();
     assert!(
-        matches!(&err, LockError::ForeignData { found, .. } if found == "hash"),
+        matches!(&err, LockError::ForeignData { found, .. } if found == "string"),
         "{err:?}"
     );
     assert!(matches!(

@@ -15,7 +15,7 @@ use super::holders::{
 use super::mutex::{acquire_mutex, grant, token};
 use super::{BUSY_OWNER, Fault, MemoryBackend, live, live_set, millis_until, ready, subscribers};
 use crate::backend::{
-    Acked, Backend, BoxFuture, CapacityOp, HandOff, LockState, Release, Reply, ScanNode,
+    Acked, Approach, Backend, BoxFuture, CapacityOp, HandOff, LockState, Release, Reply, ScanNode,
 };
 use crate::keys::LockNames;
 use crate::keys::{Family, Scheme};
@@ -67,8 +67,8 @@ impl Backend for MemoryBackend {
         owner: &'a str,
         lease_ms: u64,
         _retention_ms: u64,
-        // One process: no turns across clients to take.
-        _waiting: bool,
+        // One process: no turns across clients to take, no message to keep for waiters.
+        _approach: Approach,
         fenced: bool,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         let mut state = self.lock();
@@ -263,7 +263,13 @@ impl Backend for MemoryBackend {
             ..LockState::default()
         };
         if let Some(hold) = live(&mut state, &names.key) {
-            lock.kind = "hash".into();
+            // As on Redis: this crate's mutex is a string, a fair lock a hash (below: also
+            // once someone queues for it).
+            lock.kind = if names.scheme == Scheme::Mutex {
+                "string".into()
+            } else {
+                "hash".into()
+            };
             lock.pttl = millis_until(hold.until);
             lock.holders = vec![(hold.owner.clone(), 1)];
             lock.holder_count = 1;
@@ -285,6 +291,9 @@ impl Backend for MemoryBackend {
         lock.queued = state.queues.get(&names.key).map_or(0, |q| {
             q.iter().filter(|w| w.place_until > now).count() as u64
         });
+        if lock.kind == "string" && lock.queued > 0 {
+            lock.kind = "hash".into();
+        }
         lock.writers = state.writers.get(&names.key).map_or(0, |w| {
             w.values().filter(|until| **until > now).count() as u64
         });

@@ -16,23 +16,27 @@
 --          their turn (lapsing this many milliseconds after the last grant: `yield` in
 --          prelude.lua)
 --
--- Returns {1, 0} when released (the key deleted once no owner is left, and the unlock message
--- published if a waiter marked the mutex string, always for a hash), {2, token} when released
+-- Returns 1 (short for {1, 0}) when released (the key deleted once no owner is left, and the
+-- unlock message published if a waiter marked the mutex string, always for a hash), {2, token} when released
 -- and handed to ARGV[3] with this fencing token (no message: the lock never fell free; token
 -- 0: none issued), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
 local function release(lock, channel, fence, owner, model, heir, lease_ms, retention_ms, fenced, yield_ms)
   local plain = model == 's'
   local waited = true
   if plain then
-    local holder, marked, other = string_holder(lock)
-    if other then
-      -- A hash (an earlier release's hold, a fair lock's) is not ours either.
-      return other[1] == 0 and {0, 0} or other
-    end
-    if holder ~= owner then
+    -- The common case first, in as few steps as the server can run: ours, marked or not.
+    local value = redis.pcall('GET', lock)
+    if value == owner then
+      waited = false
+    elseif value ~= owner .. WAITED then
+      local _, _, other = string_holder(lock)
+      if other and other[1] ~= 0 then
+        -- Foreign data, or a server error.
+        return other
+      end
+      -- Another owner's, or a hash (an earlier release's hold, a fair lock's): not ours.
       return {0, 0}
     end
-    waited = marked
     redis.call('DEL', lock)
   else
     local removed = redis.pcall('HDEL', lock, owner)
@@ -47,7 +51,7 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
       return {0, 0}
     end
     if redis.call('EXISTS', lock) == 1 then
-      return {1, 0}
+      return 1
     end
   end
   if heir and yield_ms then
@@ -71,7 +75,8 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
   if waited then
     wake(channel, '0')
   end
-  return {1, 0}
+  -- {1, 0}, as a number: a table costs the server more to build and to send.
+  return 1
 end
 
 return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])

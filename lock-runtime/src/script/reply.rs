@@ -6,11 +6,16 @@ use redis::Value;
 use crate::backend::{LockState, Reply};
 
 impl redis::FromRedisValue for Reply {
-    /// The `{code, detail}` pair every single-key script returns: `{1, n}` done, `{0, n}` not
-    /// done, `{2, token}` released and handed over, `{3, capacity}` more permits asked than a
+    /// The `{code, detail}` pair every single-key script returns (or a bare `code`, for
+    /// `{code, 0}`): `{1, n}` done, `{0, n}` not done, `{2, token}` released and handed over, `{3, capacity}` more permits asked than a
     /// semaphore has, `{-1, type}` foreign data.
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        let (code, detail): (i64, Value) = redis::FromRedisValue::from_redis_value(v)?;
+        let (code, detail): (i64, Value) = match v {
+            // A bare code stands for `{code, 0}` (the release's common answer: a number costs
+            // the server less than a table).
+            Value::Int(code) => (code, Value::Int(0)),
+            v => redis::FromRedisValue::from_redis_value(v)?,
+        };
         let int = |v: Value| -> Result<i64, redis::ParsingError> {
             redis::FromRedisValue::from_redis_value(v)
         };
@@ -115,6 +120,11 @@ mod tests {
             Reply::Foreign("string".into())
         );
         assert!(Reply::from_redis_value(v(7, Value::Int(0))).is_err());
+        // A bare code: `{code, 0}`.
+        assert_eq!(
+            Reply::from_redis_value(Value::Int(1)).unwrap(),
+            Reply::Done(0)
+        );
     }
 
     #[test]

@@ -290,6 +290,8 @@ pub struct FailoverReport {
     pub recovery_ns: Vec<Option<u64>>,
     /// Per fault: the overlapping pairs whose later section started in its window.
     pub overlaps_per_fault: Vec<usize>,
+    /// Per fault: of those, the unaware writes (as [`unaware_writes`](Self::unaware_writes)).
+    pub unaware_per_fault: Vec<usize>,
 }
 
 impl FailoverReport {
@@ -333,19 +335,23 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
     let mut report = FailoverReport {
         faults: faults.len(),
         overlaps_per_fault: vec![0; faults.len()],
+        unaware_per_fault: vec![0; faults.len()],
         ..FailoverReport::default()
     };
     for (key, recs) in sections_by_key(records) {
         for (o, r) in overlapping(&recs) {
             report.overlaps += 1;
-            if let Some(i) = faults
+            let fault = faults
                 .iter()
-                .position(|&(from, to)| (from..to).contains(&r.start_ns))
-            {
+                .position(|&(from, to)| (from..to).contains(&r.start_ns));
+            if let Some(i) = fault {
                 report.overlaps_per_fault[i] += 1;
             }
             if o.outcome == Outcome::Committed && !o.lost {
                 report.unaware_writes += 1;
+                if let Some(i) = fault {
+                    report.unaware_per_fault[i] += 1;
+                }
             }
         }
         // Sections by end time: the highest token among those that ended before each start.
@@ -408,6 +414,75 @@ pub fn stale_writes_accepted(store: &HashMap<String, StoreState>) -> usize {
             stale
         })
         .sum()
+}
+
+/// A client's master over time: `(mono_ns, "host:port")` lines as the chaos worker writes them
+/// (`<out>.masters`, for a Sentinel URL), in order; empty if there is no such file.
+pub fn read_masters(path: &std::path::Path) -> Vec<(u64, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (at, addr) = l.split_once(' ')?;
+            Some((at.parse().ok()?, addr.to_string()))
+        })
+        .collect()
+}
+
+/// The master a client used at `at`, per its log ([`read_masters`]): the last one named at or
+/// before `at`. A grant is attributed to the master its client used when the acquisition
+/// returned (a reply from the old master that arrives after the switch is an unknown outcome
+/// the client reconciles on the new one, so it is not a grant of the old one).
+pub fn master_at(log: &[(u64, String)], at: u64) -> Option<&str> {
+    let i = log.partition_point(|(t, _)| *t <= at);
+    i.checked_sub(1).map(|i| log[i].1.as_str())
+}
+
+/// Which side the fenced store favoured after a failover: among the sections that started
+/// from the promotion of the new master until the window ended, those granted by the deposed
+/// master (whose grants the new master never saw) and those granted by the new one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sides {
+    /// Sections granted by the deposed master after the promotion.
+    pub deposed: usize,
+    /// Of those, writes the store accepted (grants the surviving master never knew of).
+    pub deposed_accepted: usize,
+    /// Of those, writes accepted while a section the new master granted on the same key
+    /// overlapped them: the store favoured the wrong side (the deposed side's clock-based token
+    /// was the larger).
+    pub deposed_won: usize,
+    /// Sections granted by the new master after the promotion whose read or write the store
+    /// refused (a deposed holder had shown it a larger token).
+    pub legitimate_refused: usize,
+}
+
+/// [`Sides`] of one failover: `sections` are `(record, master its client used)`, `deposed` the
+/// old master's address, `[promoted, to)` the window after the promotion.
+pub fn sides(sections: &[(&Record, Option<&str>)], deposed: &str, promoted: u64, to: u64) -> Sides {
+    let mut sides = Sides::default();
+    let window: Vec<(&Record, bool)> = sections
+        .iter()
+        .filter(|(r, _)| (promoted..to).contains(&r.start_ns))
+        .map(|&(r, master)| (r, master == Some(deposed)))
+        .collect();
+    for &(r, on_deposed) in &window {
+        let rejected = matches!(r.outcome, Outcome::RejectedRead | Outcome::RejectedWrite);
+        if on_deposed {
+            sides.deposed += 1;
+            if r.outcome == Outcome::Committed {
+                sides.deposed_accepted += 1;
+                let rival = window.iter().any(|&(o, o_deposed)| {
+                    !o_deposed && o.key == r.key && o.start_ns < r.end_ns && r.start_ns < o.end_ns
+                });
+                if rival {
+                    sides.deposed_won += 1;
+                }
+            }
+        } else if rejected {
+            sides.legitimate_refused += 1;
+        }
+    }
+    sides
 }
 
 #[cfg(test)]
@@ -505,5 +580,35 @@ mod tests {
             },
         )]);
         assert_eq!(stale_writes_accepted(&store), 2);
+    }
+
+    #[test]
+    fn grants_are_attributed_to_the_master_their_client_used() {
+        let log = vec![(10, "a:1".to_string()), (50, "b:2".to_string())];
+        assert_eq!(master_at(&log, 5), None);
+        assert_eq!(master_at(&log, 10), Some("a:1"));
+        assert_eq!(master_at(&log, 49), Some("a:1"));
+        assert_eq!(master_at(&log, 60), Some("b:2"));
+        let deposed_won = rec("k", 9, 40, 45, false);
+        let refused = Record {
+            outcome: Outcome::RejectedWrite,
+            ..rec("k", 8, 42, 46, false)
+        };
+        let before = rec("k", 3, 20, 25, false);
+        let sections = [
+            (&deposed_won, Some("a:1")),
+            (&refused, Some("b:2")),
+            (&before, Some("a:1")),
+        ];
+        let found = sides(&sections, "a:1", 30, 100);
+        assert_eq!(
+            found,
+            Sides {
+                deposed: 1,
+                deposed_accepted: 1,
+                deposed_won: 1,
+                legitimate_refused: 1
+            }
+        );
     }
 }

@@ -1,9 +1,14 @@
-//! The failover suite (issue 32), Sentinel half: worker processes contend on a few mutexes
-//! through Sentinel (1 master, 2 replicas, 3 sentinels, every data node behind a proxy that can
-//! cut or stall each class of link on its own: `lock_tests::topology::PartitionedSentinel`)
-//! while faults follow one another under load, with `replica_ack` off and on. Each critical
-//! section does a fenced read-modify-write on a separate Redis that is not part of the failover
-//! (the chaos suite's compare-and-set store, `lock_tests::chaos`).
+//! The failover suite (issue 32), Sentinel half: worker processes contend on a few mutexes, a
+//! semaphore and a read/write lock through Sentinel (1 master, 2 replicas, 3 sentinels, every
+//! data node behind a proxy that can cut or stall each class of link on its own:
+//! `lock_tests::topology::PartitionedSentinel`) while faults follow one another under load, with
+//! `replica_ack` off and on (and, in the long form or with `FAILOVER_MIN_REPLICAS=1`, without
+//! `replica_ack` but with `min-replicas-to-write 1` / `min-replicas-max-lag 1` on every data
+//! node). Each mutex section does a fenced read-modify-write on a separate Redis that is not part
+//! of the failover (the chaos suite's compare-and-set store, `lock_tests::chaos`); the family's
+//! sections use a fenced resource there too (`lock_tests::chaos::family_store`: the semaphore's
+//! admits its capacity in token order, the read/write lock's is a counter fenced for readers and
+//! writers).
 //!
 //! The faults, in turn (each a failover):
 //! - **split brain**: the master cut off (both ways) from its replicas and the sentinels while
@@ -21,32 +26,37 @@
 //!
 //! After each promotion the test re-attaches the old master to the new one (`REPLICAOF`, what the
 //! sentinels do themselves about 8 s after they see it back: they wait four hello periods), waits
-//! until the new master has both replicas online, and lets a lease of load run before the next
-//! fault. A fault's window runs from the injection until then.
+//! until the new master has both replicas online, and lets a lease of load run: a fault's window
+//! runs from the injection until then. A second of calm load follows before the next fault.
 //!
 //! Hard invariants, every run: no fenced write accepted out of token order (stale writes
 //! accepted: 0), no lost update, no fencing token issued lower than one of a section that had
-//! already ended, and outside the fault windows no overlapping holds. Counted and printed per
-//! fault, not judged: overlapping holds in the fault windows (expected without acknowledgement),
-//! holders that committed after a rival's grant without having been told of the loss, the
-//! sections the deposed master granted after the promotion (each grant is attributed to the
-//! master its client used at the time, from the client's own Sentinel events) and how many of
-//! their writes the fenced store accepted (the wrong side won: Redis's split-brain limit, which
-//! fencing orders but cannot judge), and the longest time without a grant (the outage).
+//! already ended; outside the fault windows no overlapping mutex holds, never more semaphore
+//! holders than permits, no writer overlapping another section of the read/write lock; the
+//! family store's logs replayed (never more occupants than permits, no use from outside, the
+//! writers' tokens increasing, no lost update). Counted and printed per fault, not judged:
+//! overlapping holds in the fault windows (expected without acknowledgement), holders that
+//! committed after a rival's grant without having been told of the loss, the sections the
+//! deposed master granted after the promotion (each grant is attributed to the master its
+//! client used at the time, from the client's own Sentinel events), how many of their writes
+//! the fenced store accepted, over a rival or not, and how many of the new master's holders it
+//! refused (Redis's split-brain limit, which fencing orders but cannot judge), and the longest
+//! time without a grant (the outage).
 //!
 //! Short form (the normal suite): each fault once per `replica_ack` setting. Long form:
-//! `FAILOVER_LONG=1` (8 rounds of the 7 faults per setting: 112 failovers) or
+//! `FAILOVER_LONG=1` (8 rounds of the 7 faults per setting, three settings: 168 failovers) or
 //! `FAILOVER_COUNT=<n>` failovers per setting.
 //!
-//! Not here yet: the semaphore, read/write lock and SQL stores in the workload (the chaos
-//! suite's `family-chaos` covers the family through proxy faults on one server), and a run
-//! with `min-replicas-to-write` on the masters. Redis Cluster has its own binary.
+//! Not here: the SQL stores of `lock-fence` (their fencing is proved against the real stores in
+//! lock-fence's own tests); Redis Cluster has its own binary.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use lock_tests::chaos::family_store::{check_semaphore_log, rw_keys, semaphore_keys};
 use lock_tests::chaos::{self, Record, Sides};
+use lock_tests::family::{PERMITS, Section, check_family};
 use lock_tests::topology::{PartitionedSentinel, Peer};
 use lock_tests::{RedisServer, mono_ns};
 use tokio::process::{Child, Command};
@@ -57,6 +67,8 @@ const PROCESSES: usize = 3;
 const TASKS: usize = 3;
 /// The lease (the workers' watchdog timeout), as in issue 32's adopter run.
 const WATCHDOG_MS: u64 = 1500;
+/// Load without a fault after each fault's window, before the next fault.
+const CALM: Duration = Duration::from_secs(1);
 /// Bound on the wait for a whole topology after a round.
 const WHOLE_LIMIT: Duration = Duration::from_secs(30);
 
@@ -75,6 +87,7 @@ fn spawn_worker(lock_spec: &str, store_url: &str, out: &Path) -> Child {
             WATCHDOG_MS.to_string(),
         ])
         .arg(out)
+        .arg("family")
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -93,11 +106,49 @@ fn read_records(path: &Path) -> Vec<Record> {
 /// A worker's masters over time (`chaos::read_masters`).
 type MasterLog = Vec<(u64, String)>;
 
-fn masters_path(out: &Path) -> PathBuf {
+fn beside(out: &Path, suffix: &str) -> PathBuf {
     let mut name = out.as_os_str().to_owned();
-    name.push(".masters");
+    name.push(suffix);
     PathBuf::from(name)
 }
+
+/// The lock family's sections of one run (`<out>.family`), with whether the store refused them.
+fn read_family(outs: &[PathBuf]) -> Vec<(Section, bool)> {
+    outs.iter()
+        .flat_map(|o| {
+            std::fs::read_to_string(beside(o, ".family"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| Some((Section::parse(l)?, l.contains("Rejected"))))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// What the lock family showed in one run.
+struct FamilyRow {
+    ack: Setting,
+    sections: [usize; 4],
+    refused: usize,
+    /// Findings (over capacity, a writer overlapping) in fault windows: counted, not judged.
+    in_windows: usize,
+    most_permits: usize,
+    evicted: usize,
+    writes: usize,
+}
+
+impl std::fmt::Display for FamilyRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [sem, read, write, _] = self.sections;
+        write!(
+            f,
+            "| {} | {sem} / {read} / {write} | {} | {} | {} of {PERMITS} | {} | {} | 0 | 0 |",
+            self.ack, self.in_windows, self.refused, self.most_permits, self.evicted, self.writes,
+        )
+    }
+}
+
+const FAMILY_HEAD: &str = "| replica_ack | semaphore / read / write sections | over capacity or writer overlaps in fault windows | refused by the store | most occupants the store admitted | permits fenced off by the store | writes committed | stale writes accepted | violations outside fault windows |\n|---|---|---|---|---|---|---|---|---|";
 
 /// Waits (bounded) until `cond` holds; whether it did.
 async fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -241,9 +292,29 @@ async fn inject(group: &mut PartitionedSentinel, fault: Fault) -> (usize, usize,
     (old, new, at, promoted)
 }
 
-/// One row of the published table: one fault with one `replica_ack` setting.
+/// What protects the grants: nothing, `replica_ack(1, 100 ms)` on the clients, or
+/// `min-replicas-to-write 1` / `min-replicas-max-lag 1` on every data node (the recommended
+/// production setting: a master cut off from its replicas refuses writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    Plain,
+    Ack,
+    MinReplicas,
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Setting::Plain => "off",
+            Setting::Ack => "replica_ack(1, 100 ms)",
+            Setting::MinReplicas => "off; min-replicas-to-write 1, max-lag 1 on the masters",
+        })
+    }
+}
+
+/// One row of the published table: one fault with one setting.
 struct Row {
-    ack: bool,
+    ack: Setting,
     fault: Fault,
     failovers: usize,
     overlaps: usize,
@@ -259,11 +330,7 @@ struct Row {
 impl std::fmt::Display for Row {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let per100 = |n: usize| n as f64 * 100.0 / self.failovers.max(1) as f64;
-        let ack = if self.ack {
-            "replica_ack(1, 100 ms)"
-        } else {
-            "off"
-        };
+        let ack = self.ack;
         write!(
             f,
             "| {} | {ack} | {} | {:.0} ({}) | {} | {} | {} | {} / {} / {} / {} | {:.2} s / {:.2} s |",
@@ -287,15 +354,26 @@ impl std::fmt::Display for Row {
 const TABLE_HEAD: &str = "| fault | replica_ack | failovers | overlaps per 100 failovers (pairs) | unaware writes | stale writes accepted (run) | token regressions (run) | deposed master after promotion: grants / writes accepted / of which over a rival / new master's holders refused | longest pause in grants p50 / max |\n|---|---|---|---|---|---|---|---|---|";
 
 /// The rows of one `replica_ack` setting, and why its rounds ended early, if they did.
-async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<String>) {
-    let dir = std::env::temp_dir().join(format!(
-        "lock-failover-{}-{}",
-        std::process::id(),
-        if ack { "ack" } else { "plain" }
-    ));
+async fn failovers_under_load(
+    setting: Setting,
+    failovers: usize,
+) -> (Vec<Row>, FamilyRow, Option<String>) {
+    let ack = setting == Setting::Ack;
+    let dir =
+        std::env::temp_dir().join(format!("lock-failover-{}-{setting:?}", std::process::id(),));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut group = PartitionedSentinel::start().await;
+    let mut group = if setting == Setting::MinReplicas {
+        PartitionedSentinel::start_with(&[
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "1",
+        ])
+        .await
+    } else {
+        PartitionedSentinel::start().await
+    };
     let store = RedisServer::start();
     let spec = format!(
         "sentinel:{}@{}{}",
@@ -344,10 +422,12 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
             deposed_addr: format!("127.0.0.1:{}", group.proxy(old).port()),
         });
         eprintln!(
-            "ack={ack} round {round} ({fault:?}): node {old} -> {new} in {:?} (promoted after {:?})",
+            "{setting:?} round {round} ({fault:?}): node {old} -> {new} in {:?} (promoted after {:?})",
             started.elapsed(),
             Duration::from_nanos(promoted - at)
         );
+        // Calm load between the windows, where every promise is judged.
+        tokio::time::sleep(CALM).await;
     }
     // Quiet load after the last fault, then stop the workers.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -360,7 +440,7 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
 
     let per_worker: Vec<(Vec<Record>, MasterLog)> = outs
         .iter()
-        .map(|o| (read_records(o), chaos::read_masters(&masters_path(o))))
+        .map(|o| (read_records(o), chaos::read_masters(&beside(o, ".masters"))))
         .collect();
     let records: Vec<Record> = per_worker.iter().flat_map(|(r, _)| r.clone()).collect();
     let attributed: Vec<(&Record, Option<&str>)> = per_worker
@@ -377,7 +457,7 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
         .map(|r| chaos::sides(&attributed, &r.deposed_addr, r.promoted, r.end))
         .collect();
     eprintln!(
-        "ack={ack}: {} sections, {} commits, {} rejected by the store, {} told lost; \
+        "{setting:?}: {} sections, {} commits, {} rejected by the store, {} told lost; \
          overlapping pairs {} (in fault windows, excused: {}), per fault {:?}, unaware writes {}, \
          stale writes accepted {stale}, token regressions {}, deposed-side sections per fault {:?}",
         checked.records,
@@ -432,10 +512,68 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
             })
             .collect();
         eprintln!(
-            "ack={ack} round {i} ({:?}): clients switched at {lags:?} ms from the promotion",
+            "{setting:?} round {i} ({:?}): clients switched at {lags:?} ms from the promotion",
             r.fault
         );
     }
+    // The lock family: exclusion outside the fault windows, and the fenced store's own logs.
+    let family = read_family(&outs);
+    let sections: Vec<Section> = family.iter().map(|(s, _)| *s).collect();
+    let away = check_family(&sections, &windows, &windows);
+    let everywhere = check_family(&sections, &[], &[]);
+    let sem_log: Vec<String> = store
+        .cmd(&["LRANGE", &semaphore_keys("family:sem")[1], "0", "-1"])
+        .items()
+        .iter()
+        .filter_map(|e| e.text().map(str::to_owned))
+        .collect();
+    let sem = check_semaphore_log(&sem_log, PERMITS);
+    let [_, _, value_key, log_key] = rw_keys("family:rw");
+    let rw = chaos::StoreState {
+        value: store
+            .cmd(&["GET", &value_key])
+            .text()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        log: store
+            .cmd(&["LRANGE", &log_key, "0", "-1"])
+            .items()
+            .iter()
+            .filter_map(|t| t.text().and_then(|t| t.parse().ok()))
+            .collect(),
+    };
+    let rw_checked = chaos::check(
+        &[],
+        &std::collections::HashMap::from([("family:rw".to_string(), rw.clone())]),
+        &[],
+    );
+    eprintln!(
+        "{setting:?} family: {away}; in fault windows: {} findings; store: {sem:?} (log of {}), \
+         rw writes {}",
+        everywhere.violations.len(),
+        sem_log.len(),
+        rw.log.len()
+    );
+    assert!(away.violations.is_empty(), "{:?}", away.violations);
+    assert!(sem.violations.is_empty(), "{:?}", sem.violations);
+    assert!(
+        rw_checked.violations.is_empty(),
+        "{:?}",
+        rw_checked.violations
+    );
+    assert!(
+        sem.used > 0 && !rw.log.is_empty(),
+        "the family workload ran"
+    );
+    let family_row = FamilyRow {
+        ack: setting,
+        sections: away.sections,
+        refused: family.iter().filter(|(_, refused)| *refused).count(),
+        in_windows: everywhere.violations.len(),
+        most_permits: sem.most,
+        evicted: sem.evicted,
+        writes: rw.log.len(),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let rows = FAULTS
         .iter()
@@ -457,7 +595,7 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
                 legitimate_refused: acc.legitimate_refused + sides[i].legitimate_refused,
             });
             Row {
-                ack,
+                ack: setting,
                 fault,
                 failovers: mine.len(),
                 overlaps: mine.iter().map(|&i| failover.overlaps_per_fault[i]).sum(),
@@ -471,7 +609,7 @@ async fn failovers_under_load(ack: bool, failovers: usize) -> (Vec<Row>, Option<
         })
         .filter(|row| row.failovers > 0)
         .collect();
-    (rows, incomplete)
+    (rows, family_row, incomplete)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,14 +623,24 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
             FAULTS.len()
         });
     let started = Instant::now();
-    let (mut rows, mut incomplete) = (Vec::new(), Vec::new());
-    for ack in [false, true] {
-        let (mine, why) = failovers_under_load(ack, failovers).await;
+    let long = std::env::var("FAILOVER_LONG").is_ok();
+    let mut settings = vec![Setting::Plain, Setting::Ack];
+    if long || std::env::var("FAILOVER_MIN_REPLICAS").is_ok() {
+        settings.push(Setting::MinReplicas);
+    }
+    let (mut rows, mut family, mut incomplete) = (Vec::new(), Vec::new(), Vec::new());
+    for setting in settings {
+        let (mine, lock_family, why) = failovers_under_load(setting, failovers).await;
         rows.extend(mine);
+        family.push(lock_family);
         incomplete.extend(why);
     }
     eprintln!("{TABLE_HEAD}");
     for row in &rows {
+        eprintln!("{row}");
+    }
+    eprintln!("{FAMILY_HEAD}");
+    for row in &family {
         eprintln!("{row}");
     }
     eprintln!("failover suite: {:?}", started.elapsed());

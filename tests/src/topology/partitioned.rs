@@ -84,15 +84,30 @@ impl PartitionedSentinel {
     /// # Panics
     /// If a process cannot be started or the topology is not up within 30 s.
     pub async fn start() -> PartitionedSentinel {
+        PartitionedSentinel::start_with(&[]).await
+    }
+
+    /// Like [`start`](PartitionedSentinel::start), with extra `redis-server` arguments for every
+    /// data node (kept across restarts), e.g. `--min-replicas-to-write 1`.
+    ///
+    /// # Panics
+    /// As [`start`](PartitionedSentinel::start).
+    pub async fn start_with(args: &[&str]) -> PartitionedSentinel {
         let mut nodes = Vec::new();
         for i in 0..NODES {
             let source = node_source(i).to_string();
-            let server = RedisServer::start_with(&[
-                "--repl-diskless-sync-delay",
-                "0",
-                "--bind-source-addr",
-                &source,
-            ]);
+            let server = RedisServer::start_with(
+                &[
+                    &[
+                        "--repl-diskless-sync-delay",
+                        "0",
+                        "--bind-source-addr",
+                        &source,
+                    ][..],
+                    args,
+                ]
+                .concat(),
+            );
             let proxy = TcpProxy::start(([127, 0, 0, 1], server.port()).into())
                 .await
                 .expect("proxy");

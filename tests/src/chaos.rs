@@ -424,7 +424,8 @@ pub fn stale_writes_accepted(store: &HashMap<String, StoreState>) -> usize {
 /// its permit's token, which evicts the lowest tokens beyond the capacity (a permit that was
 /// lost and granted again carries a larger token, so the older holder is the one fenced off),
 /// *uses* the resource only while its token is still inside, and *exits*. Every step is logged
-/// (`+t` entered, `x t` evicted, `u t` used, `-t` exited), and [`check_semaphore_log`] replays the
+/// (`+t` entered, `x t` evicted, `u t` used, `-t` exited), and
+/// [`check_semaphore_log`](family_store::check_semaphore_log) replays the
 /// log: never more occupants than the capacity, no use by a token that was not inside.
 ///
 /// The read/write lock's counter: a reader is refused if a writer with a larger token was

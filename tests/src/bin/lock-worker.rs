@@ -29,10 +29,15 @@
 //!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`;
 //!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
+//!     [group-commit] [family]
 //!     (<lock-url>: one server, or `sentinel:<master>@<sentinel-url>,…[+ack]`)
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
-//!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end.
+//!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end. With a Sentinel
+//!     URL, the master the client uses is appended to `<out>.masters` (`<mono-ns> <host:port>`
+//!     at the start and at every switch). `family` adds two tasks on a semaphore of 2 permits
+//!     and two on a read/write lock, each section using a fenced resource on the store; one
+//!     line per section in `<out>.family`.
 //! lock-worker block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>
 //!     on a single-threaded runtime: takes <key>, blocks the thread for <block-ms>, then tries
 //!     its fenced read-modify-write and records the outcome.
@@ -687,9 +692,10 @@ mod chaos {
     }
 
     /// The lock family under the failover suite's faults: a task on the semaphore
-    /// (`family:sem`, [`PERMITS`] permits) enters, uses and exits the fenced resource with its
-    /// permit's token; a task on the read/write lock (`family:rw`, one section in four writes)
-    /// reads, or read-modify-writes, the fenced counter. One line per section:
+    /// (`family:sem`, [`PERMITS`](lock_tests::family::PERMITS) permits) enters, uses and exits
+    /// the fenced resource with its permit's token; a task on the read/write lock
+    /// (`family:rw`, one section in four writes) reads, or read-modify-writes, the fenced
+    /// counter (`lock_tests::chaos::family_store`). One line per section:
     /// `<semaphore|read|write> <asked-ns> <start-ns> <end-ns> <lost> <outcome>`.
     async fn family_sections(
         locks: &LockClient,

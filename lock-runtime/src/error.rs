@@ -334,7 +334,9 @@ pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
 }
 
 /// Whether an error is what a failing, restarting or demoted master looks like (worth riding out
-/// on a deployment that fails over).
+/// on a deployment that fails over). `NOREPLICAS` is one: a master with `min-replicas-to-write`
+/// (the recommended production setting) answers it while cut off from its replicas, which is
+/// how a failover starts (or a partition that heals); it changed nothing, so retrying is safe.
 pub(crate) fn failover_symptom(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
@@ -352,4 +354,6 @@ pub(crate) fn failover_symptom(e: &redis::RedisError) -> bool {
             )
         )
         || matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound)
+        // redis-rs has no kind for it: the code, also when a script's write was refused.
+        || e.code() == Some("NOREPLICAS")
 }

@@ -290,6 +290,8 @@ pub struct FailoverReport {
     pub recovery_ns: Vec<Option<u64>>,
     /// Per fault: the overlapping pairs whose later section started in its window.
     pub overlaps_per_fault: Vec<usize>,
+    /// Per fault: of those, the unaware writes (as [`unaware_writes`](Self::unaware_writes)).
+    pub unaware_per_fault: Vec<usize>,
 }
 
 impl FailoverReport {
@@ -333,19 +335,23 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
     let mut report = FailoverReport {
         faults: faults.len(),
         overlaps_per_fault: vec![0; faults.len()],
+        unaware_per_fault: vec![0; faults.len()],
         ..FailoverReport::default()
     };
     for (key, recs) in sections_by_key(records) {
         for (o, r) in overlapping(&recs) {
             report.overlaps += 1;
-            if let Some(i) = faults
+            let fault = faults
                 .iter()
-                .position(|&(from, to)| (from..to).contains(&r.start_ns))
-            {
+                .position(|&(from, to)| (from..to).contains(&r.start_ns));
+            if let Some(i) = fault {
                 report.overlaps_per_fault[i] += 1;
             }
             if o.outcome == Outcome::Committed && !o.lost {
                 report.unaware_writes += 1;
+                if let Some(i) = fault {
+                    report.unaware_per_fault[i] += 1;
+                }
             }
         }
         // Sections by end time: the highest token among those that ended before each start.
@@ -408,6 +414,248 @@ pub fn stale_writes_accepted(store: &HashMap<String, StoreState>) -> usize {
             stale
         })
         .sum()
+}
+
+/// The lock family's fenced store (the failover suite's `family` workload): a semaphore of
+/// [`crate::family::PERMITS`] permits guards a resource that admits that many occupants at
+/// once, in token order, and a read/write lock guards a counter.
+///
+/// The semaphore's resource keeps its occupants' tokens (a sorted set): a holder *enters* with
+/// its permit's token, which evicts the lowest tokens beyond the capacity (a permit that was
+/// lost and granted again carries a larger token, so the older holder is the one fenced off),
+/// *uses* the resource only while its token is still inside, and *exits*. Every step is logged
+/// (`+t` entered, `x t` evicted, `u t` used, `-t` exited), and
+/// [`check_semaphore_log`](family_store::check_semaphore_log) replays the
+/// log: never more occupants than the capacity, no use by a token that was not inside.
+///
+/// The read/write lock's counter: a reader is refused if a writer with a larger token was
+/// seen, a writer if any larger token was seen (readers' included, so a writer that lost its
+/// lock cannot write after a newer reader read); writers do the chaos store's read-modify-write
+/// and log their tokens (checked like [`check`]'s store: strictly increasing, no lost update).
+pub mod family_store {
+    use std::sync::LazyLock;
+
+    /// Keys of the semaphore's resource `name`: occupants, log, uses.
+    pub fn semaphore_keys(name: &str) -> [String; 3] {
+        [
+            format!("fstore:{{{name}}}:occupants"),
+            format!("fstore:{{{name}}}:log"),
+            format!("fstore:{{{name}}}:uses"),
+        ]
+    }
+
+    /// Keys of the read/write lock's counter `name`: the largest token seen, the largest writer
+    /// token seen, the counter, the writers' commit log.
+    pub fn rw_keys(name: &str) -> [String; 4] {
+        [
+            format!("fstore:{{{name}}}:seen"),
+            format!("fstore:{{{name}}}:writer"),
+            format!("fstore:{{{name}}}:value"),
+            format!("fstore:{{{name}}}:log"),
+        ]
+    }
+
+    /// KEYS: occupants, log. ARGV: token, capacity. Returns 1 if the token is inside.
+    pub static ENTER: LazyLock<redis::Script> = LazyLock::new(|| {
+        redis::Script::new(
+            r"
+            redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1])
+            local n = redis.call('ZCARD', KEYS[1])
+            local cap = tonumber(ARGV[2])
+            if n > cap then
+              for _, t in ipairs(redis.call('ZRANGE', KEYS[1], 0, n - cap - 1)) do
+                redis.call('RPUSH', KEYS[2], 'x' .. t)
+              end
+              redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - cap - 1)
+            end
+            if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+              redis.call('RPUSH', KEYS[2], '+' .. ARGV[1])
+              return 1
+            end
+            return 0
+            ",
+        )
+    });
+
+    /// KEYS: occupants, log, uses. ARGV: token. Returns 1 if used (the token was inside).
+    pub static USE: LazyLock<redis::Script> = LazyLock::new(|| {
+        redis::Script::new(
+            r"
+            if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+            redis.call('RPUSH', KEYS[2], 'u' .. ARGV[1])
+            redis.call('INCR', KEYS[3])
+            return 1
+            ",
+        )
+    });
+
+    /// KEYS: occupants, log. ARGV: token.
+    pub static EXIT: LazyLock<redis::Script> = LazyLock::new(|| {
+        redis::Script::new(
+            r"
+            if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+              redis.call('RPUSH', KEYS[2], '-' .. ARGV[1])
+            end
+            return 1
+            ",
+        )
+    });
+
+    /// KEYS: seen, writer, value. ARGV: token, '1' for a writer. Returns `{1, value}` or
+    /// `{0, 0}`.
+    pub static RW_READ: LazyLock<redis::Script> = LazyLock::new(|| {
+        redis::Script::new(
+            r"
+            local t = tonumber(ARGV[1])
+            local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+            local writer = tonumber(redis.call('GET', KEYS[2]) or '0')
+            if ARGV[2] == '1' then
+              if t < seen then return {0, 0} end
+            elseif t < writer then
+              return {0, 0}
+            end
+            if t > seen then redis.call('SET', KEYS[1], ARGV[1]) end
+            return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}
+            ",
+        )
+    });
+
+    /// KEYS: seen, writer, value, log. ARGV: token, new value. Returns 1 or 0.
+    pub static RW_WRITE: LazyLock<redis::Script> = LazyLock::new(|| {
+        redis::Script::new(
+            r"
+            if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
+            redis.call('SET', KEYS[1], ARGV[1])
+            redis.call('SET', KEYS[2], ARGV[1])
+            redis.call('SET', KEYS[3], ARGV[2])
+            redis.call('RPUSH', KEYS[4], ARGV[1])
+            return 1
+            ",
+        )
+    });
+
+    /// What replaying a semaphore resource's log found.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub struct SemaphoreLog {
+        /// Entries.
+        pub entered: usize,
+        /// Occupants evicted by larger tokens beyond the capacity (fenced off).
+        pub evicted: usize,
+        /// Uses.
+        pub used: usize,
+        /// The most occupants at once.
+        pub most: usize,
+        /// Broken promises: more occupants than the capacity, a use from outside.
+        pub violations: Vec<String>,
+    }
+
+    /// Replays a semaphore resource's log (see the module docs).
+    pub fn check_semaphore_log(log: &[String], capacity: usize) -> SemaphoreLog {
+        let mut found = SemaphoreLog::default();
+        let mut inside: std::collections::BTreeSet<&str> = Default::default();
+        for (i, entry) in log.iter().enumerate() {
+            let (op, token) = entry.split_at(1);
+            match op {
+                "+" => {
+                    found.entered += 1;
+                    inside.insert(token);
+                }
+                "x" => {
+                    found.evicted += 1;
+                    inside.remove(token);
+                }
+                "-" => {
+                    inside.remove(token);
+                }
+                "u" => {
+                    found.used += 1;
+                    if !inside.contains(token) {
+                        found
+                            .violations
+                            .push(format!("entry {i}: token {token} used from outside"));
+                    }
+                }
+                _ => found.violations.push(format!("entry {i}: unknown {entry}")),
+            }
+            found.most = found.most.max(inside.len());
+            if op == "+" && inside.len() > capacity {
+                found.violations.push(format!(
+                    "entry {i}: {} occupants of {capacity}",
+                    inside.len()
+                ));
+            }
+        }
+        found
+    }
+}
+
+/// A client's master over time: `(mono_ns, "host:port")` lines as the chaos worker writes them
+/// (`<out>.masters`, for a Sentinel URL), in order; empty if there is no such file.
+pub fn read_masters(path: &std::path::Path) -> Vec<(u64, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (at, addr) = l.split_once(' ')?;
+            Some((at.parse().ok()?, addr.to_string()))
+        })
+        .collect()
+}
+
+/// The master a client used at `at`, per its log ([`read_masters`]): the last one named at or
+/// before `at`. A grant is attributed to the master its client used when the acquisition
+/// returned (a reply from the old master that arrives after the switch is an unknown outcome
+/// the client reconciles on the new one, so it is not a grant of the old one).
+pub fn master_at(log: &[(u64, String)], at: u64) -> Option<&str> {
+    let i = log.partition_point(|(t, _)| *t <= at);
+    i.checked_sub(1).map(|i| log[i].1.as_str())
+}
+
+/// Which side the fenced store favoured after a failover: among the sections that started
+/// from the promotion of the new master until the window ended, those granted by the deposed
+/// master (whose grants the new master never saw) and those granted by the new one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sides {
+    /// Sections granted by the deposed master after the promotion.
+    pub deposed: usize,
+    /// Of those, writes the store accepted (grants the surviving master never knew of).
+    pub deposed_accepted: usize,
+    /// Of those, writes accepted while a section the new master granted on the same key
+    /// overlapped them: the store favoured the wrong side (the deposed side's clock-based token
+    /// was the larger).
+    pub deposed_won: usize,
+    /// Sections granted by the new master after the promotion whose read or write the store
+    /// refused (a deposed holder had shown it a larger token).
+    pub legitimate_refused: usize,
+}
+
+/// [`Sides`] of one failover: `sections` are `(record, master its client used)`, `deposed` the
+/// old master's address, `[promoted, to)` the window after the promotion.
+pub fn sides(sections: &[(&Record, Option<&str>)], deposed: &str, promoted: u64, to: u64) -> Sides {
+    let mut sides = Sides::default();
+    let window: Vec<(&Record, bool)> = sections
+        .iter()
+        .filter(|(r, _)| (promoted..to).contains(&r.start_ns))
+        .map(|&(r, master)| (r, master == Some(deposed)))
+        .collect();
+    for &(r, on_deposed) in &window {
+        let rejected = matches!(r.outcome, Outcome::RejectedRead | Outcome::RejectedWrite);
+        if on_deposed {
+            sides.deposed += 1;
+            if r.outcome == Outcome::Committed {
+                sides.deposed_accepted += 1;
+                let rival = window.iter().any(|&(o, o_deposed)| {
+                    !o_deposed && o.key == r.key && o.start_ns < r.end_ns && r.start_ns < o.end_ns
+                });
+                if rival {
+                    sides.deposed_won += 1;
+                }
+            }
+        } else if rejected {
+            sides.legitimate_refused += 1;
+        }
+    }
+    sides
 }
 
 #[cfg(test)]
@@ -505,5 +753,49 @@ mod tests {
             },
         )]);
         assert_eq!(stale_writes_accepted(&store), 2);
+    }
+
+    #[test]
+    fn the_semaphore_log_replay_finds_too_many_occupants_and_outside_uses() {
+        use family_store::check_semaphore_log;
+        let log = |entries: &[&str]| entries.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let fine = check_semaphore_log(&log(&["+1", "+2", "x1", "+3", "u2", "u3", "-2"]), 2);
+        assert!(fine.violations.is_empty(), "{fine:?}");
+        assert_eq!(
+            (fine.entered, fine.evicted, fine.used, fine.most),
+            (3, 1, 2, 2)
+        );
+        let bad = check_semaphore_log(&log(&["+1", "+2", "+3", "u4"]), 2);
+        assert_eq!(bad.violations.len(), 2, "{bad:?}");
+    }
+
+    #[test]
+    fn grants_are_attributed_to_the_master_their_client_used() {
+        let log = vec![(10, "a:1".to_string()), (50, "b:2".to_string())];
+        assert_eq!(master_at(&log, 5), None);
+        assert_eq!(master_at(&log, 10), Some("a:1"));
+        assert_eq!(master_at(&log, 49), Some("a:1"));
+        assert_eq!(master_at(&log, 60), Some("b:2"));
+        let deposed_won = rec("k", 9, 40, 45, false);
+        let refused = Record {
+            outcome: Outcome::RejectedWrite,
+            ..rec("k", 8, 42, 46, false)
+        };
+        let before = rec("k", 3, 20, 25, false);
+        let sections = [
+            (&deposed_won, Some("a:1")),
+            (&refused, Some("b:2")),
+            (&before, Some("a:1")),
+        ];
+        let found = sides(&sections, "a:1", 30, 100);
+        assert_eq!(
+            found,
+            Sides {
+                deposed: 1,
+                deposed_accepted: 1,
+                deposed_won: 1,
+                legitimate_refused: 1
+            }
+        );
     }
 }

@@ -1,10 +1,17 @@
 //! A TCP proxy between clients and Redis that injects network faults: latency, cut
 //! connections, and black holes (half-open sockets: connections stay open, nothing passes).
+//!
+//! Faults can also be aimed at one class of peer: every loopback address (`127.0.0.0/8`) is
+//! local on Linux, so peers that connect from their own source address (a replica's
+//! `bind-source-addr`, a sentinel's) can be black-holed one way or both ways, or cut, while the
+//! others pass ([`set_black_hole_from`](TcpProxy::set_black_hole_from),
+//! [`cut_from`](TcpProxy::cut_from)).
 
+use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +33,37 @@ struct Shared {
     black_hole: AtomicBool,
     /// Bumped to cut every open connection.
     generation: watch::Sender<u64>,
+    /// Per source address: whether bytes toward the upstream, and toward the peer, are held.
+    held_from: Mutex<HashMap<IpAddr, (bool, bool)>>,
+    /// Per source address: the generation of its last cut (its connections opened before it
+    /// close).
+    cut_from: Mutex<HashMap<IpAddr, u64>>,
+    /// The generation of the last `cut_all`.
+    cut_all_at: AtomicU64,
+    /// Source addresses of the connections accepted so far.
+    sources: Mutex<Vec<IpAddr>>,
+}
+
+impl Shared {
+    /// Whether a chunk from a peer at `source` is held: toward the upstream if `up`.
+    fn held(&self, source: IpAddr, up: bool) -> bool {
+        self.black_hole.load(Ordering::Relaxed)
+            || lock(&self.held_from)
+                .get(&source)
+                .is_some_and(|&(to_up, to_peer)| if up { to_up } else { to_peer })
+    }
+
+    /// Whether a connection from `source` opened at generation `opened` has been cut.
+    fn is_cut(&self, source: IpAddr, opened: u64) -> bool {
+        self.cut_all_at.load(Ordering::Relaxed) > opened
+            || lock(&self.cut_from)
+                .get(&source)
+                .is_some_and(|&at| at > opened)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl TcpProxy {
@@ -38,6 +76,10 @@ impl TcpProxy {
             latency_ms: AtomicU64::new(0),
             black_hole: AtomicBool::new(false),
             generation: watch::Sender::new(0),
+            held_from: Mutex::new(HashMap::new()),
+            cut_from: Mutex::new(HashMap::new()),
+            cut_all_at: AtomicU64::new(0),
+            sources: Mutex::new(Vec::new()),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
         Ok(TcpProxy { addr, shared, task })
@@ -62,7 +104,42 @@ impl TcpProxy {
 
     /// Closes every open connection at once (new ones are accepted).
     pub fn cut_all(&self) {
-        self.shared.generation.send_modify(|g| *g += 1);
+        self.shared.generation.send_modify(|g| {
+            *g += 1;
+            self.shared.cut_all_at.store(*g, Ordering::Relaxed);
+        });
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// For connections from `source` (their peer address): while `to_upstream` is on, nothing
+    /// they send reaches the upstream; while `to_peer` is on, nothing the upstream answers
+    /// reaches them (both off: they pass again, with what was held). Connections stay open,
+    /// as in a partition that TCP has not noticed yet; other sources pass.
+    pub fn set_black_hole_from(&self, source: IpAddr, to_upstream: bool, to_peer: bool) {
+        let mut held = lock(&self.shared.held_from);
+        if to_upstream || to_peer {
+            held.insert(source, (to_upstream, to_peer));
+        } else {
+            held.remove(&source);
+        }
+    }
+
+    /// Closes every open connection from `source` (new ones are accepted), dropping what a
+    /// black hole held for them.
+    pub fn cut_from(&self, source: IpAddr) {
+        self.shared.generation.send_modify(|g| {
+            *g += 1;
+            lock(&self.shared.cut_from).insert(source, *g);
+        });
+    }
+
+    /// The source addresses of every connection accepted so far, in order (repeats included).
+    pub fn sources(&self) -> Vec<IpAddr> {
+        lock(&self.shared.sources).clone()
     }
 }
 
@@ -74,23 +151,39 @@ impl Drop for TcpProxy {
 }
 
 async fn accept(listener: TcpListener, shared: Arc<Shared>) {
-    while let Ok((client, _)) = listener.accept().await {
+    while let Ok((client, peer)) = listener.accept().await {
         let shared = shared.clone();
+        let source = peer.ip();
+        lock(&shared.sources).push(source);
         tokio::spawn(async move {
+            let mut cut = shared.generation.subscribe();
+            let opened = *cut.borrow_and_update();
             let Ok(server) = TcpStream::connect(shared.upstream).await else {
                 return;
             };
-            let mut cut = shared.generation.subscribe();
+            // As Redis does on its own sockets: no Nagle delay on small writes (a proxy that
+            // waits for the peer's delayed ACK adds tens of milliseconds to each round trip).
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
+            let up = pipe(cr, sw, &shared, source, true);
+            let down = pipe(sr, cw, &shared, source, false);
+            tokio::pin!(up, down);
             // The cut first: `cut_all` then `set_black_hole(false)` must never let bytes the
             // hole held reach the server after the cut (a real cut connection delivers
             // nothing more), whichever branch a loaded runtime finds ready first.
-            tokio::select! {
-                biased;
-                _ = cut.changed() => {}
-                _ = pipe(cr, sw, &shared) => {}
-                _ = pipe(sr, cw, &shared) => {}
+            loop {
+                tokio::select! {
+                    biased;
+                    changed = cut.changed() => {
+                        if changed.is_err() || shared.is_cut(source, opened) {
+                            return;
+                        }
+                    }
+                    _ = &mut up => return,
+                    _ = &mut down => return,
+                }
             }
         });
     }
@@ -100,6 +193,8 @@ async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: &Shared,
+    source: IpAddr,
+    up: bool,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -113,7 +208,7 @@ async fn pipe(
         }
         // A black hole holds the bytes: the peer waits for an answer that does not come
         // (until the hole closes, or the connection is cut).
-        while shared.black_hole.load(Ordering::Relaxed) {
+        while shared.held(source, up) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {

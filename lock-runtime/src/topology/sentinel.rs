@@ -2,7 +2,8 @@
 //!
 //! The client keeps its two connections (commands, pub/sub) to the master the sentinels name,
 //! and the master's run id (`INFO server`). When a request to it fails in a way a failover
-//! explains (connection refused or dropped, timeout, `READONLY` from a demoted master), the
+//! explains (connection refused or dropped, timeout, `READONLY` from a demoted master,
+//! `NOREPLICAS` from one with `min-replicas-to-write` cut off from its replicas), the
 //! master becomes *unconfirmed*: no request is sent to it until the sentinels have been asked
 //! again, at most every [`RECHECK`] (one question at a time; a request waits for the question
 //! in progress, or asks itself, and fails with an I/O error, which callers retry, if the master

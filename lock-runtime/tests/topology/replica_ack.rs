@@ -384,3 +384,93 @@ async fn a_master_cut_off_from_its_replicas_refuses_lock_writes_with_min_replica
     );
     assert_eq!(after, 1, "grants resume once the replica is back");
 }
+
+/// `NOREPLICAS` is a failover symptom: a Sentinel-monitored master with
+/// `min-replicas-to-write 1` that lost its replica refuses lock writes with `NOREPLICAS`, and an
+/// acquisition rides that out within the failover grace (like `READONLY` from a demoted master)
+/// instead of failing at once: it is still waiting while the link is cut, and is granted once
+/// the replica is back.
+#[cfg(feature = "sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_rides_out_noreplicas_until_the_replica_is_back() {
+    use lock_tests::topology::Sentinel;
+    use lock_tests::{RedisServer, TcpProxy};
+
+    let master = RedisServer::start_with(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--min-replicas-to-write",
+        "1",
+        "--min-replicas-max-lag",
+        "1",
+    ]);
+    let link = TcpProxy::start(([127, 0, 0, 1], master.port()).into())
+        .await
+        .expect("proxy");
+    let link_port = link.url().rsplit(':').next().unwrap().to_owned();
+    let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    let sentinel = Sentinel::start("rideout", master.port(), 1);
+    let replicated = || {
+        master
+            .cmd(&["INFO", "replication"])
+            .text()
+            .is_some_and(|i| i.contains("state=online"))
+            && sentinel
+                .master_state("rideout")
+                .is_ok_and(|m| m.get("num-slaves").is_some_and(|n| n == "1"))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), replicated).await,
+        "replication up and known to the sentinel"
+    );
+    let locks = LockClient::sentinel_builder([sentinel.url()], "rideout")
+        .failover_grace(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("connect through the sentinel");
+    locks
+        .lock("noreplicas:1")
+        .try_acquire(Duration::ZERO)
+        .await
+        .expect("granted while the replica is attached")
+        .release()
+        .await
+        .expect("release");
+
+    // Cut the replica off until the master refuses writes.
+    link.set_black_hole(true);
+    let refuses = || {
+        master
+            .try_cmd(&["SET", "probe", "1"])
+            .is_ok_and(|r| matches!(r, lock_tests::Resp::Error(e) if e.starts_with("NOREPLICAS")))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), refuses).await,
+        "the cut-off master refuses writes"
+    );
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("noreplicas:1")
+                .acquire_with(lock_runtime::LockOptions::new().wait(Duration::from_secs(60)))
+                .await
+        }
+    });
+    // Still cut off: the acquisition is still trying (before the fix it had already returned
+    // the NOREPLICAS error, within a few milliseconds).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(refuses(), "still refusing writes");
+    assert!(
+        !waiting.is_finished(),
+        "the acquisition ended while the master refused writes: {:?}",
+        waiting.await
+    );
+    link.set_black_hole(false);
+    link.cut_all();
+    let guard = waiting
+        .await
+        .expect("task")
+        .expect("granted once the replica is back");
+    guard.release().await.expect("release");
+}

@@ -29,10 +29,15 @@
 //!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`;
 //!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
+//!     [group-commit] [family]
 //!     (<lock-url>: one server, or `sentinel:<master>@<sentinel-url>,…[+ack]`)
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
-//!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end.
+//!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end. With a Sentinel
+//!     URL, the master the client uses is appended to `<out>.masters` (`<mono-ns> <host:port>`
+//!     at the start and at every switch). `family` adds two tasks on a semaphore of 2 permits
+//!     and two on a read/write lock, each section using a fenced resource on the store; one
+//!     line per section in `<out>.family`.
 //! lock-worker block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>
 //!     on a single-threaded runtime: takes <key>, blocks the thread for <block-ms>, then tries
 //!     its fenced read-modify-write and records the outcome.
@@ -350,6 +355,77 @@ mod family {
     }
 }
 
+/// Which master a Sentinel client used when: lock-runtime's events "Sentinel named the master"
+/// (`master`) and "Sentinel failed over to a new master; switched connections" (`new`), one
+/// line each, `<mono-ns> <host:port>`, appended to a file (the failover suite attributes each
+/// grant to the master its client used at the time: `chaos::attribute_masters`).
+mod masters {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use lock_tests::mono_ns;
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    struct Masters {
+        out: Mutex<std::fs::File>,
+    }
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        master: Option<String>,
+    }
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let text = format!("{value:?}");
+            match field.name() {
+                "message" => self.message = text,
+                "master" | "new" => self.master = Some(text),
+                _ => {}
+            }
+        }
+    }
+
+    impl Subscriber for Masters {
+        fn enabled(&self, meta: &Metadata<'_>) -> bool {
+            meta.target().starts_with("lock_runtime::topology")
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let named = fields.message.contains("Sentinel named the master")
+                || fields.message.contains("switched connections");
+            if let (true, Some(master)) = (named, fields.master) {
+                let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = writeln!(out, "{} {master}", mono_ns());
+                let _ = out.flush();
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Appends the client's master to `path` from now on.
+    pub(super) fn record_to(path: &str) {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("masters file");
+        let _ = tracing::subscriber::set_global_default(Masters {
+            out: Mutex::new(out),
+        });
+    }
+}
+
 mod chaos {
     use std::io::Write;
     use std::time::Duration;
@@ -452,7 +528,12 @@ mod chaos {
     }
 
     pub(super) async fn workload(args: &[&str]) {
-        // Half the chaos workers send their writes with group commit (see tests/chaos.rs).
+        // The failover suite adds the lock family (`family`); half the chaos workers send
+        // their writes with group commit (see tests/chaos.rs).
+        let (args, family) = match args {
+            [rest @ .., "family"] => (rest, true),
+            all => (all, false),
+        };
         let (args, group_commit) = match args {
             [rest @ .., "group-commit"] => (rest, true),
             all => (all, false),
@@ -475,8 +556,12 @@ mod chaos {
         let tasks: usize = tasks.parse().expect("tasks");
         let until =
             tokio::time::Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms"));
+        if lock_url.starts_with("sentinel:") {
+            super::masters::record_to(&format!("{out}.masters"));
+        }
         let locks = client(lock_url, watchdog_ms, group_commit).await;
         let store = redis::Client::open(*store_url).expect("store url");
+        let out_path = *out;
         let out = std::sync::Arc::new(std::sync::Mutex::new(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -486,6 +571,25 @@ mod chaos {
         ));
         let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut handles = Vec::new();
+        if family {
+            let sections = std::sync::Arc::new(std::sync::Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(format!("{out_path}.family"))
+                    .expect("open family out"),
+            ));
+            for task in 0..4 {
+                let (locks, sections) = (locks.clone(), sections.clone());
+                let mut store = store
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("store");
+                handles.push(tokio::spawn(async move {
+                    family_sections(&locks, &mut store, &sections, task < 2, task, until).await;
+                }));
+            }
+        }
         for _ in 0..tasks {
             let locks = locks.clone();
             let out = out.clone();
@@ -585,6 +689,138 @@ mod chaos {
             locks.stats().handoffs,
             cancelled.load(std::sync::atomic::Ordering::Relaxed)
         );
+    }
+
+    /// The lock family under the failover suite's faults: a task on the semaphore
+    /// (`family:sem`, [`PERMITS`](lock_tests::family::PERMITS) permits) enters, uses and exits
+    /// the fenced resource with its permit's token; a task on the read/write lock
+    /// (`family:rw`, one section in four writes) reads, or read-modify-writes, the fenced
+    /// counter (`lock_tests::chaos::family_store`). One line per section:
+    /// `<semaphore|read|write> <asked-ns> <start-ns> <end-ns> <lost> <outcome>`.
+    async fn family_sections(
+        locks: &LockClient,
+        store: &mut MultiplexedConnection,
+        out: &std::sync::Mutex<std::fs::File>,
+        semaphore: bool,
+        task: usize,
+        until: tokio::time::Instant,
+    ) {
+        use lock_tests::chaos::family_store::{
+            ENTER, EXIT, RW_READ, RW_WRITE, USE, rw_keys, semaphore_keys,
+        };
+        use lock_tests::family::PERMITS;
+
+        let mut round = 0usize;
+        while tokio::time::Instant::now() < until {
+            round += 1;
+            let write = !semaphore && (task + round).is_multiple_of(4);
+            let asked = mono_ns();
+            let opts = LockOptions::new().wait(Duration::from_secs(5));
+            let taken = if semaphore {
+                locks
+                    .semaphore("family:sem", PERMITS as u32)
+                    .acquire_with(opts)
+                    .await
+            } else if write {
+                locks.rw_lock("family:rw").write().acquire_with(opts).await
+            } else {
+                locks.rw_lock("family:rw").read().acquire_with(opts).await
+            };
+            let Ok(guard) = taken else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let start = mono_ns();
+            let Ok(token) = guard.fencing_token().await else {
+                continue;
+            };
+            let pause = Duration::from_micros(rand::rng().random_range(500..3000));
+            let outcome: redis::RedisResult<Outcome> = async {
+                if semaphore {
+                    let [occupants, log, uses] = semaphore_keys("family:sem");
+                    let entered: i64 = ENTER
+                        .key(&occupants)
+                        .key(&log)
+                        .arg(token)
+                        .arg(PERMITS)
+                        .invoke_async(store)
+                        .await?;
+                    if entered != 1 {
+                        return Ok(Outcome::RejectedRead);
+                    }
+                    tokio::time::sleep(pause).await;
+                    let used: i64 = USE
+                        .key(&occupants)
+                        .key(&log)
+                        .key(&uses)
+                        .arg(token)
+                        .invoke_async(store)
+                        .await?;
+                    let _: i64 = EXIT
+                        .key(&occupants)
+                        .key(&log)
+                        .arg(token)
+                        .invoke_async(store)
+                        .await?;
+                    Ok(if used == 1 {
+                        Outcome::Committed
+                    } else {
+                        Outcome::RejectedWrite
+                    })
+                } else {
+                    let [seen, writer, value, log] = rw_keys("family:rw");
+                    let (ok, v): (i64, u64) = RW_READ
+                        .key(&seen)
+                        .key(&writer)
+                        .key(&value)
+                        .arg(token)
+                        .arg(if write { "1" } else { "0" })
+                        .invoke_async(store)
+                        .await?;
+                    if ok != 1 {
+                        return Ok(Outcome::RejectedRead);
+                    }
+                    tokio::time::sleep(pause).await;
+                    if !write {
+                        return Ok(Outcome::Committed);
+                    }
+                    let wrote: i64 = RW_WRITE
+                        .key(&seen)
+                        .key(&writer)
+                        .key(&value)
+                        .key(&log)
+                        .arg(token)
+                        .arg(v + 1)
+                        .invoke_async(store)
+                        .await?;
+                    Ok(if wrote == 1 {
+                        Outcome::Committed
+                    } else {
+                        Outcome::RejectedWrite
+                    })
+                }
+            }
+            .await;
+            let outcome = outcome.unwrap_or(Outcome::Failed);
+            let end = mono_ns();
+            let kind = if semaphore {
+                "semaphore"
+            } else if write {
+                "write"
+            } else {
+                "read"
+            };
+            {
+                let mut f = out.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = writeln!(
+                    f,
+                    "{kind} {asked} {start} {end} {} {outcome:?}",
+                    guard.is_lost()
+                );
+                let _ = f.flush();
+            }
+            let _ = guard.release().await;
+        }
     }
 
     pub(super) async fn block(args: &[&str]) {

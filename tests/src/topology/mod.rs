@@ -1,6 +1,7 @@
 //! Scale-out topologies of real processes on loopback: a Redis Cluster ([`RedisCluster`]), a
-//! master with one replica ([`ReplicatedPair`]) and a Sentinel-monitored pair
-//! ([`SentinelGroup`]).
+//! master with one replica ([`ReplicatedPair`]), a Sentinel-monitored pair
+//! ([`SentinelGroup`]), and Sentinel with two replicas and every link behind a proxy, for
+//! partitions ([`PartitionedSentinel`]).
 //!
 //! Every process is a [`RedisServer`] (or, for sentinels, a [`Sentinel`]) with its own temp dir,
 //! killed when its owner is dropped, also while a test unwinds from a panic. Every wait is
@@ -10,15 +11,17 @@
 //! binary is needed); the cluster is created with `redis-cli --cluster create`. The binaries are
 //! `redis-server` and `redis-cli` from `PATH`, or `$REDIS_SERVER_BIN` and `$REDIS_CLI_BIN`.
 //!
-//! One file per deployment: [`cluster`](RedisCluster), [`replicated`](ReplicatedPair) and
-//! [`sentinel`](SentinelGroup); this file holds what they share (bounded waits, one-command
+//! One file per deployment: [`cluster`](RedisCluster), [`replicated`](ReplicatedPair),
+//! [`sentinel`](SentinelGroup) and [`partitioned`](PartitionedSentinel); this file holds what they share (bounded waits, one-command
 //! probes, `INFO` parsing).
 
 mod cluster;
+mod partitioned;
 mod replicated;
 mod sentinel;
 
 pub use cluster::{CLUSTER_NODE_TIMEOUT_MS, CLUSTER_SLOTS, RedisCluster, key_slot};
+pub use partitioned::{CLIENT_SOURCE, PARTITIONED_MASTER_NAME, PartitionedSentinel, Peer};
 pub use replicated::ReplicatedPair;
 pub use sentinel::{
     SENTINEL_DOWN_AFTER_MS, SENTINEL_FAILOVER_TIMEOUT_MS, SENTINEL_MASTER_NAME, Sentinel,

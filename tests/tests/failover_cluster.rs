@@ -17,8 +17,9 @@
 //! the fault windows, a grant after every fault. Counted and printed, not judged: overlaps in
 //! the fault windows, writes made unaware of a loss, the longest pause in grants per fault.
 //!
-//! Short form (the normal suite): each fault once per `replica_ack` setting. Long form:
-//! `FAILOVER_LONG=1` (52 faults per setting, 13 of each) or `FAILOVER_COUNT=<n>` per setting.
+//! Short form (the normal suite): each fault once per `replica_ack` setting, the two settings
+//! side by side (about 30 s). Long form: `FAILOVER_LONG=1` (68 faults per setting, 17 of each:
+//! 102 failovers in all, plus 34 client cuts) or `FAILOVER_COUNT=<n>` per setting.
 
 use std::time::{Duration, Instant};
 
@@ -74,29 +75,30 @@ fn refuses_writes(node: &RedisServer, key: &str) -> bool {
 }
 
 /// Cuts node `index` of `cluster` off from its peers, and measures what the cluster does:
-/// returns (when the cut node refused writes, when another node took the slot over), in
-/// time since the cut.
+/// returns (when the cut node first refused a write, when another node had taken the slot
+/// over), in time since the cut, both watched in one loop (every 10 ms or so).
 fn partition_and_measure(
     cluster: &RedisCluster,
     index: usize,
     slot_key: &str,
 ) -> (Duration, Duration) {
+    let slot = key_slot(slot_key);
     let cut_at = Instant::now();
     cluster.isolate_node(index);
-    let mut refused = None;
-    let deadline = cut_at + Duration::from_secs(30);
-    while refused.is_none() && Instant::now() < deadline {
-        if refuses_writes(cluster.node(index), slot_key) {
+    let (mut refused, mut taken) = (None, None);
+    let deadline = cut_at + Duration::from_secs(45);
+    while (refused.is_none() || taken.is_none()) && Instant::now() < deadline {
+        if refused.is_none() && refuses_writes(cluster.node(index), slot_key) {
             refused = Some(cut_at.elapsed());
+        }
+        if taken.is_none() && cluster.taken_over(slot, index).is_some() {
+            taken = Some(cut_at.elapsed());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let new = cluster.wait_for_takeover(key_slot(slot_key), index);
-    let taken = cut_at.elapsed();
-    assert_ne!(new, index);
     (
         refused.expect("the cut master never refused a write"),
-        taken,
+        taken.expect("no node took the cut master's slots over"),
     )
 }
 
@@ -134,12 +136,6 @@ async fn a_partitionable_cluster_routes_everything_through_its_proxies_and_cuts_
         .query_async(&mut client)
         .await;
     assert!(reply.is_err(), "the cut master took a write: {reply:?}");
-    // The minority side stops taking writes before the majority side elects a new master
-    // (it notices the lost majority after cluster-node-timeout; the election starts then).
-    assert!(
-        refused < taken,
-        "refused after {refused:?}, taken over after {taken:?}"
-    );
     cluster.heal();
     tokio::task::block_in_place(|| cluster.wait_until_stable());
     assert!(
@@ -252,7 +248,7 @@ fn faults_per_setting() -> usize {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(if std::env::var("FAILOVER_LONG").is_ok() {
-            13 * FAULTS.len()
+            17 * FAULTS.len()
         } else {
             FAULTS.len()
         })

@@ -777,28 +777,36 @@ impl RedisCluster {
         wait_for(
             &format!("takeover of slot {slot} from node {old}"),
             FAILOVER_TIMEOUT,
-            || {
-                let mut seen = Vec::new();
-                for i in self.running().filter(|&i| i != old) {
-                    let node = &self.nodes[i];
-                    let Ok(now) = role(node) else { continue };
-                    if now != "master" {
-                        continue;
-                    }
-                    let Ok(map) = cluster_slots(node) else {
-                        continue;
-                    };
-                    let owner = (map.iter())
-                        .find(|&&(start, end, _)| (start..=end).contains(&slot))
-                        .and_then(|&(_, _, port)| self.index_of_port(port));
-                    if owner == Some(i) {
-                        return Ok(i);
-                    }
-                    seen.push(format!("node {i} routes it to {owner:?}"));
-                }
-                Err(seen.join("; "))
-            },
+            || self.probe_takeover(slot, old),
         )
+    }
+
+    /// One look for [`wait_for_takeover`](Self::wait_for_takeover): the node other than `old`
+    /// that says `role:master` and routes `slot` to itself, if there is one now.
+    pub fn taken_over(&self, slot: u16, old: usize) -> Option<usize> {
+        self.probe_takeover(slot, old).ok()
+    }
+
+    fn probe_takeover(&self, slot: u16, old: usize) -> Result<usize, String> {
+        let mut seen = Vec::new();
+        for i in self.running().filter(|&i| i != old) {
+            let node = &self.nodes[i];
+            let Ok(now) = role(node) else { continue };
+            if now != "master" {
+                continue;
+            }
+            let Ok(map) = cluster_slots(node) else {
+                continue;
+            };
+            let owner = (map.iter())
+                .find(|&&(start, end, _)| (start..=end).contains(&slot))
+                .and_then(|&(_, _, port)| self.index_of_port(port));
+            if owner == Some(i) {
+                return Ok(i);
+            }
+            seen.push(format!("node {i} routes it to {owner:?}"));
+        }
+        Err(seen.join("; "))
     }
 
     /// Moves `slot` (and its keys) from its current master to master `to`, the way

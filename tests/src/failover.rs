@@ -7,7 +7,7 @@
 //! deployment is whole again, plus a lease), then calls [`Workload::finish`], which stops the
 //! workers and checks everything they recorded ([`Findings`]): the hard invariants
 //! ([`Findings::assert_invariants`]: no stale write accepted, no lost update, no token
-//! regression, no overlap outside the fault windows, a grant after every fault) and the
+//! regression or overlap outside the fault windows, a grant after every fault) and the
 //! counted figures per fault ([`Findings::rows`], printed by [`print_table`]).
 //!
 //! The workload: [`PROCESSES`] `lock-worker chaos` processes, [`TASKS`] tasks each, on
@@ -130,6 +130,11 @@ impl Workload {
         self.workers[index].id().expect("the worker runs")
     }
 
+    /// The records worker `index` has written so far.
+    pub fn worker_records(&self, index: usize) -> Vec<Record> {
+        read_records(&self.outs[index])
+    }
+
     /// Every record written so far.
     pub fn records(&self) -> Vec<Record> {
         self.outs.iter().flat_map(|o| read_records(o)).collect()
@@ -148,14 +153,13 @@ impl Workload {
         let records = self.records();
         let state = tokio::task::block_in_place(|| chaos::read_store(&self.store, KEYS));
         let spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.from, w.to)).collect();
-        let findings = Findings {
+        Findings {
             checked: chaos::check(&records, &state, &spans),
             failover: chaos::failover_report(&records, &spans),
             stale: chaos::stale_writes_accepted(&state),
             windows: windows.to_vec(),
-        };
-        let _ = std::fs::remove_dir_all(&self.dir);
-        findings
+            records_dir: self.dir.clone(),
+        }
     }
 }
 
@@ -170,15 +174,50 @@ pub struct Findings {
     pub stale: usize,
     /// The faults, in order.
     pub windows: Vec<Window>,
+    /// Where the workers' records are: kept until
+    /// [`assert_invariants`](Findings::assert_invariants) passes, for a failed run's analysis.
+    pub records_dir: PathBuf,
 }
 
 impl Findings {
+    /// The window the section that started at `start_ns` started in, if any.
+    fn window_of(&self, start_ns: u64) -> Option<usize> {
+        (self.windows.iter()).position(|w| (w.from..w.to).contains(&start_ns))
+    }
+
+    /// Token regressions per window (the later section's start in it), like overlaps.
+    pub fn regressions_per_window(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.windows.len()];
+        for &at in &self.failover.token_regressions_at {
+            if let Some(i) = self.window_of(at) {
+                counts[i] += 1;
+            }
+        }
+        counts
+    }
+
+    /// Each token regression, with the fault whose window it fell in and how long after the
+    /// fault the later section started.
+    pub fn regressions(&self) -> Vec<String> {
+        (self.failover.token_regressions.iter())
+            .zip(&self.failover.token_regressions_at)
+            .map(|(what, &at)| match self.window_of(at) {
+                Some(i) => format!(
+                    "{what}\n  in window {i} ({}), {:?} after the fault",
+                    self.windows[i].fault,
+                    Duration::from_nanos(at - self.windows[i].from)
+                ),
+                None => format!("{what}\n  outside every fault window"),
+            })
+            .collect()
+    }
+
     /// One line on the run, for the log.
     pub fn summary(&self) -> String {
         format!(
             "{} sections, {} commits, {} rejected by the store, {} told lost; overlapping pairs {} \
              (in fault windows, excused: {}), per fault {:?}, unaware writes {}, stale writes \
-             accepted {}, token regressions {}, recoveries {:?}",
+             accepted {}, token regressions {} (per fault {:?}), recoveries {:?}",
             self.checked.records,
             self.checked.commits,
             self.checked.rejected,
@@ -189,6 +228,7 @@ impl Findings {
             self.failover.unaware_writes,
             self.stale,
             self.failover.token_regressions.len(),
+            self.regressions_per_window(),
             (self.failover.recovery_ns.iter())
                 .map(|ns| ns.map(Duration::from_nanos))
                 .collect::<Vec<_>>()
@@ -197,7 +237,14 @@ impl Findings {
 
     /// The hard invariants: no stale write accepted, the chaos checker's verdict (no lost
     /// update, tokens committed in order, no overlap outside the fault windows), no token
-    /// regression, something committed, and a grant after every fault.
+    /// regression outside the fault windows, something committed, and a grant after every
+    /// fault. Then the records are deleted (a failed run keeps them in
+    /// [`records_dir`](Findings::records_dir)).
+    ///
+    /// A regression in a window is counted, not judged, like an overlap: it is one seen
+    /// through the network's delay (a deposed master granted, and its reply reached the client
+    /// after a rival, granted later by the new master with a larger token, had finished); the
+    /// fenced store refuses the lower token, which the stale-write count proves.
     ///
     /// # Panics
     /// With what broke.
@@ -208,17 +255,17 @@ impl Findings {
             "{}",
             self.checked.violations.join("\n")
         );
-        assert!(
-            self.failover.token_regressions.is_empty(),
-            "{}",
-            self.failover.token_regressions.join("\n")
-        );
+        let outside: Vec<String> = (self.regressions().into_iter())
+            .filter(|r| r.ends_with("outside every fault window"))
+            .collect();
+        assert!(outside.is_empty(), "{}", outside.join("\n"));
         assert!(self.checked.commits > 0, "nothing was committed");
         assert!(
             self.failover.recovery_ns.iter().all(Option::is_some),
             "no grant after a fault: {:?}",
             self.failover.recovery_ns
         );
+        let _ = std::fs::remove_dir_all(&self.records_dir);
     }
 
     /// One row per fault in `faults` (in that order), for `topology` with `ack`.
@@ -235,6 +282,7 @@ impl Findings {
                     .filter_map(|&i| self.failover.recovery_ns[i])
                     .collect();
                 recoveries.sort_unstable();
+                let regressions = self.regressions_per_window();
                 let pick = |i: usize| Duration::from_nanos(recoveries.get(i).copied().unwrap_or(0));
                 Row {
                     topology,
@@ -247,7 +295,7 @@ impl Findings {
                         .sum(),
                     unaware: self.failover.unaware_writes,
                     stale: self.stale,
-                    regressions: self.failover.token_regressions.len(),
+                    regressions: mine.iter().map(|&i| regressions[i]).sum(),
                     recovery_p50: pick(recoveries.len() / 2),
                     recovery_max: pick(recoveries.len().saturating_sub(1)),
                 }
@@ -273,7 +321,7 @@ pub struct Row {
     pub unaware: usize,
     /// Of the whole run: stale writes accepted.
     pub stale: usize,
-    /// Of the whole run: token regressions.
+    /// Token regressions whose later section started in one of its windows.
     pub regressions: usize,
     /// Median of the longest pause in grants per fault.
     pub recovery_p50: Duration,
@@ -308,7 +356,7 @@ impl std::fmt::Display for Row {
 /// Prints the table of `rows` (Markdown) to stderr.
 pub fn print_table(rows: &[Row]) {
     eprintln!(
-        "| topology | fault | replica_ack | faults | overlaps per 100 faults (pairs) | unaware writes (run) | stale writes accepted (run) | token regressions (run) | longest pause in grants p50 / max |"
+        "| topology | fault | replica_ack | faults | overlaps per 100 faults (pairs) | unaware writes (run) | stale writes accepted (run) | token regressions | longest pause in grants p50 / max |"
     );
     eprintln!("|---|---|---|---|---|---|---|---|---|");
     for row in rows {

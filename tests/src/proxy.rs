@@ -54,7 +54,7 @@ impl Peers {
     /// `/proc/net/tcp` and among the process's descriptors, so one worker process can be cut
     /// off while the others, from the same address, pass).
     pub fn of_process(pid: u32) -> Peers {
-        Peers::matching(move |peer| socket_inode(pid, peer).is_some_and(|i| owns(pid, i)))
+        Peers::matching(move |peer| socket_inodes(pid, peer).into_iter().any(|i| owns(pid, i)))
     }
 
     fn contains(&self, peer: SocketAddr) -> bool {
@@ -177,10 +177,12 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// The inode of the IPv4 TCP socket bound to `local`, from the network namespace of `pid`.
-fn socket_inode(pid: u32, local: SocketAddr) -> Option<u64> {
+/// The inodes of the IPv4 TCP sockets bound to `local`, from the network namespace of `pid`
+/// (more than one when the port was used before: a closed socket lingers in `TIME_WAIT`, with
+/// inode 0).
+fn socket_inodes(pid: u32, local: SocketAddr) -> Vec<u64> {
     let SocketAddr::V4(local) = local else {
-        return None;
+        return Vec::new();
     };
     // `/proc/net/tcp` writes the address as the in-memory u32 in hex, the port in hex.
     let wanted = format!(
@@ -188,13 +190,20 @@ fn socket_inode(pid: u32, local: SocketAddr) -> Option<u64> {
         u32::from_ne_bytes(local.ip().octets()),
         local.port()
     );
-    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1) == Some(&wanted.as_str()))
-            .then(|| fields.get(9)?.parse().ok())
-            .flatten()
-    })
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&wanted.as_str()) {
+                return None;
+            }
+            fields.get(9)?.parse().ok().filter(|&inode| inode != 0)
+        })
+        .collect()
 }
 
 /// Whether process `pid` has the socket `inode` open.

@@ -9,7 +9,9 @@
 //!   ways) while clients still reach it, until its replica has taken over and a lease more;
 //!   `cluster-node-timeout` makes it refuse writes (`CLUSTERDOWN`) on its own;
 //! - one worker process cut off from that master (clients of the other workers still reach
-//!   it) for two leases: its holds there are lost, the others take the names over.
+//!   it) for two leases: its holds there are lost, the others take the names over; any
+//!   section the cut worker started after its lease must have been told of the loss (checked,
+//!   so a cut that missed a connection fails the run).
 //!
 //! Each critical section does a fenced read-modify-write on a separate Redis that is not part
 //! of the cluster (`lock_tests::failover`, shared with the Sentinel suite). Hard invariants,

@@ -8,8 +8,8 @@
 //! - a minority partition: it is cut from every other node (cluster bus and replication, both
 //!   ways) while clients still reach it, until its replica has taken over and a lease more;
 //!   `cluster-node-timeout` makes it refuse writes (`CLUSTERDOWN`) on its own;
-//! - one worker process cut off from that master (clients of the other workers still reach
-//!   it) for two leases: its holds there are lost, the others take the names over; any
+//! - one worker process cut off from that master (the one the partition before it promoted;
+//!   clients of the other workers still reach it) for two leases: its holds there are lost, the others take the names over; any
 //!   section the cut worker started after its lease must have been told of the loss (checked,
 //!   so a cut that missed a connection fails the run).
 //!

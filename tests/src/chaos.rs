@@ -284,6 +284,9 @@ pub struct FailoverReport {
     /// Sections whose token is lower than the token of a section on the same key that ended
     /// before it started.
     pub token_regressions: Vec<String>,
+    /// When each of those sections started ([`crate::mono_ns`]), index-aligned with
+    /// `token_regressions`.
+    pub token_regressions_at: Vec<u64>,
     /// Per fault: the longest time in its window `[from, to)` in which no section started
     /// (counted from `from`; up to `to` if none started after the last one), in ns: the
     /// outage the fault caused. `None`: no section started in the window.
@@ -371,6 +374,7 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
                 report
                     .token_regressions
                     .push(format!("token went back on `{key}`:\n  {h}\n  {r}"));
+                report.token_regressions_at.push(r.start_ns);
             }
         }
     }
@@ -741,6 +745,7 @@ mod tests {
         assert_eq!(report.overlaps, 3);
         assert_eq!(report.unaware_writes, 2);
         assert_eq!(report.token_regressions.len(), 1, "{report:?}");
+        assert_eq!(report.token_regressions_at, vec![40]);
         // Starts 5 and 8 in [3, 9): gaps 2, 3, then 1 to the end; 40 in [35, 45): 5, 5.
         assert_eq!(report.recovery_ns, vec![Some(3), Some(5), None]);
         // (5, 6) and (5, 7) start in the first window, (6, 7) too: 8 is in [3, 9).

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod chaos;
 mod client;
+pub mod failover;
 pub mod family;
 mod postgres;
 mod process;
@@ -25,7 +26,7 @@ pub mod topology;
 pub use client::{client, client_with, eventually, granted, local_redis, loss_reason, until_info};
 pub use postgres::PostgresServer;
 pub use process::ChildProcess;
-pub use proxy::TcpProxy;
+pub use proxy::{Peers, TcpProxy};
 pub use redisson::Redisson;
 pub use tls::TlsRedisServer;
 

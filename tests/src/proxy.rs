@@ -5,7 +5,9 @@
 //! local on Linux, so peers that connect from their own source address (a replica's
 //! `bind-source-addr`, a sentinel's) can be black-holed one way or both ways, or cut, while the
 //! others pass ([`set_black_hole_from`](TcpProxy::set_black_hole_from),
-//! [`cut_from`](TcpProxy::cut_from)).
+//! [`cut_from`](TcpProxy::cut_from)). And a partition can cut off chosen peers by any rule
+//! ([`isolate`](TcpProxy::isolate) with [`Peers`]: by source address, or the connections of one
+//! process): their connections go silent, the others pass.
 
 use std::collections::HashMap;
 use std::io;
@@ -42,6 +44,44 @@ struct Shared {
     cut_all_at: AtomicU64,
     /// Source addresses of the connections accepted so far.
     sources: Mutex<Vec<IpAddr>>,
+    /// The peers cut off now ([`TcpProxy::isolate`]), if any.
+    isolated: watch::Sender<Option<Peers>>,
+}
+
+/// Which peers (by their address) a partition cuts off.
+#[derive(Clone)]
+pub struct Peers(Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>);
+
+impl Peers {
+    /// The peers for which `matches` says true (it is asked once per connection when the
+    /// partition starts, and for each connection accepted while it lasts).
+    pub fn matching(matches: impl Fn(SocketAddr) -> bool + Send + Sync + 'static) -> Peers {
+        Peers(Arc::new(matches))
+    }
+
+    /// The peers whose source IP address is one of `ips` (a process can pick its source
+    /// address on loopback, as redis-server does with `bind-source-addr`).
+    pub fn from_ips(ips: impl IntoIterator<Item = IpAddr>) -> Peers {
+        let ips: Vec<IpAddr> = ips.into_iter().collect();
+        Peers::matching(move |peer| ips.contains(&peer.ip()))
+    }
+
+    /// The connections opened by process `pid` (Linux: the peer's socket is looked up in
+    /// `/proc/net/tcp` and among the process's descriptors, so one worker process can be cut
+    /// off while the others, from the same address, pass).
+    pub fn of_process(pid: u32) -> Peers {
+        Peers::matching(move |peer| socket_inodes(pid, peer).into_iter().any(|i| owns(pid, i)))
+    }
+
+    fn contains(&self, peer: SocketAddr) -> bool {
+        (self.0)(peer)
+    }
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Peers(..)")
+    }
 }
 
 impl Shared {
@@ -69,7 +109,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl TcpProxy {
     /// Listens on a free loopback port and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> io::Result<TcpProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        TcpProxy::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), upstream).await
+    }
+
+    /// Listens on `listen` (a port chosen beforehand, e.g. one a Redis node announces) and
+    /// forwards to `upstream`.
+    pub async fn start_on(listen: SocketAddr, upstream: SocketAddr) -> io::Result<TcpProxy> {
+        let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             upstream,
@@ -80,6 +126,7 @@ impl TcpProxy {
             cut_from: Mutex::new(HashMap::new()),
             cut_all_at: AtomicU64::new(0),
             sources: Mutex::new(Vec::new()),
+            isolated: watch::Sender::new(None),
         });
         let task = tokio::spawn(accept(listener, shared.clone()));
         Ok(TcpProxy { addr, shared, task })
@@ -141,12 +188,29 @@ impl TcpProxy {
     pub fn sources(&self) -> Vec<IpAddr> {
         lock(&self.shared.sources).clone()
     }
+
+    /// A partition of `peers` from the upstream: their open connections go silent at once
+    /// (nothing more passes either way), and connections they open while it lasts are accepted
+    /// but never reach the upstream, as behind a network that drops their packets. Other peers
+    /// pass as before. [`heal`](TcpProxy::heal) ends it.
+    pub fn isolate(&self, peers: Peers) {
+        self.shared.isolated.send_replace(Some(peers));
+    }
+
+    /// Ends the partition of [`isolate`](TcpProxy::isolate): the connections it silenced are
+    /// closed (their peers reconnect, as after a partition that outlived their timeouts), new
+    /// ones pass.
+    pub fn heal(&self) {
+        self.shared.isolated.send_replace(None);
+    }
 }
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.task.abort();
         self.cut_all();
+        // Connections a partition silenced wait for its end: close them too.
+        self.heal();
     }
 }
 
@@ -158,6 +222,13 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
         tokio::spawn(async move {
             let mut cut = shared.generation.subscribe();
             let opened = *cut.borrow_and_update();
+            let mut isolated = shared.isolated.subscribe();
+            if is_isolated(&isolated.borrow_and_update(), peer) {
+                // Accepted (the kernel did), never forwarded; closed when the partition ends.
+                until_healed(&mut isolated, peer).await;
+                drop(client);
+                return;
+            }
             let Ok(server) = TcpStream::connect(shared.upstream).await else {
                 return;
             };
@@ -173,19 +244,89 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
             // The cut first: `cut_all` then `set_black_hole(false)` must never let bytes the
             // hole held reach the server after the cut (a real cut connection delivers
             // nothing more), whichever branch a loaded runtime finds ready first.
-            loop {
+            let partitioned = loop {
                 tokio::select! {
                     biased;
                     changed = cut.changed() => {
                         if changed.is_err() || shared.is_cut(source, opened) {
-                            return;
+                            break false;
                         }
                     }
-                    _ = &mut up => return,
-                    _ = &mut down => return,
+                    () = partition_starts(&mut isolated, peer) => break true,
+                    _ = &mut up => break false,
+                    _ = &mut down => break false,
                 }
+            };
+            if partitioned {
+                // Silent, both sockets open (the pipes are not polled), until the partition
+                // ends; then closed.
+                until_healed(&mut isolated, peer).await;
             }
         });
+    }
+}
+
+/// The inodes of the IPv4 TCP sockets bound to `local`, from the network namespace of `pid`
+/// (more than one when the port was used before: a closed socket lingers in `TIME_WAIT`, with
+/// inode 0).
+fn socket_inodes(pid: u32, local: SocketAddr) -> Vec<u64> {
+    let SocketAddr::V4(local) = local else {
+        return Vec::new();
+    };
+    // `/proc/net/tcp` writes the address as the in-memory u32 in hex, the port in hex.
+    let wanted = format!(
+        "{:08X}:{:04X}",
+        u32::from_ne_bytes(local.ip().octets()),
+        local.port()
+    );
+    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&wanted.as_str()) {
+                return None;
+            }
+            fields.get(9)?.parse().ok().filter(|&inode| inode != 0)
+        })
+        .collect()
+}
+
+/// Whether process `pid` has the socket `inode` open.
+fn owns(pid: u32, inode: u64) -> bool {
+    let wanted = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str())
+        })
+    })
+}
+
+fn is_isolated(peers: &Option<Peers>, peer: SocketAddr) -> bool {
+    peers.as_ref().is_some_and(|p| p.contains(peer))
+}
+
+/// Waits while a partition covers `peer`.
+async fn until_healed(isolated: &mut watch::Receiver<Option<Peers>>, peer: SocketAddr) {
+    while is_isolated(&isolated.borrow_and_update(), peer) {
+        if isolated.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves when a partition starts to cover `peer` (never, if the proxy is gone).
+async fn partition_starts(isolated: &mut watch::Receiver<Option<Peers>>, peer: SocketAddr) {
+    loop {
+        if isolated.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if is_isolated(&isolated.borrow_and_update(), peer) {
+            return;
+        }
     }
 }
 

@@ -30,7 +30,8 @@
 //!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
 //!     [group-commit] [family]
-//!     (<lock-url>: one server, or `sentinel:<master>@<sentinel-url>,…[+ack]`)
+//!     (<lock-url>: one server, `sentinel:<master>@<sentinel-url>,…[+ack]`, or
+//!     `cluster:<node-url>,…[+ack]`)
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
 //!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end. With a Sentinel
@@ -455,7 +456,7 @@ mod chaos {
                     builder
                 }
             }
-            None => LockClient::builder(url),
+            None => cluster_or_single(url),
         };
         builder
             .watchdog_timeout(Duration::from_millis(
@@ -467,6 +468,26 @@ mod chaos {
             .build()
             .await
             .expect("connect")
+    }
+
+    /// The builder of a Redis Cluster `<lock-url>`, `cluster:<node-url>,<node-url>…` (seed
+    /// nodes), with `+ack` at the end for `replica_ack(1, 100 ms)` (the Cluster failover suite,
+    /// `tests/failover_cluster.rs`), or of one server's URL.
+    fn cluster_or_single(url: &str) -> lock_runtime::LockClientBuilder {
+        let Some(spec) = url.strip_prefix("cluster:") else {
+            return LockClient::builder(url);
+        };
+        let (spec, ack) = match spec.strip_suffix("+ack") {
+            Some(spec) => (spec, true),
+            None => (spec, false),
+        };
+        let builder =
+            LockClient::cluster_builder(spec.split(',')).failover_grace(Duration::from_secs(20));
+        if ack {
+            builder.replica_ack(1, Duration::from_millis(100))
+        } else {
+            builder
+        }
     }
 
     /// The fenced read-modify-write; `None` if a store error ended it.

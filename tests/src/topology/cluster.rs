@@ -1,10 +1,11 @@
 //! A Redis Cluster of real processes: creation, kills and failovers, slot migration.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
 
 use super::*;
-use crate::{RedisServer, Resp};
+use crate::{Peers, RedisServer, Resp, TcpProxy};
 
 /// `cluster-node-timeout` of every [`RedisCluster`] node, in milliseconds: a killed master is
 /// replaced by its replica a few of these after its death.
@@ -43,6 +44,38 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
     }
     crc
 }
+/// The `redis-server` arguments of a cluster node, then `extra`: `cluster-node-timeout`
+/// [`CLUSTER_NODE_TIMEOUT_MS`], its own free bus port, replicas that always stand for election
+/// and never migrate, full syncs at once.
+fn node_args(extra: &[&str]) -> Vec<String> {
+    // The default bus port (port + 10000) overflows for ephemeral ports above 55535: give
+    // every node an explicit free one (a new one on every try, as for its own port: either
+    // can be taken between the probe and the bind).
+    let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
+    let mut args = vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        &timeout,
+        "--cluster-port",
+        RedisServer::FREE_PORT,
+        "--cluster-replica-validity-factor",
+        "0",
+        "--cluster-allow-replica-migration",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    args.into_iter().map(str::to_owned).collect()
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// One range of `CLUSTER SLOTS`: first slot, last slot, port of the master serving it.
 type SlotRange = (u16, u16, u16);
 
@@ -133,6 +166,24 @@ pub struct RedisCluster {
     /// `CLUSTER MYID` of each node, index-aligned with `nodes`.
     ids: Vec<String>,
     killed: HashMap<usize, KilledMaster>,
+    /// The proxies in front of each node, index-aligned with `nodes`, when the cluster was
+    /// started by [`start_partitionable`](RedisCluster::start_partitionable); empty otherwise.
+    proxies: Vec<NodeProxies>,
+}
+
+/// The two proxies in front of one node of a partitionable cluster, and the loopback source
+/// address of the node's own outgoing links.
+#[derive(Debug)]
+struct NodeProxies {
+    /// In front of the client port; the port the node announces (`cluster-announce-port`),
+    /// so clients, `MOVED` and the replicas' replication links all come through it.
+    client: TcpProxy,
+    /// In front of the cluster bus port; the bus port the node announces
+    /// (`cluster-announce-bus-port`), so every peer's bus link to it comes through it.
+    bus: TcpProxy,
+    /// The node's `bind-source-addr`: its bus links and its replication link (as a replica)
+    /// leave from this address, so a proxy can tell them from clients (`127.0.0.1`).
+    source: IpAddr,
 }
 
 impl RedisCluster {
@@ -155,39 +206,102 @@ impl RedisCluster {
             "a Redis Cluster needs at least 3 masters, asked for {masters}"
         );
         let count = masters * (1 + replicas_per_master);
-        let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
         let nodes: Vec<RedisServer> = (0..count)
-            .map(|_| {
-                // The default bus port (port + 10000) overflows for ephemeral ports above
-                // 55535: give every node an explicit free one (a new one on every try, as for
-                // its own port: either can be taken between the probe and the bind).
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--cluster-port",
-                    RedisServer::FREE_PORT,
-                    "--cluster-replica-validity-factor",
-                    "0",
-                    "--cluster-allow-replica-migration",
-                    "no",
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-            })
+            .map(|_| RedisServer::start_with(&as_strs(&node_args(&[]))))
             .collect();
-
-        let cli = std::env::var("REDIS_CLI_BIN").unwrap_or_else(|_| "redis-cli".into());
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
+        RedisCluster::create(nodes, Vec::new(), &addrs, masters, replicas_per_master)
+    }
+
+    /// Like [`start`](RedisCluster::start), with every node behind two [`TcpProxy`]s that a
+    /// test can partition: one in front of its client port, one in front of its cluster bus
+    /// port. Each node announces the proxies' ports (`cluster-announce-ip 127.0.0.1`,
+    /// `cluster-announce-port`, `cluster-announce-bus-port`), so `CLUSTER SLOTS`, `MOVED`,
+    /// its peers' bus links and its replicas' replication links all go through them; and
+    /// its own outgoing links (bus, replication) leave from a loopback address of its own
+    /// (`bind-source-addr 127.0.0.<20 + index>`), so a proxy tells them from clients, which
+    /// come from `127.0.0.1`. Checked by experiment (redis 7.0): every bus link and every
+    /// replication link arrives at the proxies from the node's own source address, and
+    /// `CLUSTER SLOTS` names the client proxies.
+    ///
+    /// Needs a multi-threaded tokio runtime (the proxies run on it; the waits block in
+    /// place). Faults: [`isolate_node`](RedisCluster::isolate_node),
+    /// [`client_proxy`](RedisCluster::client_proxy), [`heal`](RedisCluster::heal).
+    ///
+    /// # Panics
+    /// As [`start`](RedisCluster::start); also if a proxy cannot listen.
+    pub async fn start_partitionable(masters: usize, replicas_per_master: usize) -> RedisCluster {
+        let count = masters * (1 + replicas_per_master);
+        let mut nodes = Vec::new();
+        let mut proxies = Vec::new();
+        for i in 0..count {
+            let source = IpAddr::from([127, 0, 0, 20 + u8::try_from(i).expect("few nodes")]);
+            // The announced ports are chosen first (the node must know them when it starts);
+            // the proxies listen on them once the node's own ports are known.
+            let (client_port, bus_port) = (crate::free_port(), crate::free_port());
+            let (client_arg, bus_arg, source_arg) = (
+                client_port.to_string(),
+                bus_port.to_string(),
+                source.to_string(),
+            );
+            let node = tokio::task::block_in_place(|| {
+                RedisServer::start_with(&as_strs(&node_args(&[
+                    "--cluster-announce-ip",
+                    "127.0.0.1",
+                    "--cluster-announce-port",
+                    &client_arg,
+                    "--cluster-announce-bus-port",
+                    &bus_arg,
+                    "--bind-source-addr",
+                    &source_arg,
+                ])))
+            });
+            let real_bus: u16 = tokio::task::block_in_place(|| {
+                node.cmd(&["CONFIG", "GET", "cluster-port"])
+                    .items()
+                    .get(1)
+                    .and_then(Resp::text)
+                    .and_then(|p| p.parse().ok())
+                    .expect("CONFIG GET cluster-port")
+            });
+            let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let client = TcpProxy::start_on(loopback(client_port), loopback(node.port()))
+                .await
+                .unwrap_or_else(|e| panic!("client proxy on port {client_port}: {e}"));
+            let bus = TcpProxy::start_on(loopback(bus_port), loopback(real_bus))
+                .await
+                .unwrap_or_else(|e| panic!("bus proxy on port {bus_port}: {e}"));
+            nodes.push(node);
+            proxies.push(NodeProxies {
+                client,
+                bus,
+                source,
+            });
+        }
+        let addrs: Vec<String> = proxies
+            .iter()
+            .map(|p| p.client.url().trim_start_matches("redis://").to_string())
+            .collect();
+        tokio::task::block_in_place(|| {
+            RedisCluster::create(nodes, proxies, &addrs, masters, replicas_per_master)
+        })
+    }
+
+    /// Creates the cluster of `nodes` (reached at `addrs`) and waits until it is ready.
+    fn create(
+        nodes: Vec<RedisServer>,
+        proxies: Vec<NodeProxies>,
+        addrs: &[String],
+        masters: usize,
+        replicas_per_master: usize,
+    ) -> RedisCluster {
+        let cli = std::env::var("REDIS_CLI_BIN").unwrap_or_else(|_| "redis-cli".into());
         let output = Command::new(&cli)
             .args(["--cluster", "create"])
-            .args(&addrs)
+            .args(addrs)
             .args(["--cluster-replicas", &replicas_per_master.to_string()])
             .arg("--cluster-yes")
             .stdin(Stdio::null())
@@ -217,6 +331,7 @@ impl RedisCluster {
             nodes,
             ids,
             killed: HashMap::new(),
+            proxies,
         };
         wait_for(
             &format!("cluster of {masters} masters × {replicas_per_master} replicas ready"),
@@ -388,13 +503,75 @@ impl RedisCluster {
     }
 
     /// The index of the node on `port`.
+    /// The port is the node's own or, in a partitionable cluster, the one it announces (its
+    /// client proxy's).
     pub fn index_of_port(&self, port: u16) -> Option<usize> {
-        self.nodes.iter().position(|n| n.port() == port)
+        (self.nodes.iter().position(|n| n.port() == port))
+            .or_else(|| (self.proxies.iter()).position(|p| p.client.port() == port))
     }
 
     /// `redis://127.0.0.1:<port>` of every node, by index.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// The URLs clients use, by index: each node's client proxy in a partitionable cluster
+    /// ([`start_partitionable`](RedisCluster::start_partitionable)), else
+    /// [`urls`](RedisCluster::urls).
+    pub fn client_urls(&self) -> Vec<String> {
+        if self.proxies.is_empty() {
+            return self.urls();
+        }
+        self.proxies.iter().map(|p| p.client.url()).collect()
+    }
+
+    /// The proxy in front of node `index`'s client port (partitionable clusters only).
+    ///
+    /// # Panics
+    /// If the cluster was not started by
+    /// [`start_partitionable`](RedisCluster::start_partitionable).
+    pub fn client_proxy(&self, index: usize) -> &TcpProxy {
+        &self.proxies_of(index).client
+    }
+
+    fn proxies_of(&self, index: usize) -> &NodeProxies {
+        self.proxies
+            .get(index)
+            .expect("not a partitionable cluster (see RedisCluster::start_partitionable)")
+    }
+
+    /// Cuts node `index` off from every other node, both ways: its cluster bus links and the
+    /// replication links to and from it go silent (and new ones never get through), while
+    /// clients (from `127.0.0.1`) still reach it. The minority side of a partition: its peers
+    /// fail it over after `cluster-node-timeout`, and it stops taking writes once it sees that
+    /// it cannot reach a majority of masters. [`heal`](RedisCluster::heal) ends it.
+    ///
+    /// # Panics
+    /// If the cluster was not started by
+    /// [`start_partitionable`](RedisCluster::start_partitionable).
+    pub fn isolate_node(&self, index: usize) {
+        let mine = self.proxies_of(index);
+        let others: Vec<IpAddr> = (self.proxies.iter().enumerate())
+            .filter(|&(i, _)| i != index)
+            .map(|(_, p)| p.source)
+            .collect();
+        mine.client.isolate(Peers::from_ips(others.clone()));
+        mine.bus.isolate(Peers::from_ips(others));
+        for (i, p) in self.proxies.iter().enumerate() {
+            if i != index {
+                p.client.isolate(Peers::from_ips([mine.source]));
+                p.bus.isolate(Peers::from_ips([mine.source]));
+            }
+        }
+    }
+
+    /// Ends every partition: [`isolate_node`](RedisCluster::isolate_node)'s, and any made on
+    /// a [`client_proxy`](RedisCluster::client_proxy).
+    pub fn heal(&self) {
+        for p in &self.proxies {
+            p.client.heal();
+            p.bus.heal();
+        }
     }
 
     /// The URL of the first running node, for clients that discover the rest.
@@ -504,17 +681,20 @@ impl RedisCluster {
     /// [`wait_for_failover`](RedisCluster::wait_for_failover).
     pub fn kill_node(&mut self, index: usize) {
         if self.nodes[index].is_running() && self.master_indices().contains(&index) {
-            let port = self.nodes[index].port();
-            let slots = self
-                .slot_map()
-                .into_iter()
-                .filter(|&(_, _, p)| p == port)
-                .map(|(start, end, _)| (start, end))
-                .collect();
+            let slots = self.slots_of(index);
             let replicas = self.replicas_of(index);
             self.killed.insert(index, KilledMaster { slots, replicas });
         }
         self.nodes[index].kill();
+    }
+
+    /// The slot ranges the slot map routes to node `index` (by its own port or its proxy's).
+    fn slots_of(&self, index: usize) -> Vec<(u16, u16)> {
+        self.slot_map()
+            .into_iter()
+            .filter(|&(_, _, p)| self.index_of_port(p) == Some(index))
+            .map(|(start, end, _)| (start, end))
+            .collect()
     }
 
     /// Kills the master serving `key` with `SIGKILL` and returns its index.
@@ -536,18 +716,10 @@ impl RedisCluster {
         let record = match self.killed.get(&killed) {
             Some(record) => record.clone(),
             // Killed another way: the survivors still route its slots to it until the failover.
-            None => {
-                let port = self.nodes[killed].port();
-                KilledMaster {
-                    slots: self
-                        .slot_map()
-                        .into_iter()
-                        .filter(|&(_, _, p)| p == port)
-                        .map(|(start, end, _)| (start, end))
-                        .collect(),
-                    replicas: self.replicas_of(killed),
-                }
-            }
+            None => KilledMaster {
+                slots: self.slots_of(killed),
+                replicas: self.replicas_of(killed),
+            },
         };
         assert!(
             !record.slots.is_empty(),
@@ -591,6 +763,50 @@ impl RedisCluster {
             );
         }
         promoted
+    }
+
+    /// Waits (at most 45 s) until a running node other than `old` says `role:master` and
+    /// routes `slot` to itself in its own `CLUSTER SLOTS`: the takeover of a master that is
+    /// frozen or cut off (and still runs, so [`wait_for_failover`](Self::wait_for_failover)
+    /// does not apply). `old` is never asked (a frozen node would not answer). Returns the new
+    /// master's index.
+    ///
+    /// # Panics
+    /// If no node takes the slot over in time.
+    pub fn wait_for_takeover(&self, slot: u16, old: usize) -> usize {
+        wait_for(
+            &format!("takeover of slot {slot} from node {old}"),
+            FAILOVER_TIMEOUT,
+            || self.probe_takeover(slot, old),
+        )
+    }
+
+    /// One look for [`wait_for_takeover`](Self::wait_for_takeover): the node other than `old`
+    /// that says `role:master` and routes `slot` to itself, if there is one now.
+    pub fn taken_over(&self, slot: u16, old: usize) -> Option<usize> {
+        self.probe_takeover(slot, old).ok()
+    }
+
+    fn probe_takeover(&self, slot: u16, old: usize) -> Result<usize, String> {
+        let mut seen = Vec::new();
+        for i in self.running().filter(|&i| i != old) {
+            let node = &self.nodes[i];
+            let Ok(now) = role(node) else { continue };
+            if now != "master" {
+                continue;
+            }
+            let Ok(map) = cluster_slots(node) else {
+                continue;
+            };
+            let owner = (map.iter())
+                .find(|&&(start, end, _)| (start..=end).contains(&slot))
+                .and_then(|&(_, _, port)| self.index_of_port(port));
+            if owner == Some(i) {
+                return Ok(i);
+            }
+            seen.push(format!("node {i} routes it to {owner:?}"));
+        }
+        Err(seen.join("; "))
     }
 
     /// Moves `slot` (and its keys) from its current master to master `to`, the way

@@ -482,16 +482,16 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     );
     let _ = writeln!(
         s,
-        "- **Uncontended.** A lock-runtime pair is two calls of its Redis function library \
-         (`FCALL`; Redis runs only the function called, where a script call would run the whole \
-         script text each time): acquire (free check, a read of the fencing counter for the \
-         turn marks, usually absent, hash field, TTL; with `fenced`, also the server clock and \
-         the counter write) and release (owner check, emptiness check, publish). The same two \
-         functions called raw with no client logic make {:.0} \
-         pairs/s here; lock-runtime makes {:.0}. rslock's acquire is a \
-         plain `SET NX PX` and its release a two-command script, so Redis spends {:.1} µs of CPU \
-         per rslock pair against {:.1} µs for ours at 64 workers: two function calls per pair \
-         against one plain command and one script call. With group commit on (opt-in), \
+        "- **Uncontended.** A lock-runtime pair is, like rslock's, one plain command and one \
+         small script: the acquire is `SET key owner NX PX lease GET` (the answer tells free, \
+         ours or held), the release one call of its Redis function library (`FCALL`: owner \
+         check and delete, and a publish only when a waiter marked the lock). A fenced grant \
+         (`fenced`) is a function call instead of the `SET`: free check, the server clock, the \
+         fencing counter's write, the lock. The same pair called raw with no client logic \
+         makes {:.0} pairs/s here; lock-runtime makes {:.0}. Redis spends {:.1} µs of CPU per \
+         rslock pair against {:.1} µs for ours at 64 workers; what is left of the difference is \
+         the function call's own cost against rslock's smaller script. With group commit on \
+         (opt-in), \
          the acquires and releases that queue while one is in flight go out as one script call, \
          which costs Redis less than a call each but costs the client more: at 64 workers {}.",
         floor(0),

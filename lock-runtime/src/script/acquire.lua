@@ -35,15 +35,11 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
     end
     waited = marked
   elseif redis.call('EXISTS', lock) == 1 then
-    local mine = redis.pcall('HEXISTS', lock, owner)
-    if type(mine) == 'table' then
-      if not string.find(mine.err, 'WRONGTYPE', 1, true) then
-        -- Not foreign data: READONLY (a demoted master), OOM, …; let the client see it.
-        return redis.error_reply(mine.err)
-      end
-      return {-1, redis.call('TYPE', lock)['ok']}
+    local mine, other = hash_holds(lock, owner)
+    if other then
+      return other
     end
-    if mine == 0 then
+    if not mine then
       return {0, redis.call('PTTL', lock)}
     end
   end

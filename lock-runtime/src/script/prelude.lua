@@ -303,6 +303,20 @@ local function string_holder(lock)
   return value, marked
 end
 
+-- Whether `owner` holds the hash lock at `lock` (a fair lock, or a mutex in Redisson's
+-- layout): true or false; or nil and the reply for data of another type ({-1, type}, nothing
+-- written) or for a server error (READONLY from a demoted master, OOM, …: the client sees it).
+local function hash_holds(lock, owner)
+  local mine = redis.pcall('HEXISTS', lock, owner)
+  if type(mine) == 'table' then
+    if not string.find(mine.err, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply(mine.err)
+    end
+    return nil, {-1, redis.call('TYPE', lock)['ok']}
+  end
+  return mine == 1
+end
+
 -- Grants a free mutex (or fair lock) to `owner`: a new fencing token (0 when `lazy`), the
 -- hold, the lease (`handoff`, `asking`, `lazy`: see `next_token`). `plain`: the mutex string of
 -- this crate's layout (marked `WAITED` when `waited`), else a hash.

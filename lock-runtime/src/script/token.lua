@@ -20,14 +20,11 @@ local function token(lock, fence, owner, retention_ms, model)
       return {0, 0}
     end
   else
-    local mine = redis.pcall('HEXISTS', lock, owner)
-    if type(mine) == 'table' then
-      if not string.find(mine.err, 'WRONGTYPE', 1, true) then
-        return redis.error_reply(mine.err)
-      end
-      return {-1, redis.call('TYPE', lock)['ok']}
+    local mine, other = hash_holds(lock, owner)
+    if other then
+      return other
     end
-    if mine == 0 then
+    if not mine then
       return {0, 0}
     end
   end

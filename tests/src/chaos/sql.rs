@@ -316,6 +316,34 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A section dropped at any point (cancelled, or its lock lost) leaves no transaction open:
+    /// another process's section after it gets SQLite's write lock and commits (a transaction
+    /// left open would hold the lock until that section's busy timeout failed it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sqlite_section_dropped_at_any_point_leaves_no_transaction_open() {
+        let dir = crate::ChildProcess::temp_dir("chaos-sqlite-cut");
+        let url = format!("sqlite://{}", dir.join("store.db").display());
+        let one = SqlStore::connect(&url).await.unwrap();
+        one.prepare().await.unwrap();
+        // Another process's pool on the same file.
+        let other = SqlStore::connect(&url).await.unwrap();
+        let mut token = 1;
+        for round in 0..300u64 {
+            let cut = Duration::from_micros(round * 37 % 500);
+            let _ = tokio::time::timeout(cut, one.section("chaos:1", token, Duration::ZERO)).await;
+            let outcome = other.section("chaos:1", token + 1, Duration::ZERO).await;
+            assert_eq!(
+                outcome,
+                Outcome::Committed,
+                "round {round}, cut after {cut:?}"
+            );
+            token += 2;
+        }
+        one.close().await;
+        other.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_postgres_store_refuses_a_stale_token_and_logs_commits_in_order() {
         let pg = tokio::task::spawn_blocking(crate::PostgresServer::start)

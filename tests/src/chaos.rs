@@ -11,10 +11,15 @@
 //!   was lost (or the overlap falls in a window where the lock state itself was wiped);
 //! - the tokens of committed writes strictly increase per key (the store's commit log);
 //! - the counter equals the number of commits (no lost update got through).
+//!
+//! The store is that Redis (the compare-and-set below), or SQLite or PostgreSQL fenced through
+//! `lock-fence` ([`sql`]); the failover suites give each lock name one of the three.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
+
+pub mod sql;
 
 /// How a critical section ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,9 +179,15 @@ pub struct StoreState {
 /// What the store holds for the locks `chaos:0` … `chaos:<keys - 1>`: each counter and its commit
 /// log, read from `store` after a run.
 pub fn read_store(store: &crate::RedisServer, keys: usize) -> HashMap<String, StoreState> {
-    (0..keys)
-        .map(|k| {
-            let key = format!("chaos:{k}");
+    let keys: Vec<String> = (0..keys).map(|k| format!("chaos:{k}")).collect();
+    read_store_keys(store, &keys)
+}
+
+/// What the store holds for the locks `keys` (as [`read_store`]).
+pub fn read_store_keys(store: &crate::RedisServer, keys: &[String]) -> HashMap<String, StoreState> {
+    keys.iter()
+        .map(|key| {
+            let key = key.clone();
             let [_, value_key, log_key] = store_keys(&key);
             let value = store
                 .cmd(&["GET", &value_key])

@@ -1,6 +1,7 @@
 //! What the failover suites share (issue 32): the workload of worker processes on the mutex
-//! with fenced writes to a separate Redis, the run around the faults a suite injects, the
-//! checker's verdict, and the published table.
+//! with fenced writes to stores outside the deployment ([`Stores`]: the compare-and-set on a
+//! separate Redis, SQLite and PostgreSQL through `lock-fence`), the run around the faults a
+//! suite injects, the checker's verdict, and the published table.
 //!
 //! A suite starts a [`Workload`] against its deployment (the worker's `<lock-url>`), injects
 //! its faults one after another, noting each one's [`Window`] (from the fault until the
@@ -11,21 +12,24 @@
 //! counted figures per fault ([`Findings::rows`], printed by [`print_table`]).
 //!
 //! The workload: [`PROCESSES`] `lock-worker chaos` processes, [`TASKS`] tasks each, on
-//! [`KEYS`] lock names (`chaos:0`, `chaos:1`); half the sections take their token with the
-//! grant (fenced), half ask for it in the section; lease [`WATCHDOG_MS`]. See
-//! `src/bin/lock-worker.rs` and [`crate::chaos`].
+//! [`KEYS`] lock names (`chaos:0`, `chaos:1`, `chaos:2`), each fenced in a store of its own
+//! (`chaos:<k>` in store `k mod 3` of [`Stores`]: every fault hits every store); half the
+//! sections take their token with the grant (fenced), half ask for it in the section; lease
+//! [`WATCHDOG_MS`]. See `src/bin/lock-worker.rs` and [`crate::chaos`].
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
-use crate::RedisServer;
-use crate::chaos::{self, FailoverReport, Record, Report};
+use crate::chaos::sql::SqlStore;
+use crate::chaos::{self, FailoverReport, Record, Report, StoreState};
+use crate::{PostgresServer, RedisServer};
 
-/// Lock names of the workload: `chaos:0` … `chaos:<KEYS - 1>`.
-pub const KEYS: usize = 2;
+/// Lock names of the workload: `chaos:0` … `chaos:<KEYS - 1>`, one per store of [`Stores`].
+pub const KEYS: usize = 3;
 /// Worker processes.
 pub const PROCESSES: usize = 3;
 /// Tasks per worker process.
@@ -55,6 +59,92 @@ pub fn read_records(path: &Path) -> Vec<Record> {
         .collect()
 }
 
+/// The fenced stores of one run, none of them part of the faulted deployment: the chaos
+/// suite's compare-and-set on a Redis of its own, a SQLite file, and a database on a
+/// PostgreSQL server (started once per test: [`PostgresServer::start`]), the last two fenced
+/// through `lock-fence` ([`SqlStore`]). Lock `chaos:<k>` writes to store `k mod 3`, in the
+/// order of [`Stores::NAMES`].
+#[derive(Debug)]
+pub struct Stores {
+    redis: RedisServer,
+    sqlite: String,
+    postgres: String,
+}
+
+impl Stores {
+    /// The stores' names, in the order of [`urls`](Stores::urls).
+    pub const NAMES: [&'static str; 3] = ["Redis CAS", "SQLite", "PostgreSQL"];
+
+    /// Starts a Redis, and prepares a SQLite file in `dir` and a new database `database` on
+    /// `postgres` (the fence table and the workload's tables).
+    ///
+    /// # Panics
+    /// If a store cannot be started or prepared.
+    pub async fn start(dir: &Path, postgres: &PostgresServer, database: &str) -> Stores {
+        let redis = tokio::task::block_in_place(RedisServer::start);
+        let sqlite = format!("sqlite://{}", dir.join("store.db").display());
+        let postgres = tokio::task::block_in_place(|| postgres.create_database(database));
+        for url in [&sqlite, &postgres] {
+            let store = SqlStore::connect(url)
+                .await
+                .expect("connect to a SQL store");
+            store.prepare().await.expect("prepare a SQL store");
+            store.close().await;
+        }
+        Stores {
+            redis,
+            sqlite,
+            postgres,
+        }
+    }
+
+    /// The worker's `<store-url>`: the three URLs, comma-separated.
+    pub fn urls(&self) -> String {
+        [self.redis.url(), self.sqlite.clone(), self.postgres.clone()].join(",")
+    }
+
+    /// The Redis store (the lock family's fenced resources live there too).
+    pub fn redis(&self) -> &RedisServer {
+        &self.redis
+    }
+
+    /// What each store holds for the locks `chaos:0` … `chaos:<keys - 1>` it fences, by store
+    /// (in the order of [`NAMES`](Stores::NAMES)).
+    ///
+    /// # Panics
+    /// If a SQL store cannot be read.
+    pub async fn read(&self, keys: usize) -> Vec<HashMap<String, StoreState>> {
+        let mine = |store: usize| -> Vec<String> {
+            (0..keys)
+                .filter(|k| k % Self::NAMES.len() == store)
+                .map(|k| format!("chaos:{k}"))
+                .collect()
+        };
+        let mut states = vec![tokio::task::block_in_place(|| {
+            chaos::read_store_keys(&self.redis, &mine(0))
+        })];
+        for (i, url) in [&self.sqlite, &self.postgres].into_iter().enumerate() {
+            let store = SqlStore::connect(url)
+                .await
+                .expect("connect to a SQL store");
+            states.push(store.read(&mine(i + 1)).await.expect("read a SQL store"));
+            store.close().await;
+        }
+        states
+    }
+}
+
+/// Per store (in the order of [`Stores::NAMES`]): its name, the writes it committed and the
+/// stale writes it accepted.
+pub fn per_store(states: &[HashMap<String, StoreState>]) -> Vec<(&'static str, usize, usize)> {
+    (Stores::NAMES.iter().zip(states))
+        .map(|(&name, state)| {
+            let commits: usize = state.values().map(|s| s.log.len()).sum();
+            (name, commits, chaos::stale_writes_accepted(state))
+        })
+        .collect()
+}
+
 /// One fault: what it was, and the window `[from, to)` on [`crate::mono_ns`] from its
 /// injection until the deployment was whole again plus a lease (holders of grants the fault
 /// took with it are told within that).
@@ -68,27 +158,42 @@ pub struct Window {
     pub to: u64,
 }
 
-/// The worker processes of one run and the fenced store they write to.
+/// The worker processes of one run and the fenced stores they write to.
 #[derive(Debug)]
 pub struct Workload {
     dir: PathBuf,
     outs: Vec<PathBuf>,
     workers: Vec<Child>,
-    store: RedisServer,
+    stores: Stores,
 }
 
 impl Workload {
-    /// Starts a store and [`PROCESSES`] `worker` (`lock-worker`) processes running the chaos
-    /// workload against `lock_url` (the worker's `<lock-url>` form), recording into a fresh
-    /// temp dir named after `run`; returns once every worker has committed something.
+    /// Starts the [`Stores`] (a database named after `run` on `postgres`) and [`PROCESSES`]
+    /// `worker` (`lock-worker`) processes running the chaos workload against `lock_url` (the
+    /// worker's `<lock-url>` form), recording into a fresh temp dir named after `run`; returns
+    /// once every worker has committed something.
     ///
     /// # Panics
     /// If a worker cannot be spawned, or the workers commit nothing within 30 s.
-    pub async fn start(worker: &str, run: &str, lock_url: &str) -> Workload {
+    pub async fn start(
+        worker: &str,
+        run: &str,
+        lock_url: &str,
+        postgres: &PostgresServer,
+    ) -> Workload {
         let dir = std::env::temp_dir().join(format!("lock-{run}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("workload dir");
-        let store = tokio::task::block_in_place(RedisServer::start);
+        let database: String = (run.chars())
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let stores = Stores::start(&dir, postgres, &database).await;
         let outs: Vec<PathBuf> = (0..PROCESSES)
             .map(|i| dir.join(format!("w{i}.tsv")))
             .collect();
@@ -96,7 +201,7 @@ impl Workload {
             .iter()
             .map(|out| {
                 Command::new(worker)
-                    .args(["chaos", lock_url, &store.url()])
+                    .args(["chaos", lock_url, &stores.urls()])
                     .args([
                         KEYS.to_string(),
                         TASKS.to_string(),
@@ -115,7 +220,7 @@ impl Workload {
             dir,
             outs,
             workers,
-            store,
+            stores,
         };
         let loaded = until(Duration::from_secs(30), || {
             workload.outs.iter().all(|o| !read_records(o).is_empty())
@@ -151,12 +256,15 @@ impl Workload {
             let _ = tokio::time::timeout(Duration::from_secs(10), w.wait()).await;
         }
         let records = self.records();
-        let state = tokio::task::block_in_place(|| chaos::read_store(&self.store, KEYS));
+        let states = self.stores.read(KEYS).await;
+        let stores = per_store(&states);
+        let state: HashMap<String, StoreState> = states.into_iter().flatten().collect();
         let spans: Vec<(u64, u64)> = windows.iter().map(|w| (w.from, w.to)).collect();
         Findings {
             checked: chaos::check(&records, &state, &spans),
             failover: chaos::failover_report(&records, &spans),
             stale: chaos::stale_writes_accepted(&state),
+            stores,
             windows: windows.to_vec(),
             records_dir: self.dir.clone(),
         }
@@ -170,8 +278,10 @@ pub struct Findings {
     pub checked: Report,
     /// Overlaps, unaware writes, token regressions and recoveries, per window.
     pub failover: FailoverReport,
-    /// Writes the fenced store accepted out of token order.
+    /// Writes the fenced stores accepted out of token order.
     pub stale: usize,
+    /// Per store: its name, the writes it committed, the stale writes it accepted.
+    pub stores: Vec<(&'static str, usize, usize)>,
     /// The faults, in order.
     pub windows: Vec<Window>,
     /// Where the workers' records are: kept until
@@ -217,7 +327,8 @@ impl Findings {
         format!(
             "{} sections, {} commits, {} rejected by the store, {} told lost; overlapping pairs {} \
              (in fault windows, excused: {}), per fault {:?}, unaware writes {}, stale writes \
-             accepted {}, token regressions {} (per fault {:?}), recoveries {:?}",
+             accepted {} (per store, commits / stale: {}), token regressions {} (per fault {:?}), \
+             recoveries {:?}",
             self.checked.records,
             self.checked.commits,
             self.checked.rejected,
@@ -227,6 +338,7 @@ impl Findings {
             self.failover.overlaps_per_fault,
             self.failover.unaware_writes,
             self.stale,
+            describe_stores(&self.stores),
             self.failover.token_regressions.len(),
             self.regressions_per_window(),
             (self.failover.recovery_ns.iter())
@@ -250,6 +362,7 @@ impl Findings {
     /// With what broke.
     pub fn assert_invariants(&self) {
         assert_eq!(self.stale, 0, "a fenced store accepted a stale write");
+        assert_stores(&self.stores);
         assert!(
             self.checked.violations.is_empty(),
             "{}",
@@ -301,6 +414,26 @@ impl Findings {
                 }
             })
             .collect()
+    }
+}
+
+/// `Redis CAS 120 / 0, SQLite 98 / 0, …`: each store's commits and stale writes accepted.
+pub fn describe_stores(stores: &[(&'static str, usize, usize)]) -> String {
+    (stores.iter())
+        .map(|(name, commits, stale)| format!("{name} {commits} / {stale}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every store accepted no stale write and committed something (so each was under the
+/// faults).
+///
+/// # Panics
+/// With the store that did not.
+pub fn assert_stores(stores: &[(&'static str, usize, usize)]) {
+    for &(name, commits, stale) in stores {
+        assert_eq!(stale, 0, "{name} accepted a stale write");
+        assert!(commits > 0, "nothing was committed to {name}");
     }
 }
 

@@ -4,9 +4,11 @@
 //! `lock_tests::topology::PartitionedSentinel`) while faults follow one another under load, with
 //! `replica_ack` off and on (and, in the long form or with `FAILOVER_MIN_REPLICAS=1`, without
 //! `replica_ack` but with `min-replicas-to-write 1` / `min-replicas-max-lag 1` on every data
-//! node). Each mutex section does a fenced read-modify-write on a separate Redis that is not part
-//! of the failover (the chaos suite's compare-and-set store, `lock_tests::chaos`); the family's
-//! sections use a fenced resource there too (`lock_tests::chaos::family_store`: the semaphore's
+//! node). Each mutex section does a fenced read-modify-write on a store that is not part of the
+//! failover (`lock_tests::failover::Stores`): `chaos:0` on a separate Redis (the chaos suite's
+//! compare-and-set store, `lock_tests::chaos`), `chaos:1` on SQLite and `chaos:2` on PostgreSQL
+//! (one server for the whole test), both through `lock-fence`; the family's sections use a
+//! fenced resource on that Redis too (`lock_tests::chaos::family_store`: the semaphore's
 //! admits its capacity in token order, the read/write lock's is a counter fenced for readers and
 //! writers).
 //!
@@ -29,26 +31,25 @@
 //! until the new master has both replicas online, and lets a lease of load run: a fault's window
 //! runs from the injection until then. A second of calm load follows before the next fault.
 //!
-//! Hard invariants, every run: no fenced write accepted out of token order (stale writes
-//! accepted: 0), no lost update, no fencing token issued lower than one of a section that had
-//! already ended; outside the fault windows no overlapping mutex holds, never more semaphore
-//! holders than permits, no writer overlapping another section of the read/write lock; the
-//! family store's logs replayed (never more occupants than permits, no use from outside, the
-//! writers' tokens increasing, no lost update). Counted and printed per fault, not judged:
-//! overlapping holds in the fault windows (expected without acknowledgement), holders that
-//! committed after a rival's grant without having been told of the loss, the sections the
-//! deposed master granted after the promotion (each grant is attributed to the master its
-//! client used at the time, from the client's own Sentinel events), how many of their writes
-//! the fenced store accepted, over a rival or not, and how many of the new master's holders it
-//! refused (Redis's split-brain limit, which fencing orders but cannot judge), and the longest
-//! time without a grant (the outage).
+//! Hard invariants, every run: no fenced write accepted out of token order by any store (stale
+//! writes accepted: 0; each store committed something), no lost update, no fencing token issued
+//! lower than one of a section that had already ended; outside the fault windows no overlapping
+//! mutex holds, never more semaphore holders than permits, no writer overlapping another section of
+//! the read/write lock; the family store's logs replayed (never more occupants than permits, no use
+//! from outside, the writers' tokens increasing, no lost update). Counted and printed per fault,
+//! not judged: overlapping holds in the fault windows (expected without acknowledgement), holders
+//! that committed after a rival's grant without having been told of the loss, the sections the
+//! deposed master granted after the promotion (each grant is attributed to the master its client
+//! used at the time, from the client's own Sentinel events), how many of their writes the fenced
+//! store accepted, over a rival or not, and how many of the new master's holders it refused
+//! (Redis's split-brain limit, which fencing orders but cannot judge), and the longest time without
+//! a grant (the outage).
 //!
 //! Short form (the normal suite): each fault once per `replica_ack` setting. Long form:
 //! `FAILOVER_LONG=1` (8 rounds of the 7 faults per setting, three settings: 168 failovers) or
 //! `FAILOVER_COUNT=<n>` failovers per setting.
 //!
-//! Not here: the SQL stores of `lock-fence` (their fencing is proved against the real stores in
-//! lock-fence's own tests); Redis Cluster has its own binary.
+//! Redis Cluster has its own binary (`failover_cluster.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -56,13 +57,13 @@ use std::time::{Duration, Instant};
 
 use lock_tests::chaos::family_store::{check_semaphore_log, rw_keys, semaphore_keys};
 use lock_tests::chaos::{self, Record, Sides};
+use lock_tests::failover::{self, KEYS, Stores};
 use lock_tests::family::{PERMITS, Section, check_family};
 use lock_tests::topology::{PartitionedSentinel, Peer};
-use lock_tests::{RedisServer, mono_ns};
+use lock_tests::{PostgresServer, mono_ns};
 use tokio::process::{Child, Command};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
-const KEYS: usize = 2;
 const PROCESSES: usize = 3;
 const TASKS: usize = 3;
 /// The lease (the workers' watchdog timeout), as in issue 32's adopter run.
@@ -357,6 +358,7 @@ const TABLE_HEAD: &str = "| fault | replica_ack | failovers | overlaps per 100 f
 async fn failovers_under_load(
     setting: Setting,
     failovers: usize,
+    postgres: &PostgresServer,
 ) -> (Vec<Row>, FamilyRow, Option<String>) {
     let ack = setting == Setting::Ack;
     let dir =
@@ -374,7 +376,8 @@ async fn failovers_under_load(
     } else {
         PartitionedSentinel::start().await
     };
-    let store = RedisServer::start();
+    let stores = Stores::start(&dir, postgres, &format!("chaos_{setting:?}").to_lowercase()).await;
+    let store = stores.redis();
     let spec = format!(
         "sentinel:{}@{}{}",
         group.master_name(),
@@ -386,7 +389,7 @@ async fn failovers_under_load(
         .collect();
     let mut workers: Vec<Child> = outs
         .iter()
-        .map(|out| spawn_worker(&spec, &store.url(), out))
+        .map(|out| spawn_worker(&spec, &stores.urls(), out))
         .collect();
     // Load first: every worker has committed something.
     let loaded = until(Duration::from_secs(30), || {
@@ -447,7 +450,9 @@ async fn failovers_under_load(
         .iter()
         .flat_map(|(recs, log)| recs.iter().map(|r| (r, chaos::master_at(log, r.start_ns))))
         .collect();
-    let state = chaos::read_store(&store, KEYS);
+    let states = stores.read(KEYS).await;
+    let per_store = failover::per_store(&states);
+    let state: std::collections::HashMap<_, _> = states.into_iter().flatten().collect();
     let windows: Vec<(u64, u64)> = rounds.iter().map(|r| (r.at, r.end)).collect();
     let checked = chaos::check(&records, &state, &windows);
     let failover = chaos::failover_report(&records, &windows);
@@ -459,7 +464,8 @@ async fn failovers_under_load(
     eprintln!(
         "{setting:?}: {} sections, {} commits, {} rejected by the store, {} told lost; \
          overlapping pairs {} (in fault windows, excused: {}), per fault {:?}, unaware writes {}, \
-         stale writes accepted {stale}, token regressions {}, deposed-side sections per fault {:?}",
+         stale writes accepted {stale} (per store, commits / stale: {}), token regressions {}, \
+         deposed-side sections per fault {:?}",
         checked.records,
         checked.commits,
         checked.rejected,
@@ -468,6 +474,7 @@ async fn failovers_under_load(
         checked.excused_overlaps,
         failover.overlaps_per_fault,
         failover.unaware_writes,
+        failover::describe_stores(&per_store),
         failover.token_regressions.len(),
         sides
             .iter()
@@ -480,6 +487,7 @@ async fn failovers_under_load(
             .collect::<Vec<_>>(),
     );
     assert_eq!(stale, 0, "a fenced store accepted a stale write");
+    failover::assert_stores(&per_store);
     assert!(
         checked.violations.is_empty(),
         "{}",
@@ -623,6 +631,10 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
             FAULTS.len()
         });
     let started = Instant::now();
+    // One PostgreSQL server for the whole test (a database per setting).
+    let postgres = tokio::task::spawn_blocking(PostgresServer::start)
+        .await
+        .expect("start PostgreSQL");
     let long = std::env::var("FAILOVER_LONG").is_ok();
     let mut settings = vec![Setting::Plain, Setting::Ack];
     if long || std::env::var("FAILOVER_MIN_REPLICAS").is_ok() {
@@ -630,7 +642,7 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
     }
     let (mut rows, mut family, mut incomplete) = (Vec::new(), Vec::new(), Vec::new());
     for setting in settings {
-        let (mine, lock_family, why) = failovers_under_load(setting, failovers).await;
+        let (mine, lock_family, why) = failovers_under_load(setting, failovers, &postgres).await;
         rows.extend(mine);
         family.push(lock_family);
         incomplete.extend(why);
@@ -644,5 +656,6 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
         eprintln!("{row}");
     }
     eprintln!("failover suite: {:?}", started.elapsed());
+    tokio::task::block_in_place(|| drop(postgres));
     assert!(incomplete.is_empty(), "{incomplete:?}");
 }

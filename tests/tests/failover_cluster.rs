@@ -13,9 +13,11 @@
 //!   section the cut worker started after its lease must have been told of the loss (checked,
 //!   so a cut that missed a connection fails the run).
 //!
-//! Each critical section does a fenced read-modify-write on a separate Redis that is not part
-//! of the cluster (`lock_tests::failover`, shared with the Sentinel suite). Hard invariants,
-//! every run: stale writes accepted 0, no lost update, no token regression and no overlap
+//! Each critical section does a fenced read-modify-write on a store outside the cluster
+//! (`lock_tests::failover`, shared with the Sentinel suite): `chaos:0` on the compare-and-set of
+//! a separate Redis, `chaos:1` on SQLite and `chaos:2` on PostgreSQL, both through `lock-fence`
+//! (one PostgreSQL server per test). Hard invariants, every run: stale writes accepted 0 by every
+//! store, each of which committed something, no lost update, no token regression and no overlap
 //! outside the fault windows, a grant after every fault. Counted and printed, not judged:
 //! overlaps and token regressions in the fault windows (a master resumed after `SIGSTOP`
 //! grants until it hears of its demotion; see SAFETY.md), writes made unaware of a loss, the
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use lock_tests::failover::{self, WATCHDOG_MS, Window, Workload};
 use lock_tests::topology::{RedisCluster, key_slot};
-use lock_tests::{Peers, RedisServer, Resp, mono_ns};
+use lock_tests::{Peers, PostgresServer, RedisServer, Resp, mono_ns};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 
@@ -55,7 +57,7 @@ impl Fault {
     }
 }
 
-/// A cluster whose workload names (`chaos:0`, `chaos:1`) all live on one master: the slot of
+/// A cluster whose workload names (`chaos:0` … `chaos:2`) all live on one master: the slot of
 /// every name but the first is moved to the first one's master.
 async fn cluster_for_the_workload() -> RedisCluster {
     let cluster = RedisCluster::start_partitionable(3, 1).await;
@@ -123,7 +125,9 @@ async fn a_partitionable_cluster_routes_everything_through_its_proxies_and_cuts_
         );
     }
     let home = cluster.master_index_for_key("chaos:0");
-    assert_eq!(cluster.master_index_for_key("chaos:1"), home);
+    for k in 1..failover::KEYS {
+        assert_eq!(cluster.master_index_for_key(&format!("chaos:{k}")), home);
+    }
 
     let (refused, taken) =
         tokio::task::block_in_place(|| partition_and_measure(&cluster, home, "chaos:0"));
@@ -183,14 +187,17 @@ async fn faults_under_load(
     ack: bool,
     count: usize,
 ) -> (failover::Findings, Vec<(Duration, Duration)>) {
+    // PostgreSQL starts (a second or two) while the cluster does.
+    let postgres = tokio::task::spawn_blocking(PostgresServer::start);
     let mut cluster = cluster_for_the_workload().await;
+    let postgres = postgres.await.expect("start PostgreSQL");
     let spec = format!(
         "cluster:{}{}",
         cluster.client_urls().join(","),
         if ack { "+ack" } else { "" }
     );
     let run = format!("failover-cluster-{}", if ack { "ack" } else { "plain" });
-    let workload = Workload::start(WORKER, &run, &spec).await;
+    let workload = Workload::start(WORKER, &run, &spec, &postgres).await;
     let lease = Duration::from_millis(WATCHDOG_MS);
     let slot = key_slot("chaos:0");
     let mut windows = Vec::new();
@@ -262,6 +269,7 @@ async fn faults_under_load(
         );
     }
     let findings = workload.finish(&windows).await;
+    tokio::task::block_in_place(|| drop(postgres));
     assert!(cut_violations.is_empty(), "{}", cut_violations.join("\n"));
     (findings, partitions)
 }

@@ -31,14 +31,16 @@
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
 //!     [group-commit] [family]
 //!     (<lock-url>: one server, `sentinel:<master>@<sentinel-url>,…[+ack]`, or
-//!     `cluster:<node-url>,…[+ack]`)
+//!     `cluster:<node-url>,…[+ack]`; <store-url>: a Redis URL (the compare-and-set store),
+//!     `sqlite://<file>` or `postgres://…` (fenced through lock-fence), or several of them,
+//!     comma-separated: lock `chaos:<k>` writes to the (k mod n)-th)
 //!     the chaos workload: tasks lock random keys and do fenced read-modify-writes on the
 //!     store, some cancelled at random points; one record per critical section is appended to
 //!     <out>; prints `exit held=<n> subscribed=<n> cancelled=<n>` at the end. With a Sentinel
 //!     URL, the master the client uses is appended to `<out>.masters` (`<mono-ns> <host:port>`
 //!     at the start and at every switch). `family` adds two tasks on a semaphore of 2 permits
-//!     and two on a read/write lock, each section using a fenced resource on the store; one
-//!     line per section in `<out>.family`.
+//!     and two on a read/write lock, each section using a fenced resource on the (first) Redis
+//!     store; one line per section in `<out>.family`.
 //! lock-worker block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>
 //!     on a single-threaded runtime: takes <key>, blocks the thread for <block-ms>, then tries
 //!     its fenced read-modify-write and records the outcome.
@@ -432,6 +434,7 @@ mod chaos {
     use std::time::Duration;
 
     use lock_runtime::{LockClient, LockGuard, LockOptions};
+    use lock_tests::chaos::sql::SqlStore;
     use lock_tests::chaos::{FENCED_READ, FENCED_WRITE, Outcome, Record, store_keys};
     use lock_tests::mono_ns;
     use rand::Rng;
@@ -490,7 +493,41 @@ mod chaos {
         }
     }
 
-    /// The fenced read-modify-write; `None` if a store error ended it.
+    /// One fenced store of the workload: the compare-and-set on a Redis, or a SQL store through
+    /// lock-fence.
+    enum Store {
+        Redis(MultiplexedConnection),
+        Sql(SqlStore),
+    }
+
+    /// A task's stores, one per URL of `urls`: a connection of its own to each Redis, the
+    /// process's pool of each SQL store (`sql`, index-aligned).
+    async fn task_stores(urls: &[&str], sql: &[Option<SqlStore>]) -> Vec<Store> {
+        let mut stores = Vec::new();
+        for (url, sql) in urls.iter().zip(sql) {
+            stores.push(match sql {
+                Some(sql) => Store::Sql(sql.clone()),
+                None => Store::Redis(
+                    redis::Client::open(*url)
+                        .expect("store url")
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("store"),
+                ),
+            });
+        }
+        stores
+    }
+
+    /// The fenced read-modify-write on whichever store.
+    async fn section(store: &mut Store, key: &str, token: u64, pause: Duration) -> Outcome {
+        match store {
+            Store::Redis(conn) => critical_section(conn, key, token, pause).await,
+            Store::Sql(sql) => sql.section(key, token, pause).await,
+        }
+    }
+
+    /// The fenced read-modify-write on a Redis store.
     async fn critical_section(
         store: &mut MultiplexedConnection,
         key: &str,
@@ -581,7 +618,15 @@ mod chaos {
             super::masters::record_to(&format!("{out}.masters"));
         }
         let locks = client(lock_url, watchdog_ms, group_commit).await;
-        let store = redis::Client::open(*store_url).expect("store url");
+        let store_urls: Vec<&str> = store_url.split(',').collect();
+        let mut sql = Vec::new();
+        for url in &store_urls {
+            sql.push(if SqlStore::is_sql_url(url) {
+                Some(SqlStore::connect(url).await.expect("sql store"))
+            } else {
+                None
+            });
+        }
         let out_path = *out;
         let out = std::sync::Arc::new(std::sync::Mutex::new(
             std::fs::OpenOptions::new()
@@ -600,6 +645,10 @@ mod chaos {
                     .open(format!("{out_path}.family"))
                     .expect("open family out"),
             ));
+            let redis_url = (store_urls.iter())
+                .find(|url| !SqlStore::is_sql_url(url))
+                .expect("the family workload needs a Redis store");
+            let store = redis::Client::open(*redis_url).expect("store url");
             for task in 0..4 {
                 let (locks, sections) = (locks.clone(), sections.clone());
                 let mut store = store
@@ -618,21 +667,21 @@ mod chaos {
             let cancel = move || {
                 cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             };
-            let mut store = store
-                .get_multiplexed_async_connection()
-                .await
-                .expect("store");
+            let mut stores = task_stores(&store_urls, &sql).await;
             handles.push(tokio::spawn(async move {
                 while tokio::time::Instant::now() < until {
-                    let (key, mode, cancel_at, pause) = {
+                    let (k, mode, cancel_at, pause) = {
                         let mut rng = rand::rng();
                         (
-                            format!("chaos:{}", rng.random_range(0..keys)),
+                            rng.random_range(0..keys),
                             rng.random_range(0..10u8),
                             Duration::from_micros(rng.random_range(0..4000)),
                             Duration::from_micros(rng.random_range(0..2000)),
                         )
                     };
+                    let key = format!("chaos:{k}");
+                    let n = stores.len();
+                    let store = &mut stores[k % n];
                     // Lazy and eager tokens interleaved on every name: half of the sections
                     // take their lock fenced (the token with the grant), the others ask for it
                     // in the section (and pass a hot lock between tasks in memory).
@@ -666,7 +715,7 @@ mod chaos {
                         // Lost before it was asked for: no token, so nothing to write with.
                         continue;
                     };
-                    let body = guard.run(critical_section(&mut store, &key, token, pause));
+                    let body = guard.run(section(store, &key, token, pause));
                     let outcome = if mode == 1 {
                         // Cancellation fuzz: the body is dropped at a random point.
                         match tokio::time::timeout(cancel_at, body).await {

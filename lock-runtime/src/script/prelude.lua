@@ -277,9 +277,12 @@ end
 -- marked it; or nil, false and the reply for a key that is no mutex string: {0, pttl} for a
 -- hash (a client of an earlier release of this crate, which kept the mutex as a hash, or a
 -- fair lock of the same name: held, to be waited for), {-1, type} for anything else (a string
--- that is no owner id included), a server error (READONLY, …) as it is.
-local function string_holder(lock)
-  local value = redis.pcall('GET', lock)
+-- that is no owner id included), a server error (READONLY, …) as it is. `value`: the `GET` of
+-- `lock` (its `pcall`), when the caller has read it already.
+local function string_holder(lock, value)
+  if value == nil then
+    value = redis.pcall('GET', lock)
+  end
   if type(value) == 'table' then
     if not string.find(value.err, 'WRONGTYPE', 1, true) then
       return nil, false, redis.error_reply(value.err)

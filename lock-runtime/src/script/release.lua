@@ -29,7 +29,7 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
     if value == owner then
       waited = false
     elseif value ~= owner .. WAITED then
-      local _, _, other = string_holder(lock)
+      local _, _, other = string_holder(lock, value)
       if other and other[1] ~= 0 then
         -- Foreign data, or a server error.
         return other

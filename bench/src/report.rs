@@ -528,11 +528,10 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
         s,
         "- **Tower.** The bare handler returns a constant, so it measures only HTTP parsing; the \
          fair comparison for `LockLayer` is the same handler taking and releasing the lock itself. \
-          `LockLayer` takes its locks fenced (each grant carries the token it hands the handler \
-         in `HeldLock`): a function call with the fencing counter's write, where the handler here \
-         takes the default lock, a plain `SET` without a token. With distinct ids that is most of \
-         the gap; on one hot id the handler's tasks also pass the lock among themselves in \
-         memory, which fenced grants cannot (each hand-over issues a fresh token in Redis)."
+         Both take the default lock (tokens on demand: the handler asks for none here), so an \
+         uncontended grant is one `SET`, and on one hot id both pass the lock among a process's \
+         waiting requests in memory. What is left between them is the layer's own work per \
+         request: the name from the route, the response future, the `HeldLock` extension."
     );
     if with_jvm {
         let _ = writeln!(s, "\n## Against Redisson\n");

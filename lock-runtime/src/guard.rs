@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -119,6 +119,31 @@ impl LockGuard {
     /// [`fencing_token`](LockGuard::fencing_token)); `None` otherwise. No round trip.
     pub fn issued_token(&self) -> Option<u64> {
         self.held.issued_token()
+    }
+
+    /// A handle to this hold's fencing token that can be cloned and kept apart from the guard,
+    /// for code that must be able to ask for the token without owning the guard: a
+    /// middleware's request extension, a task beside the critical section.
+    ///
+    /// The handle does not keep the lock: once the guard is released or dropped, its
+    /// [`fencing_token`](TokenHandle::fencing_token) answers [`LockError::Lost`] with
+    /// [`LossReason::Released`].
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("stock:42").acquire().await?;
+    /// let tokens = guard.token_handle();
+    /// let token = tokens.fencing_token().await?; // one round trip, cached on the guard
+    /// assert_eq!(guard.issued_token(), Some(token));
+    /// guard.release().await?;
+    /// assert!(tokens.fencing_token().await.unwrap_err().is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn token_handle(&self) -> TokenHandle {
+        TokenHandle {
+            held: Arc::downgrade(&self.held),
+            name: self.held.names.name.as_str().into(),
+        }
     }
 
     /// The permits this guard holds: a semaphore's count, 1 for a lock or either side of a
@@ -463,6 +488,65 @@ impl fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.issued_token())
             .field("reentrant", &self.reentrant)
             .field("lost", &self.held.signal.get())
+            .finish()
+    }
+}
+
+/// A handle to a held lock's fencing token, made by [`LockGuard::token_handle`]: cheap to
+/// clone, `'static`, and it does not keep the lock.
+///
+/// While the guard holds, it answers exactly as the guard would
+/// ([`LockGuard::fencing_token`], [`LockGuard::issued_token`]), sharing the guard's cached
+/// token. Once the guard is released or dropped, the hold is over:
+/// [`fencing_token`](TokenHandle::fencing_token) answers [`LockError::Lost`] with
+/// [`LossReason::Released`] and [`issued_token`](TokenHandle::issued_token) `None`: no token
+/// is handed out for a hold that has ended.
+#[derive(Clone)]
+pub struct TokenHandle {
+    held: Weak<Held>,
+    name: Arc<str>,
+}
+
+impl TokenHandle {
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The hold's fencing token: the one issued with the grant or asked for before, else one
+    /// issued now (one round trip, only while this owner holds the lock), then cached on the
+    /// guard. See [`LockGuard::fencing_token`].
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] once the hold is lost or over (its guard released or dropped: reason
+    /// [`LossReason::Released`]); a backend error if Redis could not be asked.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        match self.held.upgrade() {
+            Some(held) => held.fencing_token().await,
+            None => Err(LockError::Lost {
+                name: self.name.to_string(),
+                reason: LossReason::Released,
+            }),
+        }
+    }
+
+    /// The fencing token if one has been issued to this hold already (as
+    /// [`LockGuard::issued_token`]); `None` otherwise, and once the guard is released or
+    /// dropped. No round trip.
+    pub fn issued_token(&self) -> Option<u64> {
+        let held = self.held.upgrade()?;
+        match held.signal.get() {
+            Some(LossReason::Released) => None,
+            _ => held.issued_token(),
+        }
+    }
+}
+
+impl fmt::Debug for TokenHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenHandle")
+            .field("name", &self.name)
+            .field("issued_token", &self.issued_token())
             .finish()
     }
 }

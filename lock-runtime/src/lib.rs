@@ -341,7 +341,7 @@ pub use client::{
     DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
 };
 pub use error::{LockError, LossReason};
-pub use guard::LockGuard;
+pub use guard::{LockGuard, TokenHandle};
 pub use inspect::{
     ForceUnlock, HoldMode, Holder, LockInfo, LockKind, LockScan, MAX_LISTED_HOLDERS, Waiters,
 };

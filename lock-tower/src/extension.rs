@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use lock_runtime::{LockError, LockGuard, TokenHandle};
+
 use crate::access::Access;
 
 /// The lock a request is being served under, inserted into the request's extensions before the
@@ -10,36 +12,62 @@ use crate::access::Access;
 /// Handlers use it to pass the fencing token to the storage they write (axum:
 /// `Extension(held): Extension<HeldLock>`; tonic: `request.extensions().get::<HeldLock>()`).
 ///
-/// Under a [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer) it describes the
-/// permit the request holds: the semaphore's name, and the permit's fencing token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Under a [`LockLayer`](crate::LockLayer) the token is issued on demand, like a
+/// [`LockGuard`](lock_runtime::LockGuard)'s: the first
+/// [`fencing_token`](HeldLock::fencing_token) asks Redis for it (one round trip, issued only
+/// while the request's hold is ours), and every later call, from any clone, returns it. A
+/// layer made [`fenced`](crate::LockLayer::fenced) takes its token with the grant, for
+/// services that write a fenced store on every request. Under a
+/// [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer) it describes the permit
+/// the request holds, whose token always comes with the grant.
+///
+/// ```
+/// # async fn demo(held: lock_tower::HeldLock) -> Result<(), lock_tower::LockError> {
+/// let token = held.fencing_token().await?;
+/// // UPDATE stock SET … , lock_token = token WHERE sku = … AND lock_token < token
+/// assert_eq!(held.issued_token(), Some(token));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
 pub struct HeldLock {
-    name: Arc<str>,
-    fencing_token: u64,
+    tokens: TokenHandle,
     access: Option<Access>,
 }
 
 impl HeldLock {
-    pub(crate) fn new(name: &str, fencing_token: u64, access: Option<Access>) -> HeldLock {
+    pub(crate) fn new(guard: &LockGuard, access: Option<Access>) -> HeldLock {
         HeldLock {
-            name: name.into(),
-            fencing_token,
+            tokens: guard.token_handle(),
             access,
         }
     }
 
     /// The lock name (for example `stock:42`).
     pub fn name(&self) -> &str {
-        &self.name
+        self.tokens.name()
     }
 
     /// The fencing token of this acquisition: strictly increasing per lock name. Send it with
     /// every write and have the storage reject writes with an older token.
     ///
-    /// Both sides of a read/write lock share one counter: a writer's token is above every
-    /// earlier reader's and writer's of the same name.
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+    /// Issued with the grant under a [`fenced`](crate::LockLayer::fenced) layer, a read/write
+    /// layer or a permit; otherwise the first call asks Redis (one round trip, checked
+    /// against the holder in the same step) and caches it for the request. Both sides of a
+    /// read/write lock share one counter: a writer's token is above every earlier reader's
+    /// and writer's of the same name.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the request's hold is lost, or over (the response was sent):
+    /// no token is issued to a holder that lost its lock. A backend error when Redis could
+    /// not be asked.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        self.tokens.fencing_token().await
+    }
+
+    /// The fencing token if it has been issued already (with the grant, or by an earlier
+    /// [`fencing_token`](HeldLock::fencing_token)); `None` otherwise. No round trip.
+    pub fn issued_token(&self) -> Option<u64> {
+        self.tokens.issued_token()
     }
 
     /// In [read/write mode](crate::LockLayer::read_write), the side the request holds; `None`
@@ -82,11 +110,13 @@ impl HeldLocks {
         }
     }
 
-    pub(crate) fn new(guards: &[lock_runtime::LockGuard]) -> HeldLocks {
+    pub(crate) fn new(guards: &[LockGuard]) -> HeldLocks {
         HeldLocks {
             locks: guards
                 .iter()
-                .map(|g| (Arc::from(g.name()), crate::hold::issued_token(g)))
+                // The layer takes its locks fenced (`service::grouped`): each token came with
+                // its grant. The layer tests assert every token is positive.
+                .map(|g| (Arc::from(g.name()), g.issued_token().unwrap_or(0)))
                 .collect(),
         }
     }

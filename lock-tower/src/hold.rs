@@ -29,7 +29,7 @@ impl Hold {
     pub(crate) fn describe(&self, extensions: &mut Extensions, access: Option<Access>) {
         match self {
             Hold::One(guard) => {
-                extensions.insert(HeldLock::new(guard.name(), issued_token(guard), access));
+                extensions.insert(HeldLock::new(guard, access));
             }
             Hold::Many(guards) => {
                 extensions.insert(HeldLocks::new(guards.guards()));
@@ -61,11 +61,4 @@ impl Hold {
             Hold::Many(guards) => guards.run(fut).await,
         }
     }
-}
-
-/// The token a layer's guard carries: its locks are taken fenced (`service::grouped`), and the
-/// other kinds of lock always issue one with the grant.
-pub(crate) fn issued_token(guard: &LockGuard) -> u64 {
-    // Always there for these locks; the layer tests assert every HeldLock token is positive.
-    guard.issued_token().unwrap_or(0)
 }

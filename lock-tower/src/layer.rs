@@ -31,6 +31,7 @@ use crate::service::{LockService, LockSettings, Primitive};
 /// | [`lease`](LockLayer::lease) | none: the watchdog renews the lock while the request runs |
 /// | [`max_hold`](LockLayer::max_hold) | none |
 /// | [`hold_until_body_end`](LockLayer::hold_until_body_end) | off: released when the response head is ready |
+/// | [`fenced`](LockLayer::fenced): the fencing token issued with the grant | off: on demand, [`HeldLock::fencing_token`](crate::HeldLock::fencing_token) |
 /// | [`require_name`](LockLayer::require_name) | off: requests without a lock name pass unlocked |
 /// | [`max_name_value_len`](LockLayer::max_name_value_len) | [`DEFAULT_MAX_NAME_VALUE_LEN`](crate::name::DEFAULT_MAX_NAME_VALUE_LEN) (128 bytes) |
 /// | [`with_rejection_response`](LockLayer::with_rejection_response) | [`DefaultRejection`] |
@@ -54,6 +55,7 @@ impl<N: NameSource> LockLayer<N> {
         let own = LockSettings {
             primitive,
             require_name: false,
+            fenced: false,
         };
         LockLayer {
             config: Config::new(client, names, own),
@@ -223,6 +225,34 @@ impl<N: NameSource + Clone, R> LockLayer<N, R> {
     /// normally. The status and headers have been sent by then; they cannot be changed.
     pub fn hold_until_body_end(self) -> Self {
         self.map(Config::hold_until_body_end)
+    }
+
+    /// Takes each lock with its fencing token, issued in the acquire's own round trip, for
+    /// services whose every request writes a fenced store (with
+    /// [`lock-fence`](https://docs.rs/lock-fence) or a token column of your own).
+    ///
+    /// Without it the token is issued on demand: a request that never asks
+    /// [`HeldLock::fencing_token`](crate::HeldLock::fencing_token) costs Redis no token at all
+    /// (an uncontended grant is one `SET NX PX`), and the requests of one process waiting for a
+    /// hot name take turns in memory while the process holds the lock; a request that asks pays
+    /// one round trip for it. Fenced, every grant carries a token, so `fencing_token` answers
+    /// without a round trip, and every hand-over between requests goes through Redis to issue
+    /// a fresh one.
+    ///
+    /// The read/write mode and [`KeyedConcurrencyLimitLayer`](crate::KeyedConcurrencyLimitLayer)
+    /// always issue their token with the grant; [`MultiLockLayer`](crate::MultiLockLayer) takes
+    /// its locks fenced.
+    ///
+    /// ```
+    /// use lock_tower::{LockLayer, name::Headers};
+    ///
+    /// # fn demo(locks: lock_tower::LockClient) {
+    /// // Every purchase writes `stock` fenced by the product's token: issue it with the grant.
+    /// let layer = LockLayer::new(locks, Headers::new("stock:<x-product-id>")).fenced();
+    /// # let _ = layer; }
+    /// ```
+    pub fn fenced(self) -> Self {
+        self.map(|c| c.map_shared(|s| s.own.fenced = true))
     }
 
     /// Rejects requests whose lock name cannot be built (a missing header or path parameter, a

@@ -25,7 +25,7 @@
 //!
 //! async fn reserve(Path(id): Path<String>, Extension(lock): Extension<HeldLock>) -> String {
 //!     // Only one request per `id` runs here at a time, across all instances.
-//!     format!("reserved {id} under {} (token {})", lock.name(), lock.fencing_token())
+//!     format!("reserved {id} under {}", lock.name())
 //! }
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -91,7 +91,10 @@
 //!
 //! async fn update(Extension(held): Extension<HeldLock>) -> String {
 //!     assert_eq!(held.access(), Some(Access::Write)); // alone: no reader, no other writer
-//!     format!("saved with token {}", held.fencing_token())
+//!     match held.fencing_token().await {
+//!         Ok(token) => format!("saved with token {token}"), // came with the grant
+//!         Err(lost) => format!("not saved: {lost}"),
+//!     }
 //! }
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -225,7 +228,11 @@
 //! a [`LockRejection`] (with the [`LockError`]) in their extensions.
 //!
 //! Handlers find the lock (or permit) they run under, with its fencing token, in the request
-//! extensions as [`HeldLock`] ([`HeldLocks`] under a [`MultiLockLayer`]). They run inside the
+//! extensions as [`HeldLock`] ([`HeldLocks`] under a [`MultiLockLayer`]). A [`LockLayer`]'s
+//! token is issued on demand (the handler's first `held.fencing_token().await` costs one round
+//! trip; a handler that never asks costs Redis no token, and a hot name's requests in one
+//! process take turns in memory); a layer made [`fenced`](LockLayer::fenced) takes it with
+//! the grant, for services that fence every write. Handlers run inside the
 //! guard's reentrancy scope: taking the same
 //! lock again with the same client (for example through `#[distributed_lock]`) re-enters
 //! instead of deadlocking.

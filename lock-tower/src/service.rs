@@ -21,6 +21,8 @@ use crate::response::{AcquireFuture, Origin, ResponseFuture};
 pub(crate) struct LockSettings {
     pub(crate) primitive: Primitive,
     pub(crate) require_name: bool,
+    /// Mutexes are taken [`fenced`](lock_runtime::Lock::fenced) ([`LockLayer::fenced`](crate::LockLayer::fenced)).
+    pub(crate) fenced: bool,
 }
 
 /// What a request holds while it is served.
@@ -45,7 +47,10 @@ impl<N: NameSource> Shared<N, LockSettings> {
         let group = self.names.metrics_group();
         match &self.own.primitive {
             Primitive::Mutex => {
-                let lock = grouped(self.client.lock(name), group);
+                let mut lock = grouped(self.client.lock(name), group);
+                if self.own.fenced {
+                    lock = lock.fenced();
+                }
                 Box::pin(async move { lock.acquire_with(options).await.map(Hold::One) })
             }
             Primitive::ReadWrite(_) => {
@@ -78,12 +83,7 @@ impl<N: NameSource> Shared<N, LockSettings> {
 }
 
 /// `lock`, its metrics under `group` when there is one.
-///
-/// Taken [`fenced`](lock_runtime::Lock::fenced): the layers hand each lock's fencing token to
-/// the service ([`HeldLock`](crate::HeldLock), [`HeldLocks`](crate::HeldLocks)), so it is
-/// issued with the grant, in the same round trip.
 pub(crate) fn grouped(lock: lock_runtime::Lock, group: Option<&str>) -> lock_runtime::Lock {
-    let lock = lock.fenced();
     match group {
         Some(group) => lock.group(group),
         None => lock,

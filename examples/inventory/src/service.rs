@@ -133,7 +133,13 @@ pub(crate) async fn serve(
     if locked {
         let locks = LockClient::connect(redis_url).await?;
         // `route_layer`: only matched routes are locked; the name is the `{id}` path param.
-        purchases = purchases.route_layer(LockLayer::new(locks.clone(), PURCHASE_LOCK).wait(WAIT));
+        // `fenced()`: every purchase writes the stock fenced by its token, so the token comes
+        // with the grant instead of costing a round trip of its own.
+        purchases = purchases.route_layer(
+            LockLayer::new(locks.clone(), PURCHASE_LOCK)
+                .wait(WAIT)
+                .fenced(),
+        );
         // One lock per product in the cart, taken together (whatever the order of the items).
         checkout =
             checkout.route_layer(MultiLockLayer::new(locks, JsonNames::new(CART_LOCKS)).wait(WAIT));
@@ -207,10 +213,19 @@ async fn sell_one(
     if stock <= 0 {
         return reply(StatusCode::CONFLICT, "out of stock");
     }
+    // The layer is `fenced()`: the token came with the grant, so this is no round trip. A
+    // request whose lock was lost meanwhile gets no token, and writes nothing.
+    let fence = match &held {
+        Some(Extension(lock)) => match lock.fencing_token().await {
+            Ok(token) => Some((lock.name(), token)),
+            Err(e) => return reply(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        },
+        None => None,
+    };
     let sale = async {
         let mut tx = store.begin().await?;
-        if let Some(Extension(lock)) = &held {
-            tx.advance(lock.name(), lock.fencing_token()).await?;
+        if let Some((name, token)) = fence {
+            tx.advance(name, token).await?;
         }
         tx.save_stock(&id, stock - 1).await?;
         tx.record_sale(&id, 1, "purchase").await?;

@@ -90,6 +90,11 @@ impl InventoryServer {
             .ok_or_else(|| Status::invalid_argument("bad x-product-id"))?
             .to_owned();
         let quantity = i64::from(request.get_ref().quantity.max(1));
+        // Came with the grant (the layer is `fenced()`); a call whose lock was lost gets none.
+        let token = lock
+            .fencing_token()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let unavailable = |e: redis::RedisError| Status::unavailable(e.to_string());
         let mut redis = self.redis.clone();
         let stock: Option<i64> = redis.get(stock_key(&id)).await.map_err(unavailable)?;
@@ -102,7 +107,7 @@ impl InventoryServer {
             .key(stock_key(&id))
             .key(format!("inventory:fence:{id}"))
             .arg(stock - quantity)
-            .arg(lock.fencing_token())
+            .arg(token)
             .invoke_async(&mut redis)
             .await
             .map_err(unavailable)?;
@@ -115,7 +120,7 @@ impl InventoryServer {
             .map_err(unavailable)?;
         Ok(Response::new(PurchaseReply {
             stock_left: stock - quantity,
-            fencing_token: lock.fencing_token(),
+            fencing_token: token,
         }))
     }
 }
@@ -162,8 +167,9 @@ async fn start_server(url: &str) -> Result<SocketAddr, BoxError> {
         redis: ConnectionManager::new(redis::Client::open(url)?).await?,
         save: Arc::new(redis::Script::new(FENCED_SAVE)),
     };
-    let layer =
-        LockLayer::new(locks, Headers::new("stock:<x-product-id>")).wait(Duration::from_secs(5));
+    let layer = LockLayer::new(locks, Headers::new("stock:<x-product-id>"))
+        .wait(Duration::from_secs(5))
+        .fenced();
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse()?)?;
     let addr = incoming.local_addr()?;
     tokio::spawn(

@@ -43,10 +43,11 @@ impl<N: BodyNameSource> Shared<N, Bounds> {
             });
         }
         let group = self.names.metrics_group();
+        // Fenced: `HeldLocks` hands the handler every token without a round trip.
         let multi = MultiLock::new(
             names
                 .iter()
-                .map(|name| crate::service::grouped(self.client.lock(name), group)),
+                .map(|name| crate::service::grouped(self.client.lock(name), group).fenced()),
         )?;
         let options = self.options;
         Ok(Box::pin(async move {

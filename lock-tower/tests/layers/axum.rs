@@ -105,7 +105,12 @@ async fn reserve(
     let mut inside = Inside::enter(&probe, &id);
     tokio::time::sleep(probe.hold).await;
     inside.done = true;
-    format!("{} {}", held.name(), held.fencing_token())
+    // On demand: the first ask is a round trip, checked against the holder.
+    let token = held
+        .fencing_token()
+        .await
+        .expect("asked while the request holds");
+    format!("{} {token}", held.name())
 }
 
 async fn health() -> &'static str {

@@ -58,7 +58,11 @@ async fn job(
     let _key = jobs.key(&key).enter();
     let _total = jobs.total.enter();
     tokio::time::sleep(Duration::from_millis(ms)).await;
-    format!("{} {}", held.name(), held.fencing_token())
+    // A permit's token comes with the grant.
+    let token = held
+        .issued_token()
+        .expect("a permit's token comes with the grant");
+    format!("{} {token}", held.name())
 }
 
 fn app(layer: KeyedConcurrencyLimitLayer<name::PathParams>, jobs: &Arc<Jobs>) -> Router {

@@ -49,7 +49,7 @@ async fn read(State(docs): State<Arc<Docs>>, Extension(held): Extension<HeldLock
         common::eventually(Duration::from_secs(2), || docs.readers.now() >= 2).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    format!("{:?} {}", held.access(), held.fencing_token())
+    format!("{:?} {}", held.access(), issued(&held))
 }
 
 async fn write(State(docs): State<Arc<Docs>>, Extension(held): Extension<HeldLock>) -> String {
@@ -58,7 +58,13 @@ async fn write(State(docs): State<Arc<Docs>>, Extension(held): Extension<HeldLoc
     docs.readers_left_before_write
         .store(docs.readers.left(), Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    format!("{:?} {}", held.access(), held.fencing_token())
+    format!("{:?} {}", held.access(), issued(&held))
+}
+
+/// The token of a read/write layer's hold: issued with the grant, either side.
+fn issued(held: &HeldLock) -> u64 {
+    held.issued_token()
+        .expect("a read/write layer's token comes with the grant")
 }
 
 fn app(layer: LockLayer<name::PathParams>, docs: &Arc<Docs>) -> Router {

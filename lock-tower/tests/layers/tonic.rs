@@ -76,7 +76,10 @@ impl UnaryMethod for Inventory {
             this.probe.calls.fetch_add(1, Ordering::SeqCst);
             Ok(tonic::Response::new(ReserveReply {
                 lock: held.name().to_owned(),
-                fencing_token: held.fencing_token(),
+                fencing_token: held
+                    .fencing_token()
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?,
             }))
         })
     }

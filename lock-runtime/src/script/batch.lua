@@ -4,8 +4,8 @@
 -- script would have run.
 --
 -- ARGV  for each operation: 'a' (acquire), 'p' (a plain acquire: `SET NX PX GET`) or 'r'
---       (release), its argument count, its arguments
--- KEYS  each operation's keys, in the same order: 3 each, 1 for a plain acquire
+--       (release), its key count, its argument count, its arguments
+-- KEYS  each operation's keys, in the same order
 --
 -- Returns one reply per operation, as its own script would have replied; an operation that
 -- raised an error (a server error its script does not turn into a reply) gets that error in its
@@ -13,19 +13,22 @@
 local replies = {}
 local key, arg = 1, 1
 while arg <= #ARGV do
-  local kind, count = ARGV[arg], tonumber(ARGV[arg + 1])
-  local args = {unpack(ARGV, arg + 2, arg + 1 + count)}
+  local kind, keys, count = ARGV[arg], tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2])
+  local args = {unpack(ARGV, arg + 3, arg + 2 + count)}
   local ok, reply
   if kind == 'a' then
     ok, reply = pcall(acquire, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
-    key = key + 3
   elseif kind == 'p' then
     ok, reply = pcall(plain_acquire, KEYS[key], unpack(args))
-    key = key + 1
   else
-    ok, reply = pcall(release, KEYS[key], KEYS[key + 1], KEYS[key + 2], unpack(args))
-    key = key + 3
+    -- Two keys without an heir (no fencing counter), three with one.
+    local fence = nil
+    if keys == 3 then
+      fence = KEYS[key + 2]
+    end
+    ok, reply = pcall(release, KEYS[key], KEYS[key + 1], fence, unpack(args))
   end
+  key = key + keys
   if not ok then
     -- `redis.call` raises its error as a table with `err`; anything else is a plain message.
     if type(reply) ~= 'table' or not reply.err then
@@ -33,6 +36,6 @@ while arg <= #ARGV do
     end
   end
   replies[#replies + 1] = reply
-  arg = arg + 2 + count
+  arg = arg + 3 + count
 end
 return replies

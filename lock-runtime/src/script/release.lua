@@ -3,9 +3,11 @@
 --
 -- KEYS[1]  the lock: this crate's mutex string, or a hash (see `acquire.lua`)
 -- KEYS[2]  unlock channel
--- KEYS[3]  fencing counter
+-- KEYS[3]  fencing counter (only with ARGV[3]: a release without an heir sends two keys)
 -- ARGV[1]  owner id
--- ARGV[2]  's': the lock is this crate's mutex string; anything else: a hash
+-- ARGV[2]  's' or absent: the lock is this crate's mutex string; anything else: a hash
+--          (the common release, of a mutex string without an heir, is two keys and the owner
+--          id: every key and argument costs the server time on every call)
 -- ARGV[3]  (optional) the next owner: a task of the releasing client waiting for this lock
 -- ARGV[4]  the next owner's lease in milliseconds
 -- ARGV[5]  fencing counter retention in milliseconds
@@ -21,7 +23,7 @@
 -- and handed to ARGV[3] with this fencing token (no message: the lock never fell free; token
 -- 0: none issued), {0, 0} when this owner does not hold the lock, {-1, type} for foreign data.
 local function release(lock, channel, fence, owner, model, heir, lease_ms, retention_ms, fenced, yield_ms)
-  local plain = model == 's'
+  local plain = model == nil or model == 's'
   local waited = true
   if plain then
     -- The common case first, in as few steps as the server can run: ours, marked or not.

@@ -53,30 +53,14 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         .collect();
     let mut body = String::from(include_str!("prelude.lua"));
     for (i, entry) in entries.iter().enumerate() {
-        // `clock_read` is the prelude's one per-call value (the server clock, read once per
-        // call): a script starts without it, so a function must too.
-        match hoisted(entry.file) {
-            // The script's functions defined once, when the library loads; a call runs only
-            // its last line. Defined in the callback, they would be new closures on every
-            // call: about 0.4 µs of the server's time per release (a `redis-cli --pipe`
-            // harness, Redis 7.0: 2.0 µs per `FCALL` of the release wrapped, 1.6 µs
-            // hoisted, as little as a bare compare-and-delete).
-            Some((functions, call)) => {
-                let _ = write!(
-                    body,
-                    "\nlocal script_{i}\ndo\n{functions}\nscript_{i} = function(KEYS, ARGV)\nclock_read = nil\n{call}\nend\nend\n"
-                );
-            }
-            // The script's own file as the function's body, under the names it uses for its
-            // keys and arguments.
-            None => {
-                let _ = write!(
-                    body,
-                    "\nlocal function script_{i}(KEYS, ARGV)\nclock_read = nil\n{}\nend\n",
-                    entry.file.trim_end()
-                );
-            }
-        }
+        // The script's own file as the function's body, under the names it uses for its keys
+        // and arguments. `clock_read` is the prelude's one per-call value (the server clock,
+        // read once per call): a script starts without it, so a function must too.
+        let _ = write!(
+            body,
+            "\nlocal function script_{i}(KEYS, ARGV)\nclock_read = nil\n{}\nend\n",
+            entry.file.trim_end()
+        );
     }
     let hash = Script::new(&body).get_hash()[..12].to_owned();
     let library = format!("lockrt_{hash}");
@@ -97,19 +81,6 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     }
     Library { code, names }
 });
-
-/// A script that only defines functions and ends with one `return f(KEYS[…], ARGV[…])` line,
-/// split into its definitions and that line; `None` for a script with statements of its own
-/// (which must run on every call, inside the callback).
-fn hoisted(file: &str) -> Option<(&str, &str)> {
-    let file = file.trim_end();
-    let (functions, call) = file.rsplit_once('\n')?;
-    let per_call = |line: &str| {
-        let code = line.split("--").next().unwrap_or("");
-        code.contains("KEYS") || code.contains("ARGV")
-    };
-    (call.starts_with("return ") && !functions.lines().any(per_call)).then_some((functions, call))
-}
 
 impl Library {
     /// The function that runs `script`, if the library has one.
@@ -311,23 +282,6 @@ mod tests {
         assert!(LIBRARY.code.contains(&format!(
             "function_name='{acquire}', callback=script_0, flags={{}}"
         )));
-    }
-
-    #[test]
-    fn scripts_that_only_define_functions_define_them_once_per_library() {
-        let (functions, call) = hoisted(include_str!("release.lua")).expect("release is hoisted");
-        assert!(functions.contains("local function release("));
-        assert!(call.starts_with("return release(KEYS[1]"));
-        assert!(hoisted(include_str!("acquire.lua")).is_some());
-        // Statements of their own that read KEYS or ARGV: they run inside the callback.
-        assert_eq!(hoisted(include_str!("renew.lua")), None);
-        assert_eq!(hoisted(include_str!("force_unlock.lua")), None);
-        assert!(LIBRARY.code.contains("local script_1\ndo\n"));
-        assert!(
-            LIBRARY
-                .code
-                .contains("\nscript_1 = function(KEYS, ARGV)\nclock_read = nil\nreturn release(")
-        );
     }
 
     #[test]

@@ -23,7 +23,24 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
   local plain = model == 's'
   local waited = false
   if plain then
-    local holder, marked, other = string_holder(lock)
+    local value = nil
+    if waiting ~= '1' then
+      -- Not waiting, so nothing to mark: take a free lock in the step that reads it (one call
+      -- of Redis's fewer than a read and a write, the costliest part of a script), then issue
+      -- the token. A lock that is not free is left as it was; a grant the counter refuses
+      -- (foreign data there, or another client's turn) is taken back.
+      value = redis.pcall('SET', lock, owner, 'NX', 'PX', lease_ms, 'GET')
+      if value == false then
+        local token, reply = next_token(fence, owner, retention_ms, nil, {channel, false},
+          fenced == '0')
+        if not token then
+          redis.call('DEL', lock)
+          return reply
+        end
+        return {1, token}
+      end
+    end
+    local holder, marked, other = string_holder(lock, value)
     if other then
       return other
     end

@@ -91,6 +91,44 @@ async fn foreign_data_at_a_lock_key_is_a_typed_error_and_is_left_alone() {
     );
 }
 
+/// Foreign data at the fencing counter of a free lock: a fenced acquire (which takes a free lock
+/// in the step that reads it, then issues the token) and a first attempt without a token both
+/// report it, and the refused grant is taken back: the lock stays free and the counter keeps
+/// its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_grant_refused_by_foreign_data_at_the_counter_leaves_the_lock_free() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    redis.cmd(&["SET", "lock:{counter}:fence", "not a counter"]);
+    for attempt in [Duration::ZERO, Duration::from_millis(100)] {
+        let err = locks
+            .lock("counter")
+            .fenced()
+            .try_acquire(attempt)
+            .await
+            .unwrap_err();
+        // (The error names the lock's key: the scripts' reply does not say which key held it.)
+        assert!(
+            matches!(&err, LockError::ForeignData { found, .. } if found == "string"),
+            "{err:?}"
+        );
+        assert_eq!(redis.mutex_holder("lock:{counter}"), None, "taken back");
+    }
+    assert_eq!(
+        redis.cmd(&["GET", "lock:{counter}:fence"]).text(),
+        Some("not a counter")
+    );
+    // A first attempt without a token reads the counter too (it could hold turns): refused,
+    // and taken back the same way.
+    let err = locks
+        .lock("counter")
+        .try_acquire(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, LockError::ForeignData { .. }), "{err:?}");
+    assert_eq!(redis.mutex_holder("lock:{counter}"), None, "taken back");
+}
+
 /// A hold whose key was overwritten with foreign data while it was held: the release reports
 /// the data's type and leaves it alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

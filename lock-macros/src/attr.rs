@@ -21,11 +21,12 @@ mod kw {
     syn::custom_keyword!(on_lost);
     syn::custom_keyword!(abort);
     syn::custom_keyword!(ignore);
+    syn::custom_keyword!(fenced);
 }
 
 /// The argument names, for error messages.
 const VALID_ARGS: &str = "`name`, `mode`, `permits`, `capacity`, `max_names`, `wait`, `lease`, \
-                          `max_hold`, `client`, `on_lost`, `crate`";
+                          `max_hold`, `fenced`, `client`, `on_lost`, `crate`";
 
 /// The values of `mode = "…"`, for error messages.
 const VALID_MODES: &str = "\"read\", \"write\", \"fair\"";
@@ -59,6 +60,8 @@ pub(crate) struct LockArgs {
     pub(crate) client: Option<Expr>,
     pub(crate) on_lost: Option<OnLost>,
     pub(crate) krate: Option<Path>,
+    /// The span of `fenced` when given: the mutex is taken with its fencing token.
+    pub(crate) fenced: Option<Span>,
 }
 
 /// `on_lost = abort | ignore`.
@@ -100,6 +103,7 @@ pub(crate) struct CountArg {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kind {
     Mutex,
+    FencedMutex,
     Fair,
     Read,
     Write,
@@ -148,6 +152,7 @@ impl LockArgs {
                 permits: self.permits.as_ref().map_or(1, |p| p.value),
                 capacity: capacity.value,
             },
+            (None, None) if self.fenced.is_some() => Kind::FencedMutex,
             (None, None) => Kind::Mutex,
             (Some(mode), None) => match mode.mode {
                 Mode::Read => Kind::Read,
@@ -165,6 +170,7 @@ impl LockArgs {
             self.check_semaphore_names(over_collection),
             self.check_max_names(over_collection),
             self.check_permits(),
+            self.check_fenced(),
         ]
         .into_iter()
         .flatten()
@@ -225,6 +231,19 @@ impl LockArgs {
             )),
             _ => None,
         }
+    }
+
+    /// `fenced` chooses how a mutex issues its token; the other primitives always issue theirs
+    /// with the grant.
+    fn check_fenced(&self) -> Option<syn::Error> {
+        let span = self.fenced?;
+        (self.mode.is_some() || self.capacity.is_some() || self.permits.is_some()).then(|| {
+            syn::Error::new(
+                span,
+                "`fenced` applies to a mutex (no `mode`, `permits` or `capacity`): a fair lock, \
+                 a read/write lock and a semaphore always take their fencing token with the grant",
+            )
+        })
     }
 
     /// `permits` are taken from a `capacity`, and no more than it has.
@@ -315,6 +334,11 @@ impl LockArgs {
             let span = input.parse::<kw::on_lost>()?.span;
             equals_once(&self.on_lost, input, span, "on_lost")?;
             self.on_lost = Some(OnLost::parse(input)?);
+        } else if lookahead.peek(kw::fenced) {
+            // A flag: no value.
+            let span = input.parse::<kw::fenced>()?.span;
+            no_duplicate(&self.fenced, span, "fenced")?;
+            self.fenced = Some(span);
         } else if lookahead.peek(Token![crate]) {
             let span = input.parse::<Token![crate]>()?.span;
             equals_once(&self.krate, input, span, "crate")?;
@@ -606,6 +630,8 @@ mod tests {
     fn modes_and_semaphores_pick_the_kind() {
         for (text, kind) in [
             (r#"name = "a""#, Kind::Mutex),
+            (r#"name = "a", fenced"#, Kind::FencedMutex),
+            (r#"fenced, name = "a", wait = "1s""#, Kind::FencedMutex),
             (r#"name = "a", mode = "fair""#, Kind::Fair),
             (r#"mode = "read", name = "a""#, Kind::Read),
             (r#"name = "a", mode = "write", wait = "1s""#, Kind::Write),
@@ -654,6 +680,18 @@ mod tests {
     fn bad_modes_and_counts_are_rejected() {
         for (text, expected) in [
             (r#"name = "a", mode = "mutex""#, r#"unknown mode "mutex""#),
+            (
+                r#"name = "a", mode = "read", fenced"#,
+                "`fenced` applies to a mutex",
+            ),
+            (
+                r#"name = "a", capacity = 2, fenced"#,
+                "always take their fencing token with the grant",
+            ),
+            (
+                r#"name = "a", fenced, fenced"#,
+                "duplicate argument `fenced`",
+            ),
             (r#"name = "a", mode = read"#, "takes a string literal"),
             (
                 r#"name = "a", capacity = 0"#,

@@ -251,6 +251,7 @@ fn gen_client(args: &LockArgs, private: &TokenStream) -> TokenStream {
 fn gen_kind(args: &LockArgs, private: &TokenStream) -> TokenStream {
     match args.kind() {
         Kind::Mutex => quote!(#private::Kind::Mutex),
+        Kind::FencedMutex => quote!(#private::Kind::FencedMutex),
         Kind::Fair => quote!(#private::Kind::Fair),
         Kind::Read => quote!(#private::Kind::Read),
         Kind::Write => quote!(#private::Kind::Write),

@@ -94,6 +94,7 @@ use proc_macro::TokenStream;
 /// | [`wait = "…"`](#wait) | wait indefinitely | how long to wait for a busy lock |
 /// | [`lease = "…"`](#lease) | watchdog renewal | a fixed lease instead of renewal |
 /// | [`max_hold = "…"`](#max_hold) | no limit | stop renewing and give the lock up after this long |
+/// | [`fenced`](#fenced) | tokens on demand | a mutex takes its fencing token with the grant |
 /// | [`client = <expr>`](#client) | the process-wide default | which `LockClient` to use |
 /// | [`on_lost = abort \| ignore`](#on_lost) | `abort` | what a lost lock does to the body |
 /// | [`crate = "…"`](#crate) | `"::lock_runtime"` | where `lock_runtime` is |
@@ -299,6 +300,31 @@ use proc_macro::TokenStream;
 /// With a fixed [`lease`](#lease) too, whichever ends first ends the hold (a `max_hold` shorter
 /// than the lease releases the lock early).
 ///
+/// ## `fenced`
+///
+/// A mutex is taken without a fencing token by default (tokens on demand: an uncontended grant
+/// is one `SET NX PX`). A body that writes a fenced store asks for the token by re-entering the
+/// lock it runs under: the re-entrant guard shares the hold, so the token is that hold's, issued
+/// by Redis only while it is ours (one round trip the first time, then cached). With the bare
+/// flag `fenced`, the token is issued with the grant instead, in the acquire's own round trip,
+/// and asking for it costs nothing. (A fair lock, a read/write lock and a semaphore always take
+/// theirs with the grant; `fenced` with `mode`, `permits` or `capacity` is a compile error. A
+/// client built with `fenced_by_default(true)` takes every mutex fenced.)
+///
+/// ```no_run
+/// # use lock_macros::distributed_lock;
+/// # use lock_runtime::{LockClient, LockError};
+/// #[distributed_lock(name = "stock:<sku>", fenced)]
+/// async fn restock(sku: &str, qty: i64) -> Result<(), LockError> {
+///     // Re-enters the hold this call runs under: no acquisition, and its token came with it.
+///     let held = LockClient::default_client()?.lock(&format!("stock:{sku}")).acquire().await?;
+///     let token = held.fencing_token().await?;
+///     // UPDATE stock SET qty = qty + $2, lock_token = $3 WHERE sku = $1 AND lock_token < $3
+///     # let _ = (qty, token);
+///     Ok(())
+/// }
+/// ```
+///
 /// ## `client`
 ///
 /// Which `LockClient` to lock with: any expression, evaluated in the fn's scope before the body
@@ -394,8 +420,9 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// where `Kind` is `Mutex`, `Fair`, `Read`, `Write` or `Semaphore { permits, capacity }` (from
-/// [`mode`](#mode), [`permits` and `capacity`](#permits-and-capacity)), and `run_locked` (in
+/// where `Kind` is `Mutex`, `FencedMutex` ([`fenced`](#fenced)), `Fair`, `Read`, `Write` or
+/// `Semaphore { permits, capacity }` (from [`mode`](#mode),
+/// [`permits` and `capacity`](#permits-and-capacity)), and `run_locked` (in
 /// `lock_runtime::__private`) takes the lock of that kind, runs the body with `LockGuard::run`
 /// (or `LockGuard::scope` for `on_lost = ignore`) and releases. If the arguments are wrong,
 /// the fn is emitted unchanged next to the compile error.

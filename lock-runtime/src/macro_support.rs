@@ -28,6 +28,9 @@ pub enum OnLost {
 pub enum Kind {
     /// The default: [`LockClient::lock`].
     Mutex,
+    /// `fenced`: [`LockClient::lock`] taken [`fenced`](Lock::fenced), its token issued with
+    /// the grant.
+    FencedMutex,
     /// `mode = "fair"`: [`LockClient::fair_lock`].
     Fair,
     /// `mode = "read"`: the read side of [`LockClient::rw_lock`].
@@ -51,6 +54,7 @@ impl Kind {
     fn lock(self, client: &LockClient, name: &str, group: &'static str) -> Result<Lock, LockError> {
         let lock = match self {
             Kind::Mutex => client.lock(name),
+            Kind::FencedMutex => client.lock(name).fenced(),
             Kind::Fair => client.fair_lock(name),
             Kind::Read => client.rw_lock(name).read().clone(),
             Kind::Write => client.rw_lock(name).write().clone(),

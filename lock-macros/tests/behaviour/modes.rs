@@ -457,3 +457,45 @@ async fn max_hold_applies_to_every_kind_and_on_lost_ignore_finishes_the_body() {
     let locks = connect(&server).await;
     assert!(!slow_reader(&locks).await.unwrap());
 }
+
+// --- fenced ---
+
+/// Re-enters the hold it runs under and reads its token: `(issued before asking, the token)`.
+#[distributed_lock(name = "fence:<id>", client = locks, fenced)]
+async fn fenced_body(locks: LockClient, id: u32) -> Result<(Option<u64>, u64), AppError> {
+    let held = locks.lock(&format!("fence:{id}")).acquire().await?;
+    assert!(held.is_reentrant());
+    Ok((held.issued_token(), held.fencing_token().await?))
+}
+
+/// The same without `fenced`: tokens on demand.
+#[distributed_lock(name = "fence:<id>", client = locks)]
+async fn lazy_body(locks: LockClient, id: u32) -> Result<(Option<u64>, u64), AppError> {
+    let held = locks.lock(&format!("fence:{id}")).acquire().await?;
+    assert!(held.is_reentrant());
+    Ok((held.issued_token(), held.fencing_token().await?))
+}
+
+#[tokio::test]
+async fn fenced_takes_the_token_with_the_grant_and_the_default_asks_for_it() {
+    let redis = RedisServer::start();
+    let locks = connect(&redis).await;
+    let mut last = 0;
+    for round in 0..3 {
+        let (issued, token) = fenced_body(locks.clone(), 1).await.unwrap();
+        assert_eq!(
+            issued,
+            Some(token),
+            "round {round}: fenced, issued with the grant"
+        );
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        let (issued, token) = lazy_body(locks.clone(), 1).await.unwrap();
+        assert_eq!(
+            issued, None,
+            "round {round}: on demand, none before the ask"
+        );
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+    }
+}

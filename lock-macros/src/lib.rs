@@ -317,7 +317,7 @@ use proc_macro::TokenStream;
 /// #[distributed_lock(name = "stock:<sku>", fenced)]
 /// async fn restock(sku: &str, qty: i64) -> Result<(), LockError> {
 ///     // Re-enters the hold this call runs under: no acquisition, and its token came with it.
-///     let held = LockClient::default_client()?.lock(&format!("stock:{sku}")).acquire().await?;
+///     let held = LockClient::default_client()?.lock(format!("stock:{sku}")).acquire().await?;
 ///     let token = held.fencing_token().await?;
 ///     // UPDATE stock SET qty = qty + $2, lock_token = $3 WHERE sku = $1 AND lock_token < $3
 ///     # let _ = (qty, token);

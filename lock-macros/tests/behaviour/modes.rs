@@ -463,7 +463,7 @@ async fn max_hold_applies_to_every_kind_and_on_lost_ignore_finishes_the_body() {
 /// Re-enters the hold it runs under and reads its token: `(issued before asking, the token)`.
 #[distributed_lock(name = "fence:<id>", client = locks, fenced)]
 async fn fenced_body(locks: LockClient, id: u32) -> Result<(Option<u64>, u64), AppError> {
-    let held = locks.lock(&format!("fence:{id}")).acquire().await?;
+    let held = locks.lock(format!("fence:{id}")).acquire().await?;
     assert!(held.is_reentrant());
     Ok((held.issued_token(), held.fencing_token().await?))
 }
@@ -471,7 +471,7 @@ async fn fenced_body(locks: LockClient, id: u32) -> Result<(Option<u64>, u64), A
 /// The same without `fenced`: tokens on demand.
 #[distributed_lock(name = "fence:<id>", client = locks)]
 async fn lazy_body(locks: LockClient, id: u32) -> Result<(Option<u64>, u64), AppError> {
-    let held = locks.lock(&format!("fence:{id}")).acquire().await?;
+    let held = locks.lock(format!("fence:{id}")).acquire().await?;
     assert!(held.is_reentrant());
     Ok((held.issued_token(), held.fencing_token().await?))
 }

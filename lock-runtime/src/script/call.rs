@@ -93,6 +93,11 @@ impl Call {
         }
     }
 
+    /// Whether this is a [`Call::batch`]: its reply is one reply per operation.
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.script, Some(s) if std::ptr::eq(s, LazyLock::force(&BATCH)))
+    }
+
     /// `batch.lua`: `calls` (each with a [`Call::batch_kind`]) as one script call that runs
     /// them in order and replies with one reply per call.
     pub(crate) fn batch(calls: &[&Call]) -> Call {

@@ -324,27 +324,32 @@ async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisRes
         results[i] = if missing.contains(&i) {
             second
         } else {
-            first_or_again(first, second)
+            first_or_again(first, second, calls[i].is_batch())
         };
     }
     results
 }
 
-/// The reply to give a call that ran twice (see [`run`]): the first when it succeeded (`{1, …}`
-/// done, `{2, …}` handed over: the second run of an acquire granted is a re-take, of a release
-/// done finds nothing), else the second. A batch's replies are chosen one by one.
-fn first_or_again(first: RedisResult<Value>, second: RedisResult<Value>) -> RedisResult<Value> {
+/// The reply to give a call that ran twice (see [`run`]): the first when it succeeded (`1`
+/// or `{1, …}` done, `{2, …}` handed over, nil for a plain `SET` that took the lock: the second
+/// run of an acquire granted is a re-take, of a release done finds nothing), else the second.
+/// A `batch` call's replies (one per operation) are chosen one by one.
+fn first_or_again(
+    first: RedisResult<Value>,
+    second: RedisResult<Value>,
+    batch: bool,
+) -> RedisResult<Value> {
     fn succeeded(reply: &Value) -> bool {
-        matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1 | 2))))
+        match reply {
+            Value::Int(1) | Value::Nil => true,
+            Value::Array(items) => matches!(items.first(), Some(Value::Int(1 | 2))),
+            _ => false,
+        }
     }
     match (first, second) {
         (Ok(Value::Array(firsts)), Ok(Value::Array(seconds)))
-            if firsts.len() == seconds.len()
-                && firsts
-                    .iter()
-                    .all(|r| matches!(r, Value::Array(_) | Value::ServerError(_))) =>
+            if batch && firsts.len() == seconds.len() =>
         {
-            // A batch: one reply per operation.
             Ok(Value::Array(
                 firsts
                     .into_iter()
@@ -353,7 +358,7 @@ fn first_or_again(first: RedisResult<Value>, second: RedisResult<Value>) -> Redi
                     .collect(),
             ))
         }
-        (Ok(first), _) if succeeded(&first) => Ok(first),
+        (Ok(first), _) if !batch && succeeded(&first) => Ok(first),
         (_, second) => second,
     }
 }
@@ -395,4 +400,60 @@ fn lost_reply() -> RedisError {
         redis::ErrorKind::Io,
         "lock write dropped before its reply arrived (runtime shutting down)",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(items: &[i64]) -> Value {
+        Value::Array(items.iter().map(|&i| Value::Int(i)).collect())
+    }
+
+    #[test]
+    fn a_call_that_succeeded_the_first_time_keeps_its_first_reply() {
+        // A release done (a bare 1), then found nothing the second time.
+        let kept = first_or_again(Ok(Value::Int(1)), Ok(reply(&[0, 0])), false);
+        assert_eq!(kept.unwrap(), Value::Int(1));
+        // An acquire granted: the second run re-took it with a later token.
+        let kept = first_or_again(Ok(reply(&[1, 5])), Ok(reply(&[1, 6])), false);
+        assert_eq!(kept.unwrap(), reply(&[1, 5]));
+        // Busy the first time, granted the second.
+        let again = first_or_again(Ok(reply(&[0, 100])), Ok(reply(&[1, 7])), false);
+        assert_eq!(again.unwrap(), reply(&[1, 7]));
+    }
+
+    #[test]
+    fn a_batch_chooses_each_operations_reply() {
+        let first = Value::Array(vec![
+            Value::Int(1),
+            reply(&[0, 100]),
+            Value::Nil,
+            reply(&[2, 9]),
+        ]);
+        let second = Value::Array(vec![
+            reply(&[0, 0]),
+            reply(&[1, 8]),
+            Value::BulkString(b"me:1".to_vec()),
+            reply(&[0, 0]),
+        ]);
+        let chosen = first_or_again(Ok(first), Ok(second), true).unwrap();
+        assert_eq!(
+            chosen,
+            Value::Array(vec![
+                Value::Int(1),
+                reply(&[1, 8]),
+                Value::Nil,
+                reply(&[2, 9]),
+            ])
+        );
+        // A batch of bare replies is still a batch: not taken as one script's `{1, …}`.
+        let chosen = first_or_again(
+            Ok(Value::Array(vec![Value::Int(1), reply(&[0, 50])])),
+            Ok(Value::Array(vec![reply(&[0, 0]), reply(&[1, 3])])),
+            true,
+        )
+        .unwrap();
+        assert_eq!(chosen, Value::Array(vec![Value::Int(1), reply(&[1, 3])]));
+    }
 }

@@ -260,7 +260,9 @@ impl LockClientBuilder {
     /// not the client. A write that finds nothing in flight goes out at once either way.
     ///
     /// Off, every write is its own request, pipelined on the shared connection. On a cluster
-    /// and with [`replica_ack`](LockClientBuilder::replica_ack) writes always go out one by one.
+    /// writes always go out one by one. With [`replica_ack`](LockClientBuilder::replica_ack)
+    /// the writes that queue always go out together, followed by one `WAIT` for all of them
+    /// (this option then only adds the merging into one script call).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -332,8 +334,12 @@ impl LockClientBuilder {
     ///   the master and the caller can ignore it ([`LockError::is_released`]).
     ///
     /// `timeout` must be at most half the [response timeout](LockClientBuilder::response_timeout).
-    /// Costs: one more reply per write, and `WAIT` holds up the requests queued behind it on the
-    /// shared connection for up to `timeout` when a replica lags. It narrows the window in which
+    /// Costs: a `WAIT`, which holds up the requests queued behind it on the shared connection
+    /// until the replicas answer (up to `timeout` when one lags). So that a `WAIT` does not
+    /// hold up the next write, the writes that queue meanwhile go out together when it
+    /// returns, followed by one `WAIT` for all of them (as with
+    /// [`group_commit`](LockClientBuilder::group_commit), without merging them into one script
+    /// call). It narrows the window in which
     /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
     /// docs on topologies). `replicas = 0` turns it off.
     ///

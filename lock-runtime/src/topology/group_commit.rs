@@ -1,6 +1,11 @@
 //! Group commit: the writes of one client that queue while one of its writes is in flight go
 //! out together when it returns, and its mutex acquires and releases among them as one script
-//! call (`batch.lua`).
+//! call (`batch.lua`), or, when replicas must acknowledge, each as it is, followed by one
+//! `WAIT` for all of them.
+//!
+//! With acknowledgement the group is what keeps the throughput: a `WAIT` holds up everything
+//! behind it on the connection until the replicas answer, so one `WAIT` per write would let one
+//! write through per replica round trip, whatever the number of tasks.
 //!
 //! Redis spends more of its time starting a script call than on the few commands in one of
 //! ours, so under load (many tasks locking distinct keys at once) one call for a queue of
@@ -14,10 +19,9 @@
 //! request is in flight passes the queue on to a task when it is done, or when it is
 //! cancelled, so a queue never waits on a caller that left.
 //!
-//! Opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in flight for
-//! server CPU. Used on one server and behind Sentinel when replicas need not acknowledge (a
-//! `WAIT` would hold every queued write for its timeout); a cluster sends each call to its
-//! slot's node.
+//! Merging is opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in
+//! flight for server CPU. Grouping is on with it, and always with `replica_ack`. Used on one
+//! server and behind Sentinel; a cluster sends each call to its slot's node.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +31,8 @@ use redis::{RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use super::Conn;
+use super::replica_ack::ReplicaAck;
+use crate::backend::Acked;
 use crate::script::{self, Call, Dialect};
 
 /// Operations per `batch.lua` call; a longer queue goes out as several calls in one pipeline.
@@ -40,6 +46,8 @@ pub(crate) struct GroupCommit {
 struct Inner {
     conn: Conn,
     dialect: Dialect,
+    /// `WAIT` after each request, for every write it carried.
+    ack: Option<ReplicaAck>,
     state: Mutex<State>,
     /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
     /// spanning slots (a proxy in front of a cluster).
@@ -56,17 +64,26 @@ struct State {
 /// A write waiting for its turn, and where its reply goes.
 struct Queued {
     call: Call,
-    reply: oneshot::Sender<RedisResult<Value>>,
+    reply: oneshot::Sender<RedisResult<Acked<Value>>>,
 }
 
 impl GroupCommit {
-    pub(crate) fn new(conn: Conn, dialect: Dialect) -> GroupCommit {
+    /// Groups on `conn`; `merge`: mutex operations of a group become `batch.lua` calls (else
+    /// each call goes as it is, in one pipeline); `ack`: one `WAIT` after each request
+    /// acknowledges every write it carried.
+    pub(crate) fn new(
+        conn: Conn,
+        dialect: Dialect,
+        merge: bool,
+        ack: Option<ReplicaAck>,
+    ) -> GroupCommit {
         GroupCommit {
             inner: Arc::new(Inner {
                 conn,
                 dialect,
+                ack,
                 state: Mutex::new(State::default()),
-                merge: AtomicBool::new(true),
+                merge: AtomicBool::new(merge),
             }),
         }
     }
@@ -74,7 +91,7 @@ impl GroupCommit {
     /// Runs `call`: at once when nothing of this client's is in flight, else with the queue
     /// once the request in flight returns. The reply is the script's, or the error of the
     /// request that carried it.
-    pub(crate) async fn send(&self, call: Call) -> RedisResult<Value> {
+    pub(crate) async fn send(&self, call: Call) -> RedisResult<Acked<Value>> {
         let queued = {
             let mut state = self.inner.lock();
             if state.busy || !state.queue.is_empty() {
@@ -92,8 +109,10 @@ impl GroupCommit {
                 let _turn = Turn(&self.inner);
                 let mut conn = self.inner.conn.clone();
                 let dialect = &self.inner.dialect;
-                let mut results = run(&mut conn, dialect, std::slice::from_ref(&call)).await;
-                results.pop().unwrap_or_else(|| Err(lost_reply()))
+                let calls = std::slice::from_ref(&call);
+                let (mut results, acked) = run(&mut conn, dialect, calls, self.inner.ack).await;
+                let reply = results.pop().unwrap_or_else(|| Err(lost_reply()))?;
+                Ok(self.inner.acked(reply, acked))
             }
             Err(rx) => {
                 // Queued behind writes that nothing sends yet (see `send_all`).
@@ -104,7 +123,7 @@ impl GroupCommit {
     }
 
     /// Runs `calls` in order (each as [`GroupCommit::send`] would) and returns their replies.
-    pub(crate) async fn send_all(&self, calls: Vec<Call>) -> Vec<RedisResult<Value>> {
+    pub(crate) async fn send_all(&self, calls: Vec<Call>) -> Vec<RedisResult<Acked<Value>>> {
         let receivers: Vec<_> = {
             let mut state = self.inner.lock();
             calls
@@ -140,6 +159,13 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a flag and a queue, consistent at every unlock.
         crate::sync::lock(&self.state)
+    }
+
+    /// `reply` with how its acknowledgement fell short, if it did (`acked`: the `WAIT` count of
+    /// its request).
+    fn acked(&self, reply: Value, acked: Option<u32>) -> Acked<Value> {
+        let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
+        Acked { reply, shortfall }
     }
 
     /// If writes are queued and nothing is in flight (or `ending_turn`: only the caller's own
@@ -208,11 +234,11 @@ impl Inner {
                 many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
             })
             .collect();
-        let results = run(&mut self.conn.clone(), &self.dialect, &calls).await;
+        let (results, acked) = run(&mut self.conn.clone(), &self.dialect, &calls, self.ack).await;
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {
-                    let _ = queued.reply.send(result);
+                    let _ = queued.reply.send(result.map(|r| self.acked(r, acked)));
                 }
                 continue;
             }
@@ -233,7 +259,8 @@ impl Inner {
             match replies {
                 Ok(replies) => {
                     for (queued, reply) in run.into_iter().zip(replies) {
-                        let _ = queued.reply.send(reply.extract_error());
+                        let reply = reply.extract_error().map(|r| self.acked(r, acked));
+                        let _ = queued.reply.send(reply);
                     }
                 }
                 Err(e) if script::is_cross_slot(&e) => {
@@ -278,7 +305,8 @@ impl Drop for Drain {
     }
 }
 
-/// Runs `calls` in one pipeline; each gets its own reply or error.
+/// Runs `calls` in one pipeline, followed by `WAIT` when `ack` is given; each gets its own
+/// reply or error, and all share the `WAIT`'s count (`None` without `ack`, or when it failed).
 ///
 /// When some found no script (or function), what they use is loaded and every call from the
 /// first of them on is sent again, in order: the calls after it that ran meanwhile (the server
@@ -289,14 +317,22 @@ impl Drop for Drain {
 /// held), so the second run ends in the state the queue's order gives. A call that had already
 /// succeeded the first time keeps that reply (a release handed over, an acquire granted; see
 /// [`first_or_again`]); the others get their second.
-async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisResult<Value>> {
+///
+/// The `WAIT` goes after every write of the request on the same connection, so it counts them
+/// all; after a second run it is the second `WAIT` that counts (it comes after both).
+async fn run(
+    conn: &mut Conn,
+    dialect: &Dialect,
+    calls: &[Call],
+    ack: Option<ReplicaAck>,
+) -> (Vec<RedisResult<Value>>, Option<u32>) {
     let cmds: Vec<redis::Cmd> = calls.iter().map(|c| dialect.cmd(c).into_owned()).collect();
-    let mut results = send_pipeline(conn, &cmds).await;
+    let (mut results, mut acked) = send_acked(conn, cmds, ack).await;
     let missing: Vec<usize> = (0..results.len())
         .filter(|&i| matches!(&results[i], Err(e) if script::is_missing(e)))
         .collect();
     let Some(&from) = missing.first() else {
-        return results;
+        return (results, acked);
     };
     let errors: Vec<RedisError> = missing
         .iter()
@@ -306,19 +342,20 @@ async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisRes
     let scripts = script::scripts_of(calls);
     match dialect.recover(conn, &errors, &scripts).await {
         Ok(true) => {}
-        Ok(false) => return results,
+        Ok(false) => return (results, acked),
         Err(e) => {
             for &i in &missing {
                 results[i] = Err(e.clone());
             }
-            return results;
+            return (results, acked);
         }
     }
     let again: Vec<redis::Cmd> = calls[from..]
         .iter()
         .map(|call| dialect.cmd(call).into_owned())
         .collect();
-    let seconds = send_pipeline(conn, &again).await;
+    let seconds;
+    (seconds, acked) = send_acked(conn, again, ack).await;
     for (i, second) in (from..).zip(seconds) {
         let first = std::mem::replace(&mut results[i], Err(lost_reply()));
         results[i] = if missing.contains(&i) {
@@ -327,7 +364,26 @@ async fn run(conn: &mut Conn, dialect: &Dialect, calls: &[Call]) -> Vec<RedisRes
             first_or_again(first, second, calls[i].is_batch())
         };
     }
-    results
+    (results, acked)
+}
+
+/// [`send_pipeline`] of `cmds`, then `WAIT` in the same pipeline when `ack` is given: the
+/// commands' results, and the `WAIT`'s count (`None` when it failed).
+async fn send_acked(
+    conn: &mut Conn,
+    mut cmds: Vec<redis::Cmd>,
+    ack: Option<ReplicaAck>,
+) -> (Vec<RedisResult<Value>>, Option<u32>) {
+    let Some(ack) = ack else {
+        return (send_pipeline(conn, &cmds).await, None);
+    };
+    cmds.push(ack.wait_cmd());
+    let mut results = send_pipeline(conn, &cmds).await;
+    let acked = match results.pop() {
+        Some(Ok(reply)) => Some(ReplicaAck::acknowledged(&reply)),
+        _ => None,
+    };
+    (results, acked)
 }
 
 /// The reply to give a call that ran twice (see [`run`]): the first when it succeeded (`1`

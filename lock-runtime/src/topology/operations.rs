@@ -42,8 +42,8 @@ pub(crate) struct RedisBackend {
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: super::slots::SlotCache,
-    /// Lock writes committed in groups, when the client asked for it: on one server and behind
-    /// Sentinel, when replicas need not acknowledge (see `group_commit.rs`).
+    /// Lock writes committed in groups, on one server and behind Sentinel: when the client
+    /// asked for it, and always when replicas must acknowledge (see `group_commit.rs`).
     group: Option<GroupCommit>,
 }
 
@@ -70,8 +70,13 @@ impl RedisBackend {
         } else {
             Dialect::scripts()
         };
-        let group = (one_endpoint && group_commit && ack.is_none())
-            .then(|| GroupCommit::new(conn.clone(), dialect.clone()));
+        // Writes that must be acknowledged always go in groups: `WAIT` holds up everything
+        // behind it on the shared connection anyway, so one `WAIT` per group instead of one
+        // per write (a write's `WAIT` ended before the next write could go out: with 64 tasks
+        // taking locks, 14 × fewer locks per second than without acknowledgement, measured).
+        // Merging them into `batch.lua` calls stays the `group_commit` option.
+        let group = (one_endpoint && (group_commit || ack.is_some()))
+            .then(|| GroupCommit::new(conn.clone(), dialect.clone(), group_commit, ack));
         RedisBackend {
             group,
             conn,
@@ -97,10 +102,7 @@ impl RedisBackend {
     /// [`RedisBackend::write`], the reply as it came.
     async fn write_value(&self, call: Call) -> RedisResult<Acked<Value>> {
         if let Some(group) = &self.group {
-            return Ok(Acked {
-                reply: group.send(call).await?,
-                shortfall: None,
-            });
+            return group.send(call).await;
         }
         let (reply, acked) =
             send::<Value>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;

@@ -35,9 +35,15 @@ pub(crate) struct ReplicaAck {
 impl ReplicaAck {
     /// Appends `WAIT replicas timeout` to a pipeline.
     pub(crate) fn append_wait(&self, pipe: &mut Pipeline) {
-        pipe.cmd("WAIT")
-            .arg(self.replicas)
+        pipe.add_command(self.wait_cmd());
+    }
+
+    /// `WAIT replicas timeout`.
+    pub(crate) fn wait_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas)
             .arg(self.timeout.as_millis().max(1) as u64);
+        cmd
     }
 
     /// How many replicas a `WAIT` reply counts (0 for anything unexpected).

@@ -474,3 +474,54 @@ async fn an_acquire_rides_out_noreplicas_until_the_replica_is_back() {
         .expect("granted once the replica is back");
     guard.release().await.expect("release");
 }
+
+/// Writes of many tasks at once share their `WAIT`s: the writes that queue while one `WAIT` is
+/// out go together, followed by one `WAIT` for all of them, so the replica round trip is paid
+/// once per group, not once per write. Every grant is still on the replica when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_one_wait_per_group() {
+    let pair = ReplicatedPair::start();
+    let locks = acked_client(&pair, Duration::from_secs(30)).await;
+    pair.master().cmd(&["CONFIG", "RESETSTAT"]);
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                for round in 0..10 {
+                    let guard = locks
+                        .lock(format!("shared-wait:{i}"))
+                        .acquire()
+                        .await
+                        .expect("acknowledged acquire");
+                    assert!(
+                        guard.issued_token().is_none(),
+                        "round {round}: no token asked"
+                    );
+                    guard.release().await.expect("acknowledged release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats = pair.master().cmd(&["INFO", "commandstats"]);
+    let calls = |command: &str| -> u64 {
+        let text = stats.text().unwrap_or_default();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let writes = calls("set") + calls("fcall") + calls("evalsha");
+    let waits = calls("wait");
+    assert!(
+        writes >= 640,
+        "{writes} writes for 320 acquire/release pairs"
+    );
+    assert!(
+        waits < writes / 2,
+        "{waits} WAITs for {writes} writes: each write waited on its own"
+    );
+}

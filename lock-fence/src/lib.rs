@@ -113,7 +113,8 @@
 //! let guard = locks.lock("stock:42").fenced().try_acquire(Duration::from_secs(5)).await?;
 //! let token = guard.fencing_token().await?; // came with the grant: no round trip
 //! let purchase = async {
-//!     let mut tx = pool.begin().await?;
+//!     // Not `pool.begin()`: dropped half-way, sqlx's begin can leave a transaction open.
+//!     let mut tx = lock_fence::postgres::begin(&pool).await?;
 //!     lock_fence::postgres::advance(&mut tx, "stock:42", token).await?;
 //!     let qty: i32 = sqlx::query_scalar("SELECT qty FROM stock WHERE sku = $1")
 //!         .bind("42")
@@ -139,6 +140,18 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Dropped requests: begin with this crate
+//!
+//! A fenced write whose future is dropped half-way is the normal case, not an accident:
+//! `LockGuard::run` drops it when the lock is lost, and a timeout or a disconnected client drops
+//! the request. Begin the transaction with [`postgres::begin`](postgres/fn.begin.html) or
+//! [`sqlite::begin`](sqlite/fn.begin.html) rather than sqlx's `Pool::begin` /
+//! `begin_with("BEGIN IMMEDIATE")`: dropped while the database answers, sqlx 0.8's begin can
+//! return the connection to the pool inside a transaction no one will end (on SQLite holding
+//! the write lock, so every other process waits out its busy timeout). This crate's `begin`
+//! runs in a task of its own, so it always completes, and a transaction no one receives is
+//! rolled back. After that, a dropped `Transaction` rolls back at any point, commit included.
 //!
 //! # The order of lock and transaction
 //!

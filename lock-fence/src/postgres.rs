@@ -6,7 +6,8 @@
 //! lock_fence::postgres::migrate(&pool).await?; // once, at start-up
 //!
 //! let token = guard.fencing_token().await?;
-//! let mut tx = pool.begin().await?;
+//! // Not `pool.begin()`: a dropped request cannot leave this one half begun (see `begin`).
+//! let mut tx = lock_fence::postgres::begin(&pool).await?;
 //! // First thing in the transaction: refused if a newer holder of "stock:42" has written.
 //! lock_fence::postgres::advance(&mut *tx, "stock:42", token).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = $1 AND qty > 0")
@@ -38,7 +39,7 @@
 
 use std::fmt::Display;
 
-use sqlx::{Encode, PgConnection, PgPool, Postgres, Type};
+use sqlx::{Encode, PgConnection, PgPool, Postgres, Transaction, Type};
 
 use crate::{FenceError, FencedUpdate, TokenColumn, sql};
 
@@ -74,6 +75,42 @@ pub async fn migrate(pool: &PgPool) -> Result<(), FenceError> {
     sqlx::query(CREATE_FENCE_TABLE).execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Begins a transaction on a connection from `pool`, in a way that dropping the returned
+/// future cannot cut in half: the transaction to call [`advance`] in.
+///
+/// A fenced write is often dropped half-way, and that is normal: `LockGuard::run` drops it when
+/// the lock is lost, a timeout or a disconnected client drops the request. sqlx 0.8's
+/// `Pool::begin` is not safe to drop: dropped after it sent `BEGIN` and before the answer came
+/// back, it neither rolls back nor counts the transaction, so the connection goes back to the
+/// pool `idle in transaction`, and the next user of that connection runs inside a transaction
+/// it did not begin (sqlx issue 4393).
+///
+/// This runs the begin in a Tokio task of its own and waits for it. If the future is dropped,
+/// the task still completes, and the transaction it began, which no one receives, is dropped
+/// with the task's output: rolled back, and its connection returned to the pool. Once you
+/// have the `Transaction`, dropping it (or a future that owns it, at any await point of a
+/// statement or of the commit) rolls it back, as sqlx documents.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool, token: u64) -> Result<(), lock_fence::FenceError> {
+/// let mut tx = lock_fence::postgres::begin(&pool).await?;
+/// lock_fence::postgres::advance(&mut tx, "stock:42", token).await?;
+/// // … reads and writes on `&mut *tx` …
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`FenceError::Database`]: no connection within the pool's acquire timeout, or the server's
+/// error.
+///
+/// # Panics
+/// Outside a Tokio runtime (sqlx needs one too).
+pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, FenceError> {
+    let pool = pool.clone();
+    sql::begin_uncut(async move { pool.begin().await }).await
 }
 
 /// Records `token` as the newest for the lock `name`, unless a newer one is recorded; call it

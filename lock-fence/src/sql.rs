@@ -162,6 +162,26 @@ impl fmt::Display for TokenColumn {
     }
 }
 
+/// `begin` of either store: runs `begin` (a pool's `begin`) in a Tokio task of its own and
+/// waits for it, so that dropping the caller's future cannot cut the start of a transaction in
+/// half (see `sqlite::begin` for why). If the caller's future is dropped, the
+/// task still completes, and the transaction it began is dropped with the task's output, which
+/// rolls it back like any dropped `Transaction`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) async fn begin_uncut<Tx: Send + 'static>(
+    begin: impl Future<Output = Result<Tx, sqlx::Error>> + Send + 'static,
+) -> Result<Tx, FenceError> {
+    match tokio::spawn(begin).await {
+        Ok(begun) => Ok(begun?),
+        // The begin panicked: the caller's own code would have panicked in the same place.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only a runtime shutting down cancels the task.
+        Err(e) => Err(FenceError::Database(sqlx::Error::Io(
+            std::io::Error::other(format!("the task beginning the transaction ended: {e}")),
+        ))),
+    }
+}
+
 /// `advance` of either store: `upsert` records `token` for `name` unless a newer one is
 /// recorded (returning a row when it did); when it did not, `select_newest` reads the newest
 /// token for the error. The caller's transaction must make that read the committed newest.

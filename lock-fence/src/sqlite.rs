@@ -6,15 +6,15 @@
 //! holds the write lock commits (or rolls back) before the next can write, and then finds the
 //! newer token if there is one.
 //!
-//! Open the database in WAL mode with a busy timeout, and start every fenced read-modify-write
-//! with `BEGIN IMMEDIATE` ([`Connection::begin_with`](sqlx::Connection::begin_with)): it takes
-//! the write lock at once, so the transaction's reads cannot be overtaken by another process's
-//! write before its own (with a plain, deferred `BEGIN` the upgrade from reading to writing
-//! fails with `SQLITE_BUSY` instead of waiting).
+//! Open the database in WAL mode with a busy timeout, and begin every fenced read-modify-write
+//! with [`begin`]: it takes the write lock at once (`BEGIN IMMEDIATE`), so the transaction's
+//! reads cannot be overtaken by another process's write before its own (with a plain, deferred
+//! `BEGIN` the upgrade from reading to writing fails with `SQLITE_BUSY` instead of waiting), and
+//! it cannot be cut in half when the request is dropped (see [`begin`] for why sqlx's own
+//! `begin_with` can).
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use sqlx::Connection;
 //! use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool};
 //!
 //! # async fn demo(guard: lock_runtime::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
@@ -27,9 +27,8 @@
 //! lock_fence::sqlite::migrate(&pool).await?; // once, at start-up
 //!
 //! let token = guard.fencing_token().await?;
-//! let mut conn = pool.acquire().await?;
-//! let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-//! lock_fence::sqlite::advance(&mut *tx, "stock:42", token).await?;
+//! let mut tx = lock_fence::sqlite::begin(&pool).await?; // BEGIN IMMEDIATE, uncuttable
+//! lock_fence::sqlite::advance(&mut tx, "stock:42", token).await?;
 //! sqlx::query("UPDATE stock SET qty = qty - 1 WHERE sku = ?1 AND qty > 0")
 //!     .bind("42")
 //!     .execute(&mut *tx)
@@ -40,7 +39,7 @@
 
 use std::fmt::Display;
 
-use sqlx::{Encode, Sqlite, SqliteConnection, SqlitePool, Type};
+use sqlx::{Encode, Sqlite, SqliteConnection, SqlitePool, Transaction, Type};
 
 use crate::{FenceError, FencedUpdate, TokenColumn, sql};
 
@@ -66,8 +65,45 @@ pub async fn migrate(pool: &SqlitePool) -> Result<(), FenceError> {
     Ok(())
 }
 
+/// Begins a `BEGIN IMMEDIATE` transaction on a connection from `pool`, in a way that dropping
+/// the returned future cannot cut in half: the transaction to call [`advance`] in.
+///
+/// A fenced write is often dropped half-way, and that is normal: `LockGuard::run` drops it when
+/// the lock is lost, a timeout or a disconnected client drops the request. sqlx 0.8's
+/// `begin_with("BEGIN IMMEDIATE")` is not safe to drop: after SQLite has begun the transaction
+/// it awaits once more (to check that the statement did begin one), and dropped there, no
+/// `Transaction` exists to roll it back. The connection goes back to the pool inside a
+/// transaction that no one will end, holding the database's write lock, and every other
+/// process's `BEGIN IMMEDIATE` waits out its busy timeout (sqlx issue 3932).
+///
+/// This runs the begin in a Tokio task of its own and waits for it. If the future is dropped,
+/// the task still completes, and the transaction it began, which no one receives, is dropped
+/// with the task's output: rolled back, and its connection returned to the pool. Once you
+/// have the `Transaction`, dropping it (or a future that owns it, at any await point of a
+/// statement or of the commit) rolls it back, as sqlx documents.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::SqlitePool, token: u64) -> Result<(), lock_fence::FenceError> {
+/// let mut tx = lock_fence::sqlite::begin(&pool).await?;
+/// lock_fence::sqlite::advance(&mut tx, "stock:42", token).await?;
+/// // … reads and writes on `&mut *tx` …
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`FenceError::Database`]: no connection within the pool's acquire timeout, or the write
+/// lock not free within the busy timeout.
+///
+/// # Panics
+/// Outside a Tokio runtime (sqlx needs one too).
+pub async fn begin(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, FenceError> {
+    let pool = pool.clone();
+    sql::begin_uncut(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await
+}
+
 /// Records `token` as the newest for the lock `name`, unless a newer one is recorded; call it
-/// inside your transaction (best begun with `BEGIN IMMEDIATE`), before its reads and writes,
+/// inside your transaction (begun with [`begin`]: `BEGIN IMMEDIATE`), before its reads and writes,
 /// and commit while the lock is held:
 ///
 /// ```sql

@@ -388,3 +388,143 @@ async fn hostile_identifiers_are_rejected_before_any_sql_runs() {
         .unwrap();
     assert_eq!(still_there, 0);
 }
+
+// Requests dropped half-way (`LockGuard::run` on a lost lock, a timeout, a client gone).
+
+/// A pool of one connection: acquiring it waits for whatever a dropped request left on it (a
+/// begin in its own task, a queued rollback, the pool's check on release).
+async fn one_connection(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(LIMIT)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// Asserts that no session of the database is `idle in transaction`.
+async fn assert_no_transaction_open(pool: &PgPool, cut: &str) {
+    let open: Vec<String> = sqlx::query_scalar(
+        "SELECT coalesce(query, '') FROM pg_stat_activity \
+         WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        open.is_empty(),
+        "{cut}: sessions left idle in transaction, last statements {open:?}"
+    );
+}
+
+/// The workload's read-modify-write of `name`'s counter, fenced with `token`: begin, advance,
+/// read, write, commit.
+async fn fenced_section(pool: &PgPool, name: &str, token: u64) -> Result<(), FenceError> {
+    let mut tx = lock_fence::postgres::begin(pool).await?;
+    advance(&mut tx, name, token).await?;
+    let value: Option<i64> = sqlx::query_scalar("SELECT value FROM counters WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO counters (name, value) VALUES ($1, $2) \
+         ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+    )
+    .bind(name)
+    .bind(value.unwrap_or(0) + 1)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// sqlx's `Pool::begin` dropped after it sent `BEGIN` and before the answer (sqlx issue 4393)
+/// returned the connection to the pool idle in transaction. `lock_fence::postgres::begin`
+/// dropped at any await point leaves no session in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_dropped_at_any_await_point_leaves_no_transaction_open() {
+    let (pg, pool) = database().await;
+    let cut = one_connection(&pg.url()).await;
+    for polls in 0..common::MAX_POLLS {
+        let begun = common::poll_then_drop(lock_fence::postgres::begin(&cut), polls).await;
+        let completed = begun.is_some();
+        if let Some(tx) = begun {
+            tx.unwrap().rollback().await.unwrap();
+        }
+        let held = cut.acquire().await.unwrap();
+        assert_no_transaction_open(&pool, &format!("begin dropped after {polls} polls")).await;
+        drop(held);
+        if completed {
+            return;
+        }
+    }
+    panic!("begin did not complete within {} polls", common::MAX_POLLS);
+}
+
+/// Whole fenced sections (begin, advance, read, write, commit) from several tasks sharing one
+/// pool, all dropped at their n-th await point, for n = 0, 1, 2, … until every one completes:
+/// afterwards no session is in a transaction, and the counter counts the sections that
+/// committed (and maybe some dropped in their commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_sections_dropped_at_any_await_point_leave_no_transaction_open() {
+    const TASKS: u32 = 3;
+    let (pg, pool) = database().await;
+    sqlx::query("CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let shared = PgPoolOptions::new()
+        .max_connections(TASKS)
+        .acquire_timeout(LIMIT)
+        .connect(&pg.url())
+        .await
+        .unwrap();
+    // Sections that said they committed, and sections dropped (maybe in their commit).
+    let (mut committed, mut dropped) = (0, 0);
+    for polls in 0..common::MAX_POLLS {
+        let sections: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let pool = shared.clone();
+                let token = (polls as u64 + 1) * 10 + u64::from(task);
+                tokio::spawn(async move {
+                    common::poll_then_drop(fenced_section(&pool, "stock:42", token), polls).await
+                })
+            })
+            .collect();
+        let mut completed = 0;
+        for section in sections {
+            match section.await.unwrap() {
+                Some(Ok(())) => {
+                    completed += 1;
+                    committed += 1;
+                }
+                Some(Err(e)) if e.is_stale() => completed += 1,
+                Some(Err(e)) => panic!("after {polls} polls: {e}"),
+                None => dropped += 1,
+            }
+        }
+        let mut held = Vec::new();
+        for _ in 0..TASKS {
+            held.push(shared.acquire().await.unwrap());
+        }
+        assert_no_transaction_open(&pool, &format!("sections dropped after {polls} polls")).await;
+        drop(held);
+        if completed == TASKS {
+            let value: i64 =
+                sqlx::query_scalar("SELECT value FROM counters WHERE name = 'stock:42'")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            // A section dropped in its commit may have committed without hearing it.
+            assert!(
+                (committed..=committed + dropped).contains(&value),
+                "counter {value}: {committed} sections committed, {dropped} dropped"
+            );
+            return;
+        }
+    }
+    panic!(
+        "the sections did not complete within {} polls",
+        common::MAX_POLLS
+    );
+}

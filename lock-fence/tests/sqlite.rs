@@ -10,6 +10,7 @@ use std::time::Duration;
 use lock_fence::sqlite::{add_token_column, advance, check_update, migrate, newest};
 use lock_fence::{FenceError, FencedUpdate, TokenColumn, sql_token};
 use lock_tests::RedisServer;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
 use tokio::task::JoinHandle;
@@ -306,4 +307,195 @@ async fn hostile_identifiers_are_rejected_before_any_sql_runs() {
         .await
         .unwrap();
     assert_eq!(still_there, 0);
+}
+
+// Requests dropped half-way (`LockGuard::run` on a lost lock, a timeout, a client gone).
+
+/// A pool of `connections` on the database in `dir`, waiting `busy` for the write lock.
+async fn pool_with(dir: &std::path::Path, connections: u32, busy: Duration) -> SqlitePool {
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("shop.db"))
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(busy);
+    SqlitePoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(LIMIT)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
+/// Asserts that a connection of `other` gets the write lock at once (its busy timeout is 0):
+/// no transaction is left open on the database.
+async fn assert_write_lock_free(other: &SqlitePool, cut: &str) {
+    let mut conn = other.acquire().await.unwrap();
+    match conn.begin_with("BEGIN IMMEDIATE").await {
+        Ok(tx) => tx.rollback().await.unwrap(),
+        Err(e) => panic!("{cut}: the write lock is still held ({e})"),
+    }
+}
+
+/// Waits until every connection of `pool` is back in it, and holds them: whatever a dropped
+/// request left running on them (a begin in its own task, a rollback, the pool's check on
+/// release) has finished, and nothing else uses them while the caller looks.
+async fn all_connections(pool: &SqlitePool, connections: u32) -> Vec<PoolConnection<Sqlite>> {
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        held.push(pool.acquire().await.unwrap());
+    }
+    held
+}
+
+/// The workload's read-modify-write of `name`'s counter, fenced with `token`: begin, advance,
+/// read, write, commit.
+async fn fenced_section(pool: &SqlitePool, name: &str, token: u64) -> Result<(), FenceError> {
+    let mut tx = lock_fence::sqlite::begin(pool).await?;
+    advance(&mut tx, name, token).await?;
+    let value: Option<i64> = sqlx::query_scalar("SELECT value FROM counters WHERE name = ?1")
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2) \
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )
+    .bind(name)
+    .bind(value.unwrap_or(0) + 1)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn create_counters(pool: &SqlitePool) {
+    sqlx::query("CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// sqlx's `begin_with("BEGIN IMMEDIATE")` dropped after SQLite began the transaction but
+/// before it checked it (sqlx issue 3932) left the connection in a transaction no one ends,
+/// holding the write lock. `lock_fence::sqlite::begin` dropped at any await point leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_dropped_at_any_await_point_leaves_the_write_lock_free() {
+    let db = database().await;
+    // One connection: acquiring it waits for whatever the dropped begin left on it.
+    let cut = pool_with(&db.dir, 1, LIMIT).await;
+    let other = pool_with(&db.dir, 1, Duration::ZERO).await;
+    for polls in 0..common::MAX_POLLS {
+        let begun = common::poll_then_drop(lock_fence::sqlite::begin(&cut), polls).await;
+        let completed = begun.is_some();
+        if let Some(tx) = begun {
+            tx.unwrap().rollback().await.unwrap();
+        }
+        let held = all_connections(&cut, 1).await;
+        assert_write_lock_free(&other, &format!("begin dropped after {polls} polls")).await;
+        drop(held);
+        if completed {
+            return;
+        }
+    }
+    panic!("begin did not complete within {} polls", common::MAX_POLLS);
+}
+
+/// Whole fenced sections (begin, advance, read, write, commit) from several tasks sharing one
+/// pool, all dropped at their n-th await point, for n = 0, 1, 2, … until every one completes:
+/// afterwards no transaction holds the write lock, and the counter counts the sections that
+/// committed (and maybe some dropped in their commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_sections_dropped_at_any_await_point_leave_the_write_lock_free() {
+    const TASKS: u32 = 3;
+    let db = database().await;
+    create_counters(&db.pool).await;
+    let shared = pool_with(&db.dir, TASKS, LIMIT).await;
+    let other = pool_with(&db.dir, 1, Duration::ZERO).await;
+    // Sections that said they committed, and sections dropped (maybe in their commit).
+    let (mut committed, mut dropped) = (0, 0);
+    for polls in 0..common::MAX_POLLS {
+        let sections: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let pool = shared.clone();
+                let token = (polls as u64 + 1) * 10 + u64::from(task);
+                tokio::spawn(async move {
+                    common::poll_then_drop(fenced_section(&pool, "stock:42", token), polls).await
+                })
+            })
+            .collect();
+        let mut completed = 0;
+        for section in sections {
+            match section.await.unwrap() {
+                Some(Ok(())) => {
+                    completed += 1;
+                    committed += 1;
+                }
+                Some(Err(e)) if e.is_stale() => completed += 1,
+                Some(Err(e)) => panic!("after {polls} polls: {e}"),
+                None => dropped += 1,
+            }
+        }
+        let held = all_connections(&shared, TASKS).await;
+        assert_write_lock_free(&other, &format!("sections dropped after {polls} polls")).await;
+        drop(held);
+        if completed == TASKS {
+            let value: i64 =
+                sqlx::query_scalar("SELECT value FROM counters WHERE name = 'stock:42'")
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
+            // A section dropped in its commit may have committed without hearing it.
+            assert!(
+                (committed..=committed + dropped).contains(&value),
+                "counter {value}: {committed} sections committed, {dropped} dropped"
+            );
+            return;
+        }
+    }
+    panic!(
+        "the sections did not complete within {} polls",
+        common::MAX_POLLS
+    );
+}
+
+/// A section dropped while its `BEGIN IMMEDIATE` waits in SQLite's busy handler (another
+/// connection holds the write lock), and one dropped between its last statement and its
+/// commit: neither leaves the write lock held once the other transaction ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sections_dropped_while_waiting_for_the_write_lock_or_before_the_commit_leave_it_free() {
+    let db = database().await;
+    create_counters(&db.pool).await;
+    let cut = pool_with(&db.dir, 1, LIMIT).await;
+    let other = pool_with(&db.dir, 1, Duration::ZERO).await;
+    for round in 0..20u64 {
+        let mut holder = db.pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+        advance(&mut holder, "stock:42", round * 10).await.unwrap();
+        let mut section = Box::pin(fenced_section(&cut, "stock:42", round * 10 + 1));
+        // One poll starts the begin, which waits for the write lock; drop it while it waits
+        // (a few rounds, so that the begin has reached the busy handler in most).
+        let waited = tokio::time::timeout(Duration::from_millis(round * 5), section.as_mut());
+        assert!(
+            waited.await.is_err(),
+            "round {round}: begun while the lock was held"
+        );
+        drop(section);
+        holder.commit().await.unwrap();
+        let held = all_connections(&cut, 1).await;
+        assert_write_lock_free(
+            &other,
+            &format!("round {round}: dropped in the busy handler"),
+        )
+        .await;
+        drop(held);
+    }
+    // Between the last statement and the commit.
+    let mut tx = lock_fence::sqlite::begin(&cut).await.unwrap();
+    advance(&mut tx, "stock:42", 1_000).await.unwrap();
+    sqlx::query("INSERT INTO counters (name, value) VALUES ('stock:42', 1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    drop(tx);
+    let held = all_connections(&cut, 1).await;
+    assert_write_lock_free(&other, "dropped before the commit").await;
+    drop(held);
 }

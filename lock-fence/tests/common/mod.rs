@@ -88,3 +88,40 @@ pub async fn until_lock_waiters(pool: &sqlx::PgPool, n: i64) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Polls `future` up to `polls` times, each poll after the previous one woke it (so each poll
+/// reaches the next await point that had to wait), then drops it: a request cut at its
+/// `polls`-th await point. Returns the output if it completed within those polls.
+///
+/// # Panics
+/// If the future is not woken within [`LIMIT`] after a poll.
+pub async fn poll_then_drop<F: std::future::Future>(future: F, polls: usize) -> Option<F::Output> {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Woken(tokio::sync::Notify);
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            // A permit is stored if no one waits yet: a wake before the wait is not lost.
+            self.0.notify_one();
+        }
+    }
+
+    let woken = Arc::new(Woken(tokio::sync::Notify::new()));
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut future = std::pin::pin!(future);
+    for poll in 1..=polls {
+        // A `Context` is not `Send`: made for each poll, not held across the wait.
+        let polled = future.as_mut().poll(&mut Context::from_waker(&waker));
+        if let Poll::Ready(output) = polled {
+            return Some(output);
+        }
+        tokio::time::timeout(LIMIT, woken.0.notified())
+            .await
+            .unwrap_or_else(|_| panic!("poll {poll}: not woken within {LIMIT:?}"));
+    }
+    None
+}
+
+/// How many cut points the drop tests try before giving up on the future completing.
+pub const MAX_POLLS: usize = 200;

@@ -196,32 +196,17 @@ impl SqlStore {
     }
 }
 
-/// Runs `begin` (a transaction's start) in a task of its own, so that a section dropped while it
-/// runs (cancelled, or its lock lost: `LockGuard::run`) does not cut it in half. Cut in half, a
-/// begin can leave its connection in a transaction that no one will end: sqlx 0.8's SQLite
-/// worker ran the `BEGIN IMMEDIATE` and sent its answer, the dropped future never received it,
-/// so no `Transaction` rolls it back; the connection goes back to the pool still holding
-/// SQLite's write lock, and every other process's `BEGIN IMMEDIATE` waits out its busy timeout
-/// (seen in the failover suites: sections of 10 s, then none). In a task, the begin completes;
-/// if no one waits for it any more, the transaction is dropped with the task's output and
-/// rolled back.
-async fn uncancelled<T: Send + 'static>(
-    begin: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
-) -> Result<T, sqlx::Error> {
-    tokio::spawn(begin)
-        .await
-        .unwrap_or_else(|e| Err(sqlx::Error::Protocol(format!("begin task: {e}"))))
-}
-
 async fn sqlite_section(
     pool: &SqlitePool,
     key: &str,
     token: u64,
     pause: Duration,
 ) -> Result<(), FenceError> {
-    // The write lock at once: the read below cannot be overtaken by another process's write.
-    let pool = pool.clone();
-    let mut tx = uncancelled(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await?;
+    // `BEGIN IMMEDIATE`: the write lock at once, so the read below cannot be overtaken by
+    // another process's write. `lock-fence`'s begin, not sqlx's: a section dropped while it
+    // begins (cancelled, or its lock lost: `LockGuard::run`) cannot leave the transaction open
+    // and the write lock held.
+    let mut tx = lock_fence::sqlite::begin(pool).await?;
     lock_fence::sqlite::advance(&mut tx, key, token).await?;
     let value: Option<i64> = sqlx::query_scalar("SELECT value FROM chaos_values WHERE name = ?1")
         .bind(key)
@@ -252,8 +237,9 @@ async fn postgres_section(
     token: u64,
     pause: Duration,
 ) -> Result<(), FenceError> {
-    let pool = pool.clone();
-    let mut tx = uncancelled(async move { pool.begin().await }).await?;
+    // `lock-fence`'s begin, not sqlx's: a section dropped while it begins cannot leave its
+    // connection idle in transaction.
+    let mut tx = lock_fence::postgres::begin(pool).await?;
     // Locks the name's fence row until the transaction ends: one holder's transaction at a
     // time, in token order.
     lock_fence::postgres::advance(&mut tx, key, token).await?;

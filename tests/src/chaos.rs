@@ -70,6 +70,11 @@ pub struct Record {
     pub owner: String,
     /// When the guard was obtained ([`crate::mono_ns`]).
     pub start_ns: u64,
+    /// When the token was asked for: the acquire's start for a token that came with the grant
+    /// (Redis issued it somewhere between this and `start_ns`), the section's start for one
+    /// asked for in the section. Token order is judged from here: a token is late only if it
+    /// was asked for after a section with a larger one had ended.
+    pub asked_ns: u64,
     /// When the critical section ended, before release.
     pub end_ns: u64,
     /// How it ended.
@@ -82,14 +87,15 @@ impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             self.key,
             self.token,
             self.owner,
             self.start_ns,
             self.end_ns,
             self.outcome.as_str(),
-            u8::from(self.lost)
+            u8::from(self.lost),
+            self.asked_ns
         )
     }
 }
@@ -98,7 +104,7 @@ impl Record {
     /// Parses a line written by `Display`.
     pub fn parse(line: &str) -> Option<Record> {
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 7 {
+        if f.len() != 8 {
             return None;
         }
         Some(Record {
@@ -109,6 +115,7 @@ impl Record {
             end_ns: f[4].parse().ok()?,
             outcome: Outcome::parse(f[5])?,
             lost: f[6] == "1",
+            asked_ns: f[7].parse().ok()?,
         })
     }
 }
@@ -368,12 +375,16 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
                 }
             }
         }
-        // Sections by end time: the highest token among those that ended before each start.
+        // Sections by end time: the highest token among those that ended before each token
+        // was asked for. (Not before the section's start: a grant's reply read late, by a
+        // worker paused on a loaded machine, carries a token issued before the rival's.)
         let mut ended: Vec<&Record> = recs.clone();
         ended.sort_by_key(|r| r.end_ns);
+        let mut asking: Vec<&Record> = recs.clone();
+        asking.sort_by_key(|r| r.asked_ns);
         let (mut next, mut highest): (usize, Option<&Record>) = (0, None);
-        for r in &recs {
-            while next < ended.len() && ended[next].end_ns <= r.start_ns {
+        for r in asking {
+            while next < ended.len() && ended[next].end_ns <= r.asked_ns {
                 if highest.is_none_or(|h| ended[next].token > h.token) {
                     highest = Some(ended[next]);
                 }
@@ -683,10 +694,33 @@ mod tests {
             token,
             owner: format!("o{token}"),
             start_ns: start,
+            asked_ns: start,
             end_ns: end,
             outcome: Outcome::Committed,
             lost,
         }
+    }
+
+    #[test]
+    fn a_token_is_late_only_if_asked_for_after_a_larger_one_ended() {
+        let rival = rec("k", 9, 10, 20, false);
+        // A fenced grant asked for at 5, its reply read at 30 (a paused worker): token 8 was
+        // issued before the rival's 9, and is refused by the store, not a regression.
+        let read_late = Record {
+            asked_ns: 5,
+            outcome: Outcome::RejectedRead,
+            ..rec("k", 8, 30, 40, false)
+        };
+        let report = failover_report(&[rival.clone(), read_late], &[]);
+        assert!(report.token_regressions.is_empty(), "{report:?}");
+        // Asked for at 25, after the rival ended at 20: a token below 9 went back.
+        let asked_after = Record {
+            asked_ns: 25,
+            ..rec("k", 8, 30, 40, false)
+        };
+        let report = failover_report(&[rival, asked_after], &[]);
+        assert_eq!(report.token_regressions.len(), 1, "{report:?}");
+        assert_eq!(report.token_regressions_at, vec![30]);
     }
 
     #[test]

@@ -567,7 +567,7 @@ mod chaos {
         out: &std::sync::Mutex<std::fs::File>,
         guard: &LockGuard,
         token: u64,
-        start_ns: u64,
+        (asked_ns, start_ns): (u64, u64),
         outcome: Outcome,
     ) {
         let r = Record {
@@ -575,6 +575,7 @@ mod chaos {
             token,
             owner: guard.owner().to_string(),
             start_ns,
+            asked_ns,
             end_ns: mono_ns(),
             outcome,
             lost: guard.is_lost(),
@@ -691,6 +692,7 @@ mod chaos {
                         locks.lock(&key)
                     };
                     let opts = LockOptions::new().wait(Duration::from_secs(5));
+                    let invoked = mono_ns();
                     let guard = if mode == 0 {
                         // Cancellation fuzz: the acquire is dropped at a random point.
                         match tokio::time::timeout(cancel_at, lock.acquire_with(opts)).await {
@@ -711,6 +713,8 @@ mod chaos {
                         }
                     };
                     let start = mono_ns();
+                    // A fenced grant's token was issued during the acquire; one on demand now.
+                    let asked = if mode >= 5 { invoked } else { start };
                     let Ok(token) = guard.fencing_token().await else {
                         // Lost before it was asked for: no token, so nothing to write with.
                         continue;
@@ -732,7 +736,7 @@ mod chaos {
                             Err(_lost) => Outcome::Failed,
                         }
                     };
-                    record(&out, &guard, token, start, outcome);
+                    record(&out, &guard, token, (asked, start), outcome);
                     if mode == 2 {
                         // Cancellation fuzz: the release is dropped at a random point.
                         if tokio::time::timeout(cancel_at / 4, guard.release())
@@ -910,6 +914,7 @@ mod chaos {
                 .open(out)
                 .expect("open out"),
         );
+        let asked = mono_ns();
         let guard = locks.lock(key).fenced().acquire().await.expect("acquire");
         let start = mono_ns();
         let token = guard
@@ -922,7 +927,7 @@ mod chaos {
         tokio::time::sleep(Duration::from_millis(50)).await;
         println!("lost {}", guard.is_lost());
         let outcome = critical_section(&mut store, key, token, Duration::ZERO).await;
-        record(&out, &guard, token, start, outcome);
+        record(&out, &guard, token, (asked, start), outcome);
         println!("outcome {outcome:?}");
         let _ = guard.release().await;
     }

@@ -112,7 +112,7 @@ impl GroupCommit {
                 let calls = std::slice::from_ref(&call);
                 let (mut results, acked) = run(&mut conn, dialect, calls, self.inner.ack).await;
                 let reply = results.pop().unwrap_or_else(|| Err(lost_reply()))?;
-                Ok(self.inner.acked(reply, acked))
+                Ok(ReplicaAck::judged(self.inner.ack, reply, acked))
             }
             Err(rx) => {
                 // Queued behind writes that nothing sends yet (see `send_all`).
@@ -159,13 +159,6 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a flag and a queue, consistent at every unlock.
         crate::sync::lock(&self.state)
-    }
-
-    /// `reply` with how its acknowledgement fell short, if it did (`acked`: the `WAIT` count of
-    /// its request).
-    fn acked(&self, reply: Value, acked: Option<u32>) -> Acked<Value> {
-        let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
-        Acked { reply, shortfall }
     }
 
     /// If writes are queued and nothing is in flight (or `ending_turn`: only the caller's own
@@ -238,7 +231,9 @@ impl Inner {
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {
-                    let _ = queued.reply.send(result.map(|r| self.acked(r, acked)));
+                    let _ = queued
+                        .reply
+                        .send(result.map(|r| ReplicaAck::judged(self.ack, r, acked)));
                 }
                 continue;
             }
@@ -259,7 +254,9 @@ impl Inner {
             match replies {
                 Ok(replies) => {
                     for (queued, reply) in run.into_iter().zip(replies) {
-                        let reply = reply.extract_error().map(|r| self.acked(r, acked));
+                        let reply = reply
+                            .extract_error()
+                            .map(|r| ReplicaAck::judged(self.ack, r, acked));
                         let _ = queued.reply.send(reply);
                     }
                 }

@@ -106,8 +106,7 @@ impl RedisBackend {
         }
         let (reply, acked) =
             send::<Value>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;
-        let shortfall = self.ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
-        Ok(Acked { reply, shortfall })
+        Ok(ReplicaAck::judged(self.ack, reply, acked))
     }
 
     /// The first attempt at a mutex of this crate's layout, taken without a token: a plain

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, Pipeline, RedisError, Value};
 
-use crate::backend::Shortfall;
+use crate::backend::{Acked, Shortfall};
 
 /// Require `replicas` acknowledgements within `timeout` after each lock write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,13 @@ impl ReplicaAck {
             Value::Int(n) => u32::try_from(*n).unwrap_or(0),
             _ => 0,
         }
+    }
+
+    /// A write's `reply`, with how its acknowledgement fell short when `ack` is required
+    /// (`acked`: the count of the `WAIT` that followed it; `None` without one).
+    pub(crate) fn judged<T>(ack: Option<ReplicaAck>, reply: T, acked: Option<u32>) -> Acked<T> {
+        let shortfall = ack.zip(acked).and_then(|(ack, n)| ack.shortfall(n));
+        Acked { reply, shortfall }
     }
 
     /// How the `acknowledged` count falls short, if it does.

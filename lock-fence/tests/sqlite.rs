@@ -411,49 +411,26 @@ async fn fenced_sections_dropped_at_any_await_point_leave_the_write_lock_free() 
     let shared = pool_with(&db.dir, TASKS, LIMIT).await;
     let other = pool_with(&db.dir, 1, Duration::ZERO).await;
     // Sections that said they committed, and sections dropped (maybe in their commit).
-    let (mut committed, mut dropped) = (0, 0);
-    for polls in 0..common::MAX_POLLS {
-        let sections: Vec<_> = (0..TASKS)
-            .map(|task| {
-                let pool = shared.clone();
-                let token = (polls as u64 + 1) * 10 + u64::from(task);
-                tokio::spawn(async move {
-                    common::poll_then_drop(fenced_section(&pool, "stock:42", token), polls).await
-                })
-            })
-            .collect();
-        let mut completed = 0;
-        for section in sections {
-            match section.await.unwrap() {
-                Some(Ok(())) => {
-                    completed += 1;
-                    committed += 1;
-                }
-                Some(Err(e)) if e.is_stale() => completed += 1,
-                Some(Err(e)) => panic!("after {polls} polls: {e}"),
-                None => dropped += 1,
-            }
-        }
-        let held = all_connections(&shared, TASKS).await;
-        assert_write_lock_free(&other, &format!("sections dropped after {polls} polls")).await;
-        drop(held);
-        if completed == TASKS {
-            let value: i64 =
-                sqlx::query_scalar("SELECT value FROM counters WHERE name = 'stock:42'")
-                    .fetch_one(&db.pool)
-                    .await
-                    .unwrap();
-            // A section dropped in its commit may have committed without hearing it.
-            assert!(
-                (committed..=committed + dropped).contains(&value),
-                "counter {value}: {committed} sections committed, {dropped} dropped"
-            );
-            return;
-        }
-    }
-    panic!(
-        "the sections did not complete within {} polls",
-        common::MAX_POLLS
+    let (committed, dropped) = common::sections_cut_at_every_await_point(
+        TASKS,
+        |token| {
+            let pool = shared.clone();
+            async move { fenced_section(&pool, "stock:42", token).await }
+        },
+        async |cut: String| {
+            let _held = all_connections(&shared, TASKS).await;
+            assert_write_lock_free(&other, &cut).await;
+        },
+    )
+    .await;
+    let value: i64 = sqlx::query_scalar("SELECT value FROM counters WHERE name = 'stock:42'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // A section dropped in its commit may have committed without hearing it.
+    assert!(
+        (committed..=committed + dropped).contains(&value),
+        "counter {value}: {committed} sections committed, {dropped} dropped"
     );
 }
 

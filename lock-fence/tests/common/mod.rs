@@ -125,3 +125,52 @@ pub async fn poll_then_drop<F: std::future::Future>(future: F, polls: usize) -> 
 
 /// How many cut points the drop tests try before giving up on the future completing.
 pub const MAX_POLLS: usize = 200;
+
+/// Runs `tasks` fenced sections at once, all cut at their n-th await point ([`poll_then_drop`]),
+/// for n = 0, 1, 2, … until every one completes; after each round `check` looks at what the
+/// cut left behind (it gets a description of the cut for its messages). A section is started
+/// by `section(token)`, with tokens increasing from round to round.
+///
+/// Returns how many sections said they committed and how many were dropped (a section dropped
+/// in its commit may have committed without hearing it).
+///
+/// # Panics
+/// If a section fails other than by a stale token, or they do not all complete within
+/// [`MAX_POLLS`] rounds.
+pub async fn sections_cut_at_every_await_point<S, F>(
+    tasks: u32,
+    section: S,
+    mut check: impl AsyncFnMut(String),
+) -> (i64, i64)
+where
+    S: Fn(u64) -> F,
+    F: std::future::Future<Output = Result<(), FenceError>> + Send + 'static,
+{
+    let (mut committed, mut dropped) = (0, 0);
+    for polls in 0..MAX_POLLS {
+        let sections: Vec<_> = (0..tasks)
+            .map(|task| {
+                let token = (polls as u64 + 1) * 10 + u64::from(task);
+                let section = section(token);
+                tokio::spawn(async move { poll_then_drop(section, polls).await })
+            })
+            .collect();
+        let mut completed = 0;
+        for section in sections {
+            match section.await.unwrap() {
+                Some(Ok(())) => {
+                    completed += 1;
+                    committed += 1;
+                }
+                Some(Err(e)) if e.is_stale() => completed += 1,
+                Some(Err(e)) => panic!("after {polls} polls: {e}"),
+                None => dropped += 1,
+            }
+        }
+        check(format!("sections dropped after {polls} polls")).await;
+        if completed == tasks {
+            return (committed, dropped);
+        }
+    }
+    panic!("the sections did not complete within {MAX_POLLS} polls");
+}

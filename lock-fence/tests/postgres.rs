@@ -445,20 +445,14 @@ async fn fenced_section(pool: &PgPool, name: &str, token: u64) -> Result<(), Fen
 async fn begin_dropped_at_any_await_point_leaves_no_transaction_open() {
     let (pg, pool) = database().await;
     let cut = one_connection(&pg.url()).await;
-    for polls in 0..common::MAX_POLLS {
-        let begun = common::poll_then_drop(lock_fence::postgres::begin(&cut), polls).await;
-        let completed = begun.is_some();
-        if let Some(tx) = begun {
-            tx.unwrap().rollback().await.unwrap();
-        }
-        let held = cut.acquire().await.unwrap();
-        assert_no_transaction_open(&pool, &format!("begin dropped after {polls} polls")).await;
-        drop(held);
-        if completed {
-            return;
-        }
-    }
-    panic!("begin did not complete within {} polls", common::MAX_POLLS);
+    common::begin_cut_at_every_await_point(
+        || lock_fence::postgres::begin(&cut),
+        async |dropped: String| {
+            let _held = cut.acquire().await.unwrap();
+            assert_no_transaction_open(&pool, &dropped).await;
+        },
+    )
+    .await;
 }
 
 /// Whole fenced sections (begin, advance, read, write, commit) from several tasks sharing one

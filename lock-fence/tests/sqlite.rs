@@ -383,20 +383,14 @@ async fn begin_dropped_at_any_await_point_leaves_the_write_lock_free() {
     // One connection: acquiring it waits for whatever the dropped begin left on it.
     let cut = pool_with(&db.dir, 1, LIMIT).await;
     let other = pool_with(&db.dir, 1, Duration::ZERO).await;
-    for polls in 0..common::MAX_POLLS {
-        let begun = common::poll_then_drop(lock_fence::sqlite::begin(&cut), polls).await;
-        let completed = begun.is_some();
-        if let Some(tx) = begun {
-            tx.unwrap().rollback().await.unwrap();
-        }
-        let held = all_connections(&cut, 1).await;
-        assert_write_lock_free(&other, &format!("begin dropped after {polls} polls")).await;
-        drop(held);
-        if completed {
-            return;
-        }
-    }
-    panic!("begin did not complete within {} polls", common::MAX_POLLS);
+    common::begin_cut_at_every_await_point(
+        || lock_fence::sqlite::begin(&cut),
+        async |dropped: String| {
+            let _held = all_connections(&cut, 1).await;
+            assert_write_lock_free(&other, &dropped).await;
+        },
+    )
+    .await;
 }
 
 /// Whole fenced sections (begin, advance, read, write, commit) from several tasks sharing one

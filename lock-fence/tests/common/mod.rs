@@ -126,6 +126,34 @@ pub async fn poll_then_drop<F: std::future::Future>(future: F, polls: usize) -> 
 /// How many cut points the drop tests try before giving up on the future completing.
 pub const MAX_POLLS: usize = 200;
 
+/// Starts a transaction with `begin` and cuts it at its n-th await point ([`poll_then_drop`]),
+/// for n = 0, 1, 2, … until it completes (the completed one is rolled back); after each round
+/// `check` looks at what the cut left behind (it gets a description of the cut for its
+/// messages).
+///
+/// # Panics
+/// If the begin fails, or does not complete within [`MAX_POLLS`] rounds.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub async fn begin_cut_at_every_await_point<DB, B, F>(begin: B, mut check: impl AsyncFnMut(String))
+where
+    DB: sqlx::Database,
+    B: Fn() -> F,
+    F: std::future::Future<Output = Result<sqlx::Transaction<'static, DB>, FenceError>>,
+{
+    for polls in 0..MAX_POLLS {
+        let begun = poll_then_drop(begin(), polls).await;
+        let completed = begun.is_some();
+        if let Some(tx) = begun {
+            tx.unwrap().rollback().await.unwrap();
+        }
+        check(format!("begin dropped after {polls} polls")).await;
+        if completed {
+            return;
+        }
+    }
+    panic!("begin did not complete within {MAX_POLLS} polls");
+}
+
 /// Runs `tasks` fenced sections at once, all cut at their n-th await point ([`poll_then_drop`]),
 /// for n = 0, 1, 2, … until every one completes; after each round `check` looks at what the
 /// cut left behind (it gets a description of the cut for its messages). A section is started

@@ -333,6 +333,10 @@ pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
     err.is_timeout() || err.is_connection_dropped() || err.is_io_error()
 }
 
+/// The pause between attempts (acquisitions, explicit releases) while a failing-over deployment
+/// is unavailable.
+pub(crate) const FAILOVER_RETRY: Duration = Duration::from_millis(100);
+
 /// Whether an error is what a failing, restarting or demoted master looks like (worth riding out
 /// on a deployment that fails over). `NOREPLICAS` is one: a master with `min-replicas-to-write`
 /// (the recommended production setting) answers it while cut off from its replicas, which is

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::Acked;
 use crate::backend::Reply;
-use crate::error::outcome_unknown;
+use crate::error::{FAILOVER_RETRY, failover_symptom, outcome_unknown};
 use crate::handoff;
 use crate::hold::Held;
 use crate::releaser::ReleaseJob;
@@ -268,7 +268,11 @@ impl LockGuard {
     /// - [`LockError::Lost`]: it had been lost before (your critical section may have overlapped
     ///   with another holder's); whatever was left of it is released.
     /// - [`LockError::NotOwner`]: it was no longer ours (expired or force-unlocked).
-    /// - Backend errors: the release is retried in the background until the lease ends.
+    /// - Backend errors: the release is retried in the background until the lease ends. On a
+    ///   cluster or Sentinel, a failover in progress is ridden out first, as acquisitions do:
+    ///   the release is tried again with the same owner id until the deployment answers, for
+    ///   at most the [failover grace](crate::LockClientBuilder::failover_grace) (and never
+    ///   past the lease).
     /// - [`LockError::UnacknowledgedRelease`] (with
     ///   [`replica_ack`](crate::LockClientBuilder::replica_ack)): released on the master, but
     ///   not acknowledged by enough replicas in time; not a failure, safe to ignore
@@ -388,7 +392,12 @@ fn pass_in_memory(held: &Held) -> bool {
 async fn release_now(held: &Held) -> Result<bool, LockError> {
     let inner = &held.client.inner;
     let backend = &inner.backend;
-    let mut retried = false;
+    // Whether an earlier attempt may have gone through (its outcome is unknown).
+    let mut maybe_done = false;
+    let mut retry = ReleaseRetry::new(inner.backend.fails_over().then(|| {
+        // Past the lease the lock is gone by itself: riding out longer gains nothing.
+        inner.config.failover_grace.min(held.lease)
+    }));
     let mut next = if held.names.family().hands_off() {
         inner.handoffs.choose(&held.names.key, held.streak)
     } else {
@@ -421,20 +430,65 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 LockError::unacknowledged_release(&held.names.name, shortfall),
             ),
             Ok((Reply::Done(_) | Reply::HandedOff(_), None)) => Ok(true),
-            // After an unknown outcome, "not ours any more" means our first attempt went
+            // After an unknown outcome, "not ours any more" means an earlier attempt went
             // through: the watchdog had not declared the lock lost, so it had not expired.
-            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) => Ok(retried),
+            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) => Ok(maybe_done),
             Ok((Reply::Foreign(found), _)) => Err(LockError::ForeignData {
                 key: held.names.key.clone(),
                 found,
             }),
-            Err(e) if outcome_unknown(&e) && !retried => {
-                tracing::debug!(error = %e, "release outcome unknown; retrying once");
-                retried = true;
-                continue;
+            Err(e) => {
+                maybe_done |= outcome_unknown(&e) && !e.is_connection_refusal();
+                match retry.after(&e) {
+                    Some(pause) => {
+                        tracing::debug!(error = %e, "release failed; retrying with the same owner id");
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                        continue;
+                    }
+                    None => Err(LockError::backend("release", e)),
+                }
             }
-            Err(e) => Err(LockError::backend("release", e)),
         };
+    }
+}
+
+/// When an explicit release is tried again (with the same owner id, so a repeat that finds the
+/// lock gone means an earlier attempt went through).
+struct ReleaseRetry {
+    /// On a cluster or Sentinel: how long a failover in progress is ridden out, from the first
+    /// failure (the failover grace, never past the lease); `None` on a single server.
+    grace: Option<Duration>,
+    first_failure: Option<Instant>,
+    tries: u32,
+}
+
+impl ReleaseRetry {
+    fn new(grace: Option<Duration>) -> ReleaseRetry {
+        ReleaseRetry {
+            grace,
+            first_failure: None,
+            tries: 0,
+        }
+    }
+
+    /// The pause before trying again after `e`; `None` to report it (the background releaser
+    /// then retries until the lease ends).
+    fn after(&mut self, e: &redis::RedisError) -> Option<Duration> {
+        self.tries += 1;
+        match self.grace {
+            // A failing-over deployment (a master being replaced, or one the sentinels have
+            // not confirmed yet): keep trying until it answers or the grace runs out, as an
+            // acquisition does.
+            Some(grace) if failover_symptom(e) => {
+                let now = Instant::now();
+                let until = *self.first_failure.get_or_insert(now) + grace;
+                (now + FAILOVER_RETRY < until).then_some(FAILOVER_RETRY)
+            }
+            // One server: an unknown outcome is asked once more at once.
+            _ => (outcome_unknown(e) && self.tries == 1).then_some(Duration::ZERO),
+        }
     }
 }
 

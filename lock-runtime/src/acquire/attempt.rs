@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, Attempt, Busy};
 use crate::backend::{Acked, Approach, Reply, Shortfall};
-use crate::error::{failover_symptom, outcome_unknown};
+use crate::error::{FAILOVER_RETRY, failover_symptom, outcome_unknown};
 use crate::keys::Mode;
 use crate::releaser::ReleaseJob;
 use crate::{LockClient, LockError};
@@ -16,9 +16,6 @@ use crate::{LockClient, LockError};
 /// How often an acquire whose outcome is unknown (timeout, dropped connection) is retried with
 /// the same owner id before giving up.
 const RECONCILE_TRIES: u32 = 3;
-
-/// The pause between acquire attempts while a failing-over deployment is unavailable.
-const FAILOVER_RETRY: Duration = Duration::from_millis(100);
 
 /// The longest pause between retries of a grant that replicas did not acknowledge.
 const MAX_ACK_BACKOFF: Duration = Duration::from_secs(1);

@@ -22,8 +22,9 @@
 //! connections are replaced and the demux is told the pub/sub connection was lost, which wakes
 //! every waiter (an unlock published during the switch may be gone) and resubscribes every
 //! channel on the new master. Requests that failed meanwhile are retried by their callers: acquisitions ride out the failover within
-//! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), the
-//! watchdog retries renewals until the lease would run out, the releaser retries releases.
+//! [`LockClientBuilder::failover_grace`](crate::LockClientBuilder::failover_grace), and so do
+//! explicit releases; the watchdog retries renewals until the lease would run out, the
+//! background releaser retries releases.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -131,6 +131,42 @@ async fn waiters_recover_after_a_master_failover() {
     fresh.release().await.expect("release");
 }
 
+/// An explicit release sent while the master does not answer (frozen for less than the
+/// sentinels' `down-after`, so nobody fails it over) rides the outage out: after its first
+/// timeout the client stops trusting the master until the sentinels and the master confirm it,
+/// and the release is tried again (same owner id) until then, instead of failing with "not
+/// confirmed" while the lock stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_release_rides_out_a_master_that_stops_answering() {
+    let group = SentinelGroup::start(3);
+    let locks = LockClient::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .watchdog_timeout(Duration::from_secs(10))
+        .response_timeout(Duration::from_millis(200))
+        .failover_grace(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect through the sentinels");
+    let guard = locks.lock("order:9").acquire().await.expect("hold");
+    let key = guard.key().to_owned();
+    let master = group.server(group.current_master_port());
+    master.freeze();
+    let release = tokio::spawn(guard.release());
+    // Time for the release to time out and for the master to be found unconfirmed.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    master.thaw();
+    let outcome = release.await.expect("the release task");
+    assert!(outcome.is_ok(), "{outcome:?}");
+    // Gone on the master of the moment (the same one, unless the machine was slow enough for
+    // the sentinels to fail it over meanwhile).
+    assert!(
+        common::eventually(Duration::from_secs(5), || {
+            group.current_master().cmd(&["EXISTS", &key]).int() == Some(0)
+        })
+        .await,
+        "the lock is still held"
+    );
+}
+
 /// A semaphore, a read/write lock and a fair lock held and waited for across a master failover:
 /// the waiters follow the new master and get their turn once the holders let go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

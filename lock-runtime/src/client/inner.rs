@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
@@ -42,12 +42,15 @@ pub(crate) struct Inner {
     pub(super) tasks: Mutex<Vec<AbortHandle>>,
 }
 
-/// The keys of the lock names that some handle, guard or waiter still uses, so that the
-/// handles on one name share one copy instead of building their own. A thousand tasks waiting
-/// for one lock each make a handle; its keys (four strings) were a sixth of a waiter's memory.
+/// The keys of the lock names this client uses, so that the handles on one name share one copy
+/// instead of building their own. A thousand tasks waiting for one lock each make a handle; its
+/// keys (four strings) were a sixth of a waiter's memory. And a name locked again after its
+/// last handle went (`locks.lock(name)` per request, the common way) reuses its keys instead of
+/// formatting them again: five allocations of every lock and unlock.
 ///
-/// Entries are weak: a name nobody uses any more is dropped with its last handle, and its
-/// entry is swept out once dead entries could make up half of the map.
+/// Entries are shared: a name nobody uses any more stays until dead entries could make up half
+/// of the map, and is swept out then (so the map stays within twice the names in use, plus
+/// [`NameCache::MIN_SWEEP`]).
 pub(super) struct NameCache {
     hasher: RandomState,
     map: Mutex<NameMap>,
@@ -56,7 +59,7 @@ pub(super) struct NameCache {
 struct NameMap {
     /// By the hash of the name. Two names with one hash take turns in the entry (the one found
     /// is checked), so a collision costs a rebuild, never a wrong lock.
-    entries: HashMap<u64, Weak<LockNames>>,
+    entries: HashMap<u64, Arc<LockNames>>,
     /// The size at which dead entries are swept out next.
     sweep_at: usize,
 }
@@ -75,9 +78,10 @@ impl NameCache {
         }
     }
 
-    /// The keys of `name` used as `family`: shared with the handles that use them already,
-    /// else built by `build` (and not kept if invalid); and whether the name is in use in this
-    /// client as the other of a mutex and a fair lock (see [`skip_queue`]).
+    /// The keys of `name` used as `family`: shared with the handles that use them already (or
+    /// kept from earlier use), else built by `build` (and not kept if invalid); and whether the
+    /// name is in use in this client as the other of a mutex and a fair lock (see
+    /// [`skip_queue`]).
     fn get(
         &self,
         name: &str,
@@ -87,13 +91,14 @@ impl NameCache {
         let hash = self.hasher.hash_one(name);
         let mut map = sync::lock(&self.map);
         let mut skips_queue = false;
-        if let Some(names) = map.entries.get(&hash).and_then(Weak::upgrade)
+        if let Some(names) = map.entries.get(&hash)
             && names.name == name
         {
             if names.family() == family {
-                return Ok((names, false));
+                return Ok((names.clone(), false));
             }
-            skips_queue = skip_queue(family, names.family());
+            // Used as another family: by a live handle, guard or waiter (not only the map)?
+            skips_queue = in_use(names) && skip_queue(family, names.family());
         }
         let names = Arc::new(build()?);
         if skips_queue {
@@ -101,15 +106,20 @@ impl NameCache {
             // guard or waiter of it lives: the handles of the other one stay refused.
             return Ok((names, true));
         }
-        map.entries.insert(hash, Arc::downgrade(&names));
+        map.entries.insert(hash, names.clone());
         if map.entries.len() >= map.sweep_at {
-            map.entries.retain(|_, names| names.strong_count() > 0);
+            map.entries.retain(|_, names| in_use(names));
             // Sweeping again only after as many insertions as live entries keeps it
             // amortised constant time.
             map.sweep_at = (map.entries.len() * 2).max(Self::MIN_SWEEP);
         }
         Ok((names, false))
     }
+}
+
+/// Whether a handle, guard or waiter holds these keys (besides the cache).
+fn in_use(names: &Arc<LockNames>) -> bool {
+    Arc::strong_count(names) > 1
 }
 
 /// Whether handles of one name used as `a` and as `b` would let plain acquisitions take a fair
@@ -177,7 +187,12 @@ impl Inner {
 
     pub(crate) fn next_owner(&self) -> (u64, String) {
         let n = self.next_acquisition.fetch_add(1, Ordering::Relaxed);
-        (n, format!("{}:{n}", self.id))
+        // Sized up front (`format!` would grow it as it writes).
+        let mut owner = String::with_capacity(self.id.len() + 21);
+        owner.push_str(&self.id);
+        owner.push(':');
+        let _ = std::fmt::Write::write_fmt(&mut owner, format_args!("{n}"));
+        (n, owner)
     }
 }
 
@@ -189,5 +204,82 @@ impl Drop for Inner {
         for task in tasks.drain(..) {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(name: &str, family: Family) -> Result<LockNames, LockError> {
+        Ok(LockNames::new("t", name)?.with_family(family))
+    }
+
+    #[test]
+    fn a_name_locked_again_after_its_last_handle_went_reuses_its_keys() {
+        let cache = NameCache::new();
+        let (first, _) = cache
+            .get("a", Family::Mutex, || names("a", Family::Mutex))
+            .unwrap();
+        let kept = Arc::downgrade(&first);
+        drop(first);
+        let (again, skips) = cache
+            .get("a", Family::Mutex, || panic!("built again"))
+            .unwrap();
+        assert!(!skips);
+        assert!(Arc::ptr_eq(&again, &kept.upgrade().unwrap()));
+    }
+
+    #[test]
+    fn names_nobody_uses_are_swept_out() {
+        let cache = NameCache::new();
+        let live: Vec<_> = (0..10)
+            .map(|i| {
+                let name = format!("live{i}");
+                cache
+                    .get(&name, Family::Mutex, || names(&name, Family::Mutex))
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        for i in 0..1000 {
+            let name = format!("gone{i}");
+            drop(
+                cache
+                    .get(&name, Family::Mutex, || names(&name, Family::Mutex))
+                    .unwrap(),
+            );
+        }
+        let map = sync::lock(&cache.map);
+        assert!(
+            map.entries.len() <= NameCache::MIN_SWEEP,
+            "{}",
+            map.entries.len()
+        );
+        for names in &live {
+            let kept = map
+                .entries
+                .get(&cache.hasher.hash_one(&names.name))
+                .unwrap();
+            assert!(Arc::ptr_eq(kept, names), "a live name was swept out");
+        }
+    }
+
+    #[test]
+    fn only_a_live_handle_of_the_other_family_makes_a_mutex_skip_the_queue() {
+        let cache = NameCache::new();
+        let (fair, _) = cache
+            .get("q", Family::Fair, || names("q", Family::Fair))
+            .unwrap();
+        let (_, skips) = cache
+            .get("q", Family::Mutex, || names("q", Family::Mutex))
+            .unwrap();
+        assert!(skips, "a fair lock of the name is in use");
+        drop(fair);
+        let (mutex, skips) = cache
+            .get("q", Family::Mutex, || names("q", Family::Mutex))
+            .unwrap();
+        assert!(!skips, "the fair lock's handles are gone");
+        assert_eq!(mutex.family(), Family::Mutex);
     }
 }

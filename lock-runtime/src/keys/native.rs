@@ -41,22 +41,22 @@ impl LockNames {
             // another name, so the role goes in front (see the module docs).
             LockNames {
                 name: name.to_owned(),
-                key: format!("{prefix}:#{name}"),
-                fence: format!("{prefix}:fence:#{name}"),
-                channel: format!("{prefix}:unlock:#{name}"),
+                key: concat(&[prefix, ":#", name]),
+                fence: concat(&[prefix, ":fence:#", name]),
+                channel: concat(&[prefix, ":unlock:#", name]),
                 scheme: Scheme::Mutex,
             }
         } else {
             // Our own `}` closes the key, so the role can follow it.
             let key = if name.starts_with('}') {
-                format!("{prefix}:%{{{}}}", escape(name))
+                concat(&[prefix, ":%{", &escape(name), "}"])
             } else {
-                format!("{prefix}:{{{name}}}")
+                concat(&[prefix, ":{", name, "}"])
             };
             LockNames {
                 name: name.to_owned(),
-                fence: format!("{key}:fence"),
-                channel: format!("{key}:unlock"),
+                fence: concat(&[&key, ":fence"]),
+                channel: concat(&[&key, ":unlock"]),
                 key,
                 scheme: Scheme::Mutex,
             }
@@ -83,6 +83,16 @@ impl LockNames {
             format!("{}:{role}", self.key)
         }
     }
+}
+
+/// `parts` joined, in a string of the exact size (`format!` grows its string as it writes:
+/// several reallocations for every lock name a client meets).
+fn concat(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
 }
 
 /// `name` without `}` (which would end the hash tag) and with `%` escaped, so the mapping

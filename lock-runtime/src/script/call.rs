@@ -42,29 +42,41 @@ pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
 }
 
 /// A script argument.
+#[derive(Clone, Copy)]
 pub(super) enum Arg<'a> {
     Str(&'a str),
     Int(u64),
 }
 
+impl Arg<'_> {
+    /// Its length in the command, at most.
+    fn len(&self) -> usize {
+        match self {
+            Arg::Str(s) => s.len(),
+            Arg::Int(_) => 20,
+        }
+    }
+}
+
 impl Call {
-    pub(super) fn new<'a>(
-        script: &'static Script,
-        keys: &[&str],
-        args: impl IntoIterator<Item = Arg<'a>>,
-    ) -> Call {
+    pub(super) fn new<'a, A>(script: &'static Script, keys: &[&str], args: A) -> Call
+    where
+        A: IntoIterator<Item = Arg<'a>>,
+        A::IntoIter: Clone,
+    {
+        let args = args.into_iter();
         let function = functions::LIBRARY.function_of(script);
-        let mut cmd = match function {
-            Some(function) => {
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(function);
-                cmd
-            }
-            None => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash());
-                cmd
-            }
+        // Sized up front: a command grown argument by argument reallocates its buffers several
+        // times, and a lock and an unlock build one each.
+        let size = 7
+            + function.map_or(40, str::len)
+            + 2
+            + keys.iter().map(|k| k.len()).sum::<usize>()
+            + args.clone().map(|a| a.len()).sum::<usize>();
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.clone().count(), size);
+        match function {
+            Some(function) => cmd.arg("FCALL").arg(function),
+            None => cmd.arg("EVALSHA").arg(script.get_hash()),
         };
         cmd.arg(keys.len()).arg(keys);
         for arg in args {
@@ -220,8 +232,9 @@ impl Call {
         if names.scheme != Scheme::Mutex {
             return None;
         }
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&names.key)
+        let mut cmd = Cmd::with_capacity(7, 3 + names.key.len() + owner.len() + 4 + 20 + 3);
+        cmd.arg("SET")
+            .arg(&names.key)
             .arg(owner)
             .arg("NX")
             .arg("PX")

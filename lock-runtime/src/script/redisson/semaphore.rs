@@ -91,11 +91,11 @@ fn leases(names: &LockNames) -> bool {
 
 /// The script and keys of either kind: `[{N}:timeout, N, channel, fence]` (expirable) or
 /// `[N, channel, fence]` (plain).
-fn call<'a>(
-    publishing: Publishing,
-    names: &LockNames,
-    args: impl IntoIterator<Item = Arg<'a>>,
-) -> Call {
+fn call<'a, A>(publishing: Publishing, names: &LockNames, args: A) -> Call
+where
+    A: IntoIterator<Item = Arg<'a>>,
+    A::IntoIter: Clone,
+{
     if leases(names) {
         Call::new(
             publishing.redisson_permits,

@@ -433,6 +433,27 @@ async fn uncontended_only(args: &[String]) {
     );
 }
 
+/// `lock-bench hot <impl> <url> <tasks> <seconds>`: one hot-key run of `tasks` tasks in this
+/// process against a server of your own, printed as one line.
+async fn hot_only(args: &[String]) {
+    let [kind, url, tasks, secs] = args else {
+        panic!("usage: lock-bench hot <impl> <url> <tasks> <seconds>");
+    };
+    let kind = Kind::parse(kind).expect("lock-runtime, rslock or naive");
+    let tasks: usize = tasks.parse().expect("tasks");
+    let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
+    let h = hot_in_process(kind, url, tasks, run).await;
+    println!(
+        "{} tasks={tasks} acq/s={:.0} owner_changes/s={:.0} wait_p50={:.0}us wait_p99={:.0}us jain={:.3}",
+        kind.name(),
+        h.acq_per_s,
+        h.owner_changes_per_s,
+        h.wait_p50_us,
+        h.wait_p99_us,
+        h.jain
+    );
+}
+
 async fn mem_child(args: &[String]) {
     let [what, url, n] = args else {
         panic!("mem-child <waiters|held> <url> <n>");
@@ -620,6 +641,9 @@ async fn main() {
     }
     if args.first().map(String::as_str) == Some("uncontended") {
         return uncontended_only(&args[1..]).await;
+    }
+    if args.first().map(String::as_str) == Some("hot") {
+        return hot_only(&args[1..]).await;
     }
     let full = args.iter().any(|a| a == "--full");
     let plan = Plan {

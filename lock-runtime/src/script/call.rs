@@ -179,15 +179,27 @@ impl Call {
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.scheme {
             // Redisson's `RLock` hash, or this crate's mutex string.
-            Scheme::Mutex | Scheme::RedissonMutex => Call::new(
-                publishing.acquire,
-                &[&names.key, &names.fence, &names.channel],
-                args.into_iter().chain([
+            Scheme::Mutex | Scheme::RedissonMutex => {
+                // The arguments after the first three are left off the end while they are the
+                // script's defaults (not waiting, fenced, this crate's string): every argument
+                // costs the server time on every call.
+                let given = match (model(names.scheme), fenced, waiting) {
+                    ("s", true, false) => 0,
+                    ("s", true, true) => 1,
+                    ("s", false, _) => 2,
+                    _ => 3,
+                };
+                let rest = [
                     Arg::Str(if waiting { "1" } else { "0" }),
                     Arg::Str(if fenced { "1" } else { "0" }),
                     Arg::Str(model(names.scheme)),
-                ]),
-            ),
+                ];
+                Call::new(
+                    publishing.acquire,
+                    &[&names.key, &names.fence, &names.channel],
+                    args.into_iter().chain(rest.into_iter().take(given)),
+                )
+            }
             Scheme::Fair => Call::new(
                 &FAIR_ACQUIRE,
                 &[
@@ -544,9 +556,29 @@ mod tests {
                 "60000".into(),
                 "1".into(),
                 "0".into(),
-                "s".into()
             ]
         );
+        // The arguments that are the script's defaults are left off the end.
+        let tail = |waiting, fenced, names: &LockNames| {
+            let call = Call::acquire(
+                Publishing::CLASSIC,
+                names,
+                "me:1",
+                30_000,
+                60_000,
+                waiting,
+                fenced,
+            );
+            args(&call)[9..].to_vec()
+        };
+        assert_eq!(tail(false, true, &names), Vec::<String>::new());
+        assert_eq!(tail(true, true, &names), ["1"]);
+        assert_eq!(tail(false, false, &names), ["0", "0"]);
+        let redisson = LockNames {
+            scheme: Scheme::RedissonMutex,
+            ..LockNames::new("lock", "a").unwrap()
+        };
+        assert_eq!(tail(false, true, &redisson), ["0", "1", "h"]);
         let plain = Call::plain_acquire(&names, "me:1", 30_000).unwrap();
         assert_eq!(
             args(&plain)[..],
@@ -580,13 +612,12 @@ mod tests {
                 "30000".into(),
                 "a".into(),
                 "3".into(),
-                "6".into(),
+                "5".into(),
                 "me:1".into(),
                 "30000".into(),
                 "60000".into(),
                 "1".into(),
                 "0".into(),
-                "s".into(),
                 "r".into(),
                 "2".into(),
                 "1".into(),

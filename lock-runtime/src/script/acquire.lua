@@ -38,8 +38,14 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
       -- (foreign data there, or another client's turn) is taken back.
       value = redis.pcall('SET', lock, owner, 'NX', 'PX', lease_ms, 'GET')
       if value == false then
-        local token, reply = next_token(fence, owner, retention_ms, nil, {channel, false},
-          fenced == '0')
+        local token, reply = nil, nil
+        if fenced ~= '0' then
+          token = plain_next_token(fence, retention_ms)
+        end
+        if not token then
+          token, reply = next_token(fence, owner, retention_ms, nil, {channel, false},
+            fenced == '0')
+        end
         if not token then
           redis.call('DEL', lock)
           return reply

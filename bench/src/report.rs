@@ -304,7 +304,11 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     );
 
     let m = &r.memory;
-    let _ = writeln!(s, "\n## Memory (resident set growth, lock-runtime)\n");
+    let _ = writeln!(
+        s,
+        "\n## Memory (resident set growth, lock-runtime; each figure the median of {} fresh processes)\n",
+        r.plan.map_or(1, |p| p.reps)
+    );
     let _ = writeln!(s, "| measure | bytes |\n|---|---|");
     let _ = writeln!(
         s,

@@ -337,6 +337,38 @@ pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
 /// is unavailable.
 pub(crate) const FAILOVER_RETRY: Duration = Duration::from_millis(100);
 
+/// How long an operation rides out a failing-over deployment: the failover grace, from its
+/// first failure, one attempt every [`FAILOVER_RETRY`]. Shared by acquisitions and explicit
+/// releases.
+pub(crate) struct RideOut {
+    /// `None` when the deployment cannot fail over (one server): nothing is ridden out.
+    grace: Option<Duration>,
+    since: Option<tokio::time::Instant>,
+}
+
+impl RideOut {
+    pub(crate) fn new(grace: Option<Duration>) -> RideOut {
+        RideOut { grace, since: None }
+    }
+
+    /// Whether the deployment can fail over (there is a grace to ride out).
+    pub(crate) fn applies(&self) -> bool {
+        self.grace.is_some()
+    }
+
+    /// Whether the grace (bounded by `deadline`) leaves time for another attempt; the first
+    /// call starts it.
+    pub(crate) fn allows_retry(&mut self, deadline: Option<tokio::time::Instant>) -> bool {
+        let Some(grace) = self.grace else {
+            return false;
+        };
+        let now = tokio::time::Instant::now();
+        let until = *self.since.get_or_insert(now) + grace;
+        let until = deadline.map_or(until, |d| d.min(until));
+        now + FAILOVER_RETRY < until
+    }
+}
+
 /// Whether an error is what a failing, restarting or demoted master looks like (worth riding out
 /// on a deployment that fails over). `NOREPLICAS` is one: a master with `min-replicas-to-write`
 /// (the recommended production setting) answers it while cut off from its replicas, which is

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::Acked;
 use crate::backend::Reply;
-use crate::error::{FAILOVER_RETRY, failover_symptom, outcome_unknown};
+use crate::error::{FAILOVER_RETRY, RideOut, failover_symptom, outcome_unknown};
 use crate::handoff;
 use crate::hold::Held;
 use crate::releaser::ReleaseJob;
@@ -457,18 +457,16 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
 /// When an explicit release is tried again (with the same owner id, so a repeat that finds the
 /// lock gone means an earlier attempt went through).
 struct ReleaseRetry {
-    /// On a cluster or Sentinel: how long a failover in progress is ridden out, from the first
-    /// failure (the failover grace, never past the lease); `None` on a single server.
-    grace: Option<Duration>,
-    first_failure: Option<Instant>,
+    /// On a cluster or Sentinel: how long a failover in progress is ridden out (the failover
+    /// grace, never past the lease).
+    ride_out: RideOut,
     tries: u32,
 }
 
 impl ReleaseRetry {
     fn new(grace: Option<Duration>) -> ReleaseRetry {
         ReleaseRetry {
-            grace,
-            first_failure: None,
+            ride_out: RideOut::new(grace),
             tries: 0,
         }
     }
@@ -477,18 +475,14 @@ impl ReleaseRetry {
     /// then retries until the lease ends).
     fn after(&mut self, e: &redis::RedisError) -> Option<Duration> {
         self.tries += 1;
-        match self.grace {
+        if self.ride_out.applies() && failover_symptom(e) {
             // A failing-over deployment (a master being replaced, or one the sentinels have
             // not confirmed yet): keep trying until it answers or the grace runs out, as an
             // acquisition does.
-            Some(grace) if failover_symptom(e) => {
-                let now = Instant::now();
-                let until = *self.first_failure.get_or_insert(now) + grace;
-                (now + FAILOVER_RETRY < until).then_some(FAILOVER_RETRY)
-            }
-            // One server: an unknown outcome is asked once more at once.
-            _ => (outcome_unknown(e) && self.tries == 1).then_some(Duration::ZERO),
+            return self.ride_out.allows_retry(None).then_some(FAILOVER_RETRY);
         }
+        // One server: an unknown outcome is asked once more at once.
+        (outcome_unknown(e) && self.tries == 1).then_some(Duration::ZERO)
     }
 }
 

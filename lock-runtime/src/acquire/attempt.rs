@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, Attempt, Busy};
 use crate::backend::{Acked, Approach, Reply, Shortfall};
-use crate::error::{FAILOVER_RETRY, failover_symptom, outcome_unknown};
+use crate::error::{FAILOVER_RETRY, RideOut, failover_symptom, outcome_unknown};
 use crate::keys::Mode;
 use crate::releaser::ReleaseJob;
 use crate::{LockClient, LockError};
@@ -206,12 +206,11 @@ struct Reconcile {
     tries: u32,
     /// Some earlier request's outcome is still unknown (it may have taken the lock).
     unresolved: bool,
-    /// When the deployment was first found unavailable (or a grant unacknowledged).
-    unavailable_since: Option<Instant>,
+    /// How long a failing-over deployment may stay unavailable (or grants go unacknowledged),
+    /// from the first time it was.
+    ride_out: RideOut,
     /// The next pause before retrying an unacknowledged grant.
     ack_backoff: Duration,
-    /// How long a failing-over deployment may stay unavailable; `None` if it cannot fail over.
-    grace: Option<Duration>,
     deadline: Option<Instant>,
 }
 
@@ -220,9 +219,8 @@ impl Reconcile {
         Reconcile {
             tries: 0,
             unresolved: false,
-            unavailable_since: None,
+            ride_out: RideOut::new(grace),
             ack_backoff: FAILOVER_RETRY,
-            grace,
             deadline,
         }
     }
@@ -258,14 +256,7 @@ impl Reconcile {
     /// Whether a failing-over deployment's grace period (bounded by the wait) leaves time for
     /// another attempt.
     fn within_grace(&mut self) -> bool {
-        let Some(grace) = self.grace else {
-            return false;
-        };
-        let now = Instant::now();
-        let first = *self.unavailable_since.get_or_insert(now);
-        let until = first + grace;
-        let until = self.deadline.map_or(until, |d| d.min(until));
-        now + FAILOVER_RETRY < until
+        self.ride_out.allows_retry(self.deadline)
     }
 
     /// The pause before retrying an unacknowledged grant; doubles each time, up to a second.

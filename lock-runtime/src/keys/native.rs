@@ -38,25 +38,27 @@ impl LockNames {
         validate_name(name)?;
         let names = if hash_tag(name).is_some() {
             // The user's text ends the key: a role appended after it could be forged by
-            // another name, so the role goes in front (see the module docs).
+            // another name, so the role goes in front (see the module docs). Joined with
+            // `concat`, which sizes the string first (`format!` grows it as it writes: several
+            // reallocations for every lock name a client meets).
             LockNames {
                 name: name.to_owned(),
-                key: concat(&[prefix, ":#", name]),
-                fence: concat(&[prefix, ":fence:#", name]),
-                channel: concat(&[prefix, ":unlock:#", name]),
+                key: [prefix, ":#", name].concat(),
+                fence: [prefix, ":fence:#", name].concat(),
+                channel: [prefix, ":unlock:#", name].concat(),
                 scheme: Scheme::Mutex,
             }
         } else {
             // Our own `}` closes the key, so the role can follow it.
             let key = if name.starts_with('}') {
-                concat(&[prefix, ":%{", &escape(name), "}"])
+                [prefix, ":%{", &escape(name), "}"].concat()
             } else {
-                concat(&[prefix, ":{", name, "}"])
+                [prefix, ":{", name, "}"].concat()
             };
             LockNames {
                 name: name.to_owned(),
-                fence: concat(&[&key, ":fence"]),
-                channel: concat(&[&key, ":unlock"]),
+                fence: [&key, ":fence"].concat(),
+                channel: [&key, ":unlock"].concat(),
                 key,
                 scheme: Scheme::Mutex,
             }
@@ -83,16 +85,6 @@ impl LockNames {
             format!("{}:{role}", self.key)
         }
     }
-}
-
-/// `parts` joined, in a string of the exact size (`format!` grows its string as it writes:
-/// several reallocations for every lock name a client meets).
-fn concat(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.push_str(part);
-    }
-    out
 }
 
 /// `name` without `}` (which would end the hash tag) and with `%` escaped, so the mapping

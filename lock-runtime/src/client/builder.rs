@@ -190,9 +190,12 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long an unused fencing counter is kept (default 7 days, refreshed on every
-    /// acquisition). Tokens keep increasing even after it expires, because a fresh counter
-    /// starts at the server clock in microseconds.
+    /// How long an unused fencing counter is kept (default 7 days). Its retention is refreshed
+    /// as tokens are issued: at least once per tenth of it while the lock is in use, so a
+    /// counter lives at least nine tenths of the retention after its last token (and a whole
+    /// retention after each token while it is ahead of the server clock). Tokens keep
+    /// increasing even after it expires, because a fresh counter starts at the server clock in
+    /// microseconds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self

@@ -56,11 +56,22 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
         // The script's own file as the function's body, under the names it uses for its keys
         // and arguments. `clock_read` is the prelude's one per-call value (the server clock,
         // read once per call): a script starts without it, so a function must too.
-        let _ = write!(
-            body,
-            "\nlocal function script_{i}(KEYS, ARGV)\nclock_read = nil\n{}\nend\n",
-            entry.file.trim_end()
-        );
+        let file = entry.file.trim_end();
+        match split_entry(file) {
+            // Its functions made once, when the library loads, and only the entry per call.
+            Some((definitions, entry)) => {
+                let _ = write!(
+                    body,
+                    "\nlocal script_{i}\ndo\n{definitions}\nscript_{i} = function(KEYS, ARGV)\nclock_read = nil\n{entry}\nend\nend\n"
+                );
+            }
+            None => {
+                let _ = write!(
+                    body,
+                    "\nlocal function script_{i}(KEYS, ARGV)\nclock_read = nil\n{file}\nend\n"
+                );
+            }
+        }
     }
     let hash = Script::new(&body).get_hash()[..12].to_owned();
     let library = format!("lockrt_{hash}");
@@ -81,6 +92,53 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
     }
     Library { code, names }
 });
+
+/// A script that only defines functions and constants and then calls one with its keys and
+/// arguments (`return acquire(KEYS[1], …)`), split into those definitions and that last line;
+/// `None` for any other script.
+///
+/// Such a script's functions can be made once, when the library loads, instead of as new
+/// closures on every call (each one garbage for the server's Lua collector): about 0.5 µs of
+/// the server's CPU per fenced lock/unlock pair in `lock-bench uncontended` at 64 workers.
+/// The check is by line, on the layout every script here follows: at the top level (no
+/// indentation) only comments, `local function …` and its closing `end`, and constants
+/// (`local NAME = <number or quoted string>`); so no state outlives a call.
+fn split_entry(file: &str) -> Option<(&str, &str)> {
+    let (definitions, entry) = file.rsplit_once('\n')?;
+    if !entry.starts_with("return ") || !(entry.contains("KEYS") || entry.contains("ARGV")) {
+        return None;
+    }
+    let top_level_ok = definitions
+        .lines()
+        .filter(|line| !line.is_empty() && !line.starts_with([' ', '\t']))
+        .all(|line| {
+            line.starts_with("--")
+                || line.starts_with("local function ")
+                || line == "end"
+                || is_constant(line)
+        });
+    let uses_call_values = definitions.lines().any(|line| {
+        !line.trim_start().starts_with("--") && (line.contains("KEYS") || line.contains("ARGV"))
+    });
+    (top_level_ok && !uses_call_values).then_some((definitions, entry))
+}
+
+/// Whether a top-level line defines a constant: `local NAME = 123` or `local NAME = '…'`.
+fn is_constant(line: &str) -> bool {
+    let Some((name, value)) = line
+        .strip_prefix("local ")
+        .and_then(|rest| rest.split_once(" = "))
+    else {
+        return false;
+    };
+    let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let number = !value.is_empty() && value.chars().all(|c| c.is_ascii_digit());
+    let quoted = value.len() >= 2
+        && value.starts_with('\'')
+        && value.ends_with('\'')
+        && !value[1..value.len() - 1].contains('\'');
+    name_ok && (number || quoted)
+}
 
 impl Library {
     /// The function that runs `script`, if the library has one.
@@ -282,6 +340,33 @@ mod tests {
         assert!(LIBRARY.code.contains(&format!(
             "function_name='{acquire}', callback=script_0, flags={{}}"
         )));
+    }
+
+    #[test]
+    fn scripts_that_only_define_and_call_have_their_functions_made_once() {
+        // The mutex's pair, the hot path, is made once; a script with statements of its own
+        // at the top level (renew: a table filled per call) runs whole on every call.
+        assert!(LIBRARY.code.contains("\nlocal script_0\ndo\n"));
+        assert!(LIBRARY.code.contains("\nlocal script_1\ndo\n"));
+        assert!(split_entry(include_str!("renew.lua").trim_end()).is_none());
+        let plain = "local LIMIT = 5\nlocal function f(a)\n  return a\nend\n\nreturn f(KEYS[1])";
+        assert_eq!(
+            split_entry(plain),
+            Some((
+                "local LIMIT = 5\nlocal function f(a)\n  return a\nend\n",
+                "return f(KEYS[1])"
+            ))
+        );
+        // State that would outlive a call, or a definition that reads the call's values.
+        for script in [
+            "local seen = {}\nlocal function f(a)\n  return a\nend\nreturn f(KEYS[1])",
+            "local n = 0\nn = n + 1\nreturn n + #KEYS",
+            "local first = KEYS[1]\nlocal function f()\n  return first\nend\nreturn f(KEYS[1])",
+            "local function f()\n  return ARGV[1]\nend\nreturn f(KEYS[1])",
+            "local function f(a)\n  return a\nend\nreturn f(1)",
+        ] {
+            assert_eq!(split_entry(script), None, "{script}");
+        }
     }
 
     #[test]

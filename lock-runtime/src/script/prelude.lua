@@ -260,31 +260,48 @@ local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
   return token
 end
 
--- `next_token` for the common case, in fewer of the interpreter's steps: a token-issuing grant
--- whose counter is absent or holds plain digits (no turn mark) and is kept for a while. Returns
--- nil, having written nothing, for any other counter (a mark, foreign data, a server error, a
--- retention of 0): the caller then takes `next_token`'s way, which reads it again. (About
--- 1.4 µs of the server's CPU per grant was `next_token`'s general handling, in a
--- `redis-cli --pipe` harness on Redis 7.0.)
+-- `next_token` for the common case, in fewer of Redis's calls: a token-issuing grant whose
+-- counter is absent or holds plain digits (no turn mark) and is kept for a while. It writes the
+-- clock and reads what was there in one `SET … KEEPTTL GET`; what was there is put back as it
+-- was (value and TTL, with `KEEPTTL`) when it is no such counter (a mark, foreign data,
+-- 2^53 and up), and nil is returned: the caller then takes `next_token`'s way, which reads it
+-- again. A server error (WRONGTYPE, OOM, …) writes nothing and returns nil too.
+--
+-- The retention is refreshed when the counter is created, when it has run ahead of the clock
+-- (each such grant writes last + 1 with the retention), and otherwise once the clock enters a
+-- new tenth of the retention since the last token: so a counter in use is kept at least nine
+-- tenths of its retention after its last grant. Its expiry cannot make tokens go backwards:
+-- the counter is behind the clock whenever its retention is not refreshed, and a fresh counter
+-- starts at the clock. (Against a read, a write with the retention and the clock: one Redis
+-- call less, about 1.2 µs of the server's CPU per fenced grant in a `redis-cli --pipe`
+-- harness on Redis 7.0; `next_token`'s general handling cost about 1.4 µs more.)
 local function plain_next_token(fence, retention_ms)
-  local last = redis.pcall('GET', fence)
-  local token = clock_us()
-  if last then
-    if type(last) ~= 'string' or string.len(last) > 16 or not string.match(last, '^%d+$') then
-      return nil
-    end
-    local n = tonumber(last)
-    if n >= 9007199254740991 then
-      return nil
-    end
-    if n >= token then
-      token = n + 1
-    end
-  end
   if tonumber(retention_ms) <= 0 then
     return nil
   end
-  redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+  local token = clock_us()
+  local last = redis.pcall('SET', fence, string.format('%d', token), 'KEEPTTL', 'GET')
+  if not last then
+    redis.call('PEXPIRE', fence, retention_ms)
+    return token
+  end
+  if type(last) ~= 'string' then
+    return nil
+  end
+  local n = string.len(last) <= 16 and string.match(last, '^%d+$') and tonumber(last)
+  if not n or n >= 9007199254740991 then
+    redis.call('SET', fence, last, 'KEEPTTL')
+    return nil
+  end
+  if n >= token then
+    token = n + 1
+    redis.call('SET', fence, string.format('%d', token), 'PX', retention_ms)
+  else
+    local tenth = tonumber(retention_ms) * 100
+    if math.floor(n / tenth) ~= math.floor(token / tenth) then
+      redis.call('PEXPIRE', fence, retention_ms)
+    end
+  end
   return token
 end
 

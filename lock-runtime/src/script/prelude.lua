@@ -170,6 +170,10 @@ end
 -- would, but leaves the counter's digits as they are and writes nothing when no turn mark is
 -- live (an uncontended lazy grant only reads the counter, usually absent), and returns 0.
 --
+-- `replaced`: the counter's value when the caller already replaced it with the clock
+-- (`plain_next_token`, which returns it for a counter it does not handle): read from there
+-- instead of from Redis, and put back when it is not ours.
+--
 -- Returns the new fencing token, or nil and a reply for the script to return as is (foreign
 -- data at the fencing counter, a server error, or {0, ms} while the owner's client had one of
 -- the last turns and another client waits: see `yield`).
@@ -180,8 +184,11 @@ end
 -- the time between the two grants. One grant per microsecond is far above any lock's
 -- hand-over rate, so the counter does not run ahead of the clock. One read and one write of
 -- the counter per grant (its retention is set by the same SET; a retention of 0 keeps it).
-local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
-  local last = redis.pcall('GET', fence)
+local function next_token(fence, owner, retention_ms, handoff, asking, lazy, replaced)
+  local last = replaced
+  if last == nil then
+    last = redis.pcall('GET', fence)
+  end
   if type(last) == 'table' then
     if not string.find(last.err, 'WRONGTYPE', 1, true) then
       return nil, redis.error_reply(last.err)
@@ -202,11 +209,12 @@ local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
     -- Our counters are decimal integers well below 2^53 (Lua numbers are doubles), optionally
     -- followed by a turn mark (see "Turns" above).
     local digits, ended, current, untils = read_counter(last, clock)
-    if not digits or string.len(digits) > 17 then
-      return nil, {-1, 'string'}
-    end
-    local n = tonumber(digits)
-    if n >= 9007199254740991 or n <= -9007199254740991 then
+    local n = digits and string.len(digits) <= 17 and tonumber(digits)
+    if not n or n >= 9007199254740991 or n <= -9007199254740991 then
+      if replaced then
+        -- Not ours: put back as it was (`plain_next_token` wrote the clock there).
+        redis.call('SET', fence, replaced, 'KEEPTTL')
+      end
       return nil, {-1, 'string'}
     end
     marked = ended ~= nil
@@ -262,10 +270,11 @@ end
 
 -- `next_token` for the common case, in fewer of Redis's calls: a token-issuing grant whose
 -- counter is absent or holds plain digits (no turn mark) and is kept for a while. It writes the
--- clock and reads what was there in one `SET … KEEPTTL GET`; what was there is put back as it
--- was (value and TTL, with `KEEPTTL`) when it is no such counter (a mark, foreign data,
--- 2^53 and up), and nil is returned: the caller then takes `next_token`'s way, which reads it
--- again. A server error (WRONGTYPE, OOM, …) writes nothing and returns nil too.
+-- clock and reads what was there in one `SET … KEEPTTL GET`. For any other value there (a turn
+-- mark, foreign data, 2^53 and up) it returns nil and that value: the caller passes it on to
+-- `next_token` (as `replaced`), which handles it as if it had read it, and puts it back as it
+-- was (value and TTL) when it is not ours. Returns nil alone, having written nothing, for a
+-- retention of 0 and for a server error (WRONGTYPE, OOM, …): `next_token` reads the counter.
 --
 -- The retention is refreshed when the counter is created, when it has run ahead of the clock
 -- (each such grant writes last + 1 with the retention), and otherwise once the clock enters a
@@ -290,8 +299,7 @@ local function plain_next_token(fence, retention_ms)
   end
   local n = string.len(last) <= 16 and string.match(last, '^%d+$') and tonumber(last)
   if not n or n >= 9007199254740991 then
-    redis.call('SET', fence, last, 'KEEPTTL')
-    return nil
+    return nil, last
   end
   if n >= token then
     token = n + 1
@@ -369,7 +377,13 @@ end
 -- hold, the lease (`handoff`, `asking`, `lazy`: see `next_token`). `plain`: the mutex string of
 -- this crate's layout (marked `WAITED` when `waited`), else a hash.
 local function grant(lock, fence, owner, lease_ms, retention_ms, handoff, asking, lazy, plain, waited)
-  local token, reply = next_token(fence, owner, retention_ms, handoff, asking, lazy)
+  local token, reply, replaced = nil, nil, nil
+  if not lazy then
+    token, replaced = plain_next_token(fence, retention_ms)
+  end
+  if not token then
+    token, reply = next_token(fence, owner, retention_ms, handoff, asking, lazy, replaced)
+  end
   if not token then
     return nil, reply
   end
@@ -386,7 +400,11 @@ end
 -- new fencing token, and the holder's entry with its lease end. Returns the token, or nil and a
 -- reply as `next_token` does.
 local function grant_member(set, fence, owner, lease_ms, retention_ms, now)
-  local token, reply = next_token(fence, owner, retention_ms)
+  local token, replaced = plain_next_token(fence, retention_ms)
+  local reply = nil
+  if not token then
+    token, reply = next_token(fence, owner, retention_ms, nil, nil, nil, replaced)
+  end
   if not token then
     return nil, reply
   end

@@ -499,7 +499,8 @@ async fn a_grant_to_a_waiter_that_left_meanwhile_is_released_at_once() {
 }
 
 /// The hand-off's grant keeps the fencing promise: tokens increase across a wiped counter, and
-/// foreign data at the counter is reported to the waiter, with nothing overwritten. (The
+/// foreign data at the counter is reported to the waiter, with nothing changed (its TTL
+/// included) and the lock let go. (The
 /// waiters are fenced: their hand-offs go through Redis, which issues their tokens.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
@@ -529,7 +530,13 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
     let first = locks.lock("foreign").acquire().await.unwrap();
     let waiter = spawn_waiter("foreign");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    redis.cmd(&["SET", "lock:{foreign}:fence", "not a counter"]);
+    redis.cmd(&[
+        "SET",
+        "lock:{foreign}:fence",
+        "not a counter",
+        "PX",
+        "90000",
+    ]);
     first.release().await.unwrap();
     let err = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
@@ -541,6 +548,10 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
         redis.cmd(&["GET", "lock:{foreign}:fence"]).text(),
         Some("not a counter")
     );
+    // Its own TTL too (the grant writes the counter and reads it in one command, then puts
+    // back what is not ours).
+    let ttl = redis.cmd(&["PTTL", "lock:{foreign}:fence"]).int().unwrap();
+    assert!((1..=90_000).contains(&ttl), "{ttl}");
     assert_eq!(redis.cmd(&["EXISTS", "lock:{foreign}"]).int(), Some(0));
     drop(second);
 }

@@ -38,14 +38,8 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
       -- (foreign data there, or another client's turn) is taken back.
       value = redis.pcall('SET', lock, owner, 'NX', 'PX', lease_ms, 'GET')
       if value == false then
-        local token, reply, replaced = nil, nil, nil
-        if fenced ~= '0' then
-          token, replaced = plain_next_token(fence, retention_ms)
-        end
-        if not token then
-          token, reply = next_token(fence, owner, retention_ms, nil, {channel, false},
-            fenced == '0', replaced)
-        end
+        local token, reply = next_token(fence, owner, retention_ms, nil, {channel, false},
+          fenced == '0')
         if not token then
           redis.call('DEL', lock)
           return reply

@@ -39,11 +39,8 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
       -- Another owner's, or a hash (an earlier release's hold, a fair lock's): not ours.
       return {0, 0}
     end
-    -- Handed over, the string is overwritten by the heir's grant (one write, not two); it is
-    -- deleted below when the lock falls free instead.
-    if not heir then
-      redis.call('DEL', lock)
-    end
+    -- Deleted below unless handed over: the heir's grant overwrites the string (one write,
+    -- not two).
   else
     local removed = redis.pcall('HDEL', lock, owner)
     if type(removed) == 'table' then
@@ -60,8 +57,6 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
       return 1
     end
   end
-  -- A mutex string still there, to delete if it is not handed over.
-  local kept = plain and heir ~= nil
   if heir and yield_ms then
     local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
     if waiting > 1 then
@@ -80,7 +75,7 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
     -- The counter holds foreign data: release plainly; the waiter's own attempt reports it.
     waited = true
   end
-  if kept then
+  if plain then
     redis.call('DEL', lock)
   end
   if waited then

@@ -306,26 +306,32 @@ async fn a_grant_answered_after_its_lease_is_taken_again_before_use() {
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_answered_after_its_lease_is_taken_again_before_use() {
     let acquires = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fake = FakeRedis::new({
-        let acquires = acquires.clone();
+        let (acquires, released) = (acquires.clone(), released.clone());
         move |call| {
-            let acquires = acquires.clone();
+            let (acquires, released) = (acquires.clone(), released.clone());
             async move {
                 match call.script().as_str() {
-                    "acquire" => Ok(
-                        match acquires.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    "acquire" => {
+                        let n = acquires.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok(if n == 0 {
                             // The first holder.
-                            0 => reply(1, 7),
-                            // The waiter's first attempt: held for 30 s more.
-                            1 => reply(0, 30_000),
+                            reply(1, 7)
+                        } else if !released.load(std::sync::atomic::Ordering::SeqCst) {
+                            // The waiter's attempts while it is held: 30 s more.
+                            reply(0, 30_000)
+                        } else {
                             // The waiter taking it again after the late hand-off.
-                            n => reply(1, 8 + n as i64),
-                        },
-                    ),
+                            reply(1, 10)
+                        })
+                    }
                     "release" => {
+                        assert!(call.args.len() > 6, "a hand-off: {call:?}");
                         // Handed to the waiter with token 9, answered 1.2 s after it was sent:
                         // past a 1 s lease.
                         tokio::time::sleep(Duration::from_millis(1200)).await;
+                        released.store(true, std::sync::atomic::Ordering::SeqCst);
                         Ok(reply(2, 9))
                     }
                     "renew" => Ok(renewed(&call)),
@@ -347,7 +353,8 @@ async fn a_hand_off_answered_after_its_lease_is_taken_again_before_use() {
                 .await
         }
     });
-    while acquires.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+    // Its first attempt, then its waiting one (subscribed): queued for a hand-off.
+    while acquires.load(std::sync::atomic::Ordering::SeqCst) < 3 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -355,7 +362,7 @@ async fn a_hand_off_answered_after_its_lease_is_taken_again_before_use() {
     let guard = waiter.await.unwrap().unwrap();
     assert_eq!(
         acquires.load(std::sync::atomic::Ordering::SeqCst),
-        3,
+        4,
         "taken again after the late hand-off"
     );
     assert_eq!(

@@ -9,6 +9,13 @@
 //! The checker proves, from the records and the store:
 //! - no two critical sections on one key overlapped unless one of them had been told its lock
 //!   was lost (or the overlap falls in a window where the lock state itself was wiped);
+//! - tokens follow holding order, per key, from the records themselves (not only from what the
+//!   store accepted, which enforces that order and would only show a late token as a refused
+//!   section): no token is lower than the token of a section that had ended before it was
+//!   asked for (judged everywhere: tokens increase across restarts), and a holder not told of
+//!   a loss has a larger token than every section that ended before its own began (not judged
+//!   where the lock state was wiped, like exclusion);
+//! - tokens are unique per acquisition;
 //! - the tokens of committed writes strictly increase per key (the store's commit log);
 //! - the counter equals the number of commits (no lost update got through).
 //!
@@ -70,11 +77,18 @@ pub struct Record {
     pub owner: String,
     /// When the guard was obtained ([`crate::mono_ns`]).
     pub start_ns: u64,
-    /// When the token was asked for: the acquire's start for a token that came with the grant
-    /// (Redis issued it somewhere between this and `start_ns`), the section's start for one
-    /// asked for in the section. Token order is judged from here: a token is late only if it
+    /// When the token was asked for: for a token that came with the grant, when the request
+    /// that granted the lock was *sent* (the worker reads it right after the acquire, as the
+    /// guard's `valid_until()` minus the lease: the first confirmed lease is counted from that
+    /// send; Redis issued the token between this and `start_ns`); for one asked for in the
+    /// section, the section's start. Token order is judged from here: a token is late if it
     /// was asked for after a section with a larger one had ended.
     pub asked_ns: u64,
+    /// When the acquire was called (before any wait): `asked_ns` of a fenced grant is between
+    /// this and `start_ns`. Kept to show what judging from the acquire's start would miss.
+    pub invoked_ns: u64,
+    /// Whether the token came with the grant (a `fenced()` lock), not asked for in the section.
+    pub fenced: bool,
     /// When the critical section ended, before release.
     pub end_ns: u64,
     /// How it ended.
@@ -87,7 +101,7 @@ impl fmt::Display for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             self.key,
             self.token,
             self.owner,
@@ -95,7 +109,9 @@ impl fmt::Display for Record {
             self.end_ns,
             self.outcome.as_str(),
             u8::from(self.lost),
-            self.asked_ns
+            self.asked_ns,
+            self.invoked_ns,
+            u8::from(self.fenced)
         )
     }
 }
@@ -104,7 +120,7 @@ impl Record {
     /// Parses a line written by `Display`.
     pub fn parse(line: &str) -> Option<Record> {
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 8 {
+        if f.len() != 10 {
             return None;
         }
         Some(Record {
@@ -116,6 +132,8 @@ impl Record {
             outcome: Outcome::parse(f[5])?,
             lost: f[6] == "1",
             asked_ns: f[7].parse().ok()?,
+            invoked_ns: f[8].parse().ok()?,
+            fenced: f[9] == "1",
         })
     }
 }
@@ -214,11 +232,25 @@ pub fn read_store_keys(store: &crate::RedisServer, keys: &[String]) -> HashMap<S
 
 /// Checks the records against the lock model and the store. `wiped` lists `[from, to)`
 /// windows (on [`crate::mono_ns`]) in which the lock state was wiped (a restart without
-/// persistence): exclusion is not promised there, only fencing.
+/// persistence): exclusion is not promised there, only fencing, so token order is still judged
+/// there from when each token was asked for (tokens increase across a restart), but not holding
+/// order (a holder whose lock was wiped may not have been told yet).
 pub fn check(
     records: &[Record],
     store: &HashMap<String, StoreState>,
     wiped: &[(u64, u64)],
+) -> Report {
+    check_with(records, store, wiped, &[])
+}
+
+/// [`check`], with `counted` windows `[from, to)` in which a token lower than one of a section
+/// that had ended before it was asked for is not judged here (for a section starting in them):
+/// the failover suites count those ([`failover_report`]) and judge them per deployment.
+pub fn check_with(
+    records: &[Record],
+    store: &HashMap<String, StoreState>,
+    wiped: &[(u64, u64)],
+    counted: &[(u64, u64)],
 ) -> Report {
     let mut report = Report {
         records: records.len(),
@@ -242,6 +274,38 @@ pub fn check(
                 report
                     .violations
                     .push(format!("overlap on `{key}`:\n  {o}\n  {r}"));
+            }
+        }
+        // Token order across holders.
+        let ended = Ended::new(&recs);
+        for &r in &recs {
+            // From when the token was asked for: a section that had ended by then had its
+            // token issued before, so a smaller one.
+            if let Some(h) = ended.highest_by(r.asked_ns)
+                && h.token > r.token
+                && !counted
+                    .iter()
+                    .any(|&(from, to)| (from..to).contains(&r.start_ns))
+            {
+                report.violations.push(format!(
+                    "token went back on `{key}`: asked for after a larger one's section ended\n  \
+                     {h}\n  {r}"
+                ));
+                continue;
+            }
+            // In holding order: a section that ended before this one began, while this holder
+            // held and was not told of a loss, was granted before it, or both held at once.
+            let in_wipe = (wiped.iter()).any(|&(from, to)| r.asked_ns < to && r.end_ns > from);
+            if r.lost || in_wipe {
+                continue;
+            }
+            if let Some(h) = ended.highest_by(r.start_ns)
+                && h.token > r.token
+            {
+                report.violations.push(format!(
+                    "tokens out of holding order on `{key}`: a holder not told of a loss began \
+                     after a larger token's section ended\n  {h}\n  {r}"
+                ));
             }
         }
         // Tokens are unique per acquisition.
@@ -300,11 +364,17 @@ pub struct FailoverReport {
     /// without having been told its lock was lost.
     pub unaware_writes: usize,
     /// Sections whose token is lower than the token of a section on the same key that ended
-    /// before it started.
+    /// before that token was asked for ([`Record::asked_ns`]: for a fenced grant, when the
+    /// granting request was sent).
     pub token_regressions: Vec<String>,
     /// When each of those sections started ([`crate::mono_ns`]), index-aligned with
     /// `token_regressions`.
     pub token_regressions_at: Vec<u64>,
+    /// Of the token regressions, those whose token came with a fenced grant.
+    pub fenced_regressions: usize,
+    /// Of the token regressions, those that judging from the acquire's start (before its wait)
+    /// would also have found: the rest are what that older checker exempted.
+    pub regressions_from_invocation: usize,
     /// Per fault: the longest time in its window `[from, to)` in which no section started
     /// (counted from `from`; up to `to` if none started after the last one), in ns: the
     /// outage the fault caused. `None`: no section started in the window.
@@ -349,6 +419,38 @@ fn overlapping<'r>(recs: &[&'r Record]) -> Vec<(&'r Record, &'r Record)> {
     pairs
 }
 
+/// The sections of one key by end time, with the one of the largest token among those ended so
+/// far: answers "which section had the largest token of those that had ended by `t`".
+struct Ended<'r> {
+    ends: Vec<u64>,
+    highest: Vec<&'r Record>,
+}
+
+impl<'r> Ended<'r> {
+    fn new(recs: &[&'r Record]) -> Ended<'r> {
+        let mut by_end = recs.to_vec();
+        by_end.sort_by_key(|r| r.end_ns);
+        let mut highest: Vec<&'r Record> = Vec::with_capacity(by_end.len());
+        for &r in &by_end {
+            let best = match highest.last() {
+                Some(&h) if h.token >= r.token => h,
+                _ => r,
+            };
+            highest.push(best);
+        }
+        Ended {
+            ends: by_end.iter().map(|r| r.end_ns).collect(),
+            highest,
+        }
+    }
+
+    /// The section with the largest token among those that ended at or before `t`.
+    fn highest_by(&self, t: u64) -> Option<&'r Record> {
+        let n = self.ends.partition_point(|&end| end <= t);
+        n.checked_sub(1).map(|i| self.highest[i])
+    }
+}
+
 /// Counts overlaps, unaware writes, token regressions and recovery times in `records`;
 /// `faults` are the windows `[from, to)` (on [`crate::mono_ns`]) from the injection of each
 /// fault until the deployment was whole again.
@@ -375,28 +477,28 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
                 }
             }
         }
-        // Sections by end time: the highest token among those that ended before each token
-        // was asked for. (Not before the section's start: a grant's reply read late, by a
-        // worker paused on a loaded machine, carries a token issued before the rival's.)
-        let mut ended: Vec<&Record> = recs.clone();
-        ended.sort_by_key(|r| r.end_ns);
-        let mut asking: Vec<&Record> = recs.clone();
-        asking.sort_by_key(|r| r.asked_ns);
-        let (mut next, mut highest): (usize, Option<&Record>) = (0, None);
-        for r in asking {
-            while next < ended.len() && ended[next].end_ns <= r.asked_ns {
-                if highest.is_none_or(|h| ended[next].token > h.token) {
-                    highest = Some(ended[next]);
-                }
-                next += 1;
-            }
-            if let Some(h) = highest
+        // The highest token among the sections that ended before each token was asked for
+        // (for a fenced grant, when the granting request was sent: not before the section's
+        // start, since a grant's reply read late, by a worker paused on a loaded machine,
+        // carries a token issued before the rival's; not from the acquire's start either, which
+        // is before a wait for the very section a late token would go back behind).
+        let ended = Ended::new(&recs);
+        for &r in &recs {
+            if let Some(h) = ended.highest_by(r.asked_ns)
                 && r.token < h.token
             {
                 report
                     .token_regressions
                     .push(format!("token went back on `{key}`:\n  {h}\n  {r}"));
                 report.token_regressions_at.push(r.start_ns);
+                if r.fenced {
+                    report.fenced_regressions += 1;
+                }
+                // What judging a fenced grant from the acquire's start would have counted.
+                let old_reference = if r.fenced { r.invoked_ns } else { r.asked_ns };
+                if (ended.highest_by(old_reference)).is_some_and(|h| r.token < h.token) {
+                    report.regressions_from_invocation += 1;
+                }
             }
         }
     }
@@ -695,6 +797,8 @@ mod tests {
             owner: format!("o{token}"),
             start_ns: start,
             asked_ns: start,
+            invoked_ns: start,
+            fenced: false,
             end_ns: end,
             outcome: Outcome::Committed,
             lost,
@@ -723,9 +827,110 @@ mod tests {
         assert_eq!(report.token_regressions_at, vec![30]);
     }
 
+    /// A fenced grant: the acquire called at `invoked`, the granting request sent at `asked`,
+    /// the section from `start` to `end`.
+    fn fenced(token: u64, [invoked, asked, start, end]: [u64; 4]) -> Record {
+        Record {
+            invoked_ns: invoked,
+            asked_ns: asked,
+            fenced: true,
+            ..rec("k", token, start, end, false)
+        }
+    }
+
+    fn store_of(log: &[u64]) -> HashMap<String, StoreState> {
+        HashMap::from([(
+            "k".to_string(),
+            StoreState {
+                value: log.len() as u64,
+                log: log.to_vec(),
+            },
+        )])
+    }
+
+    #[test]
+    fn the_checker_passes_tokens_in_holding_order() {
+        // On demand, fenced after a wait, on demand again: each token above the ones before.
+        let history = [
+            rec("k", 10, 0, 10, false),
+            fenced(11, [5, 10, 12, 20]),
+            rec("k", 12, 21, 30, false),
+        ];
+        let report = check(&history, &store_of(&[10, 11, 12]), &[]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        let report = failover_report(&history, &[]);
+        assert!(report.token_regressions.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn the_checker_finds_a_token_that_went_back_even_when_the_store_refused_it() {
+        // The store enforces token order itself: the late token only shows as a refused
+        // section, and its log stays in order. The records show the regression.
+        let refused = Record {
+            outcome: Outcome::RejectedRead,
+            ..rec("k", 9, 21, 30, false)
+        };
+        let history = [rec("k", 10, 0, 20, false), refused];
+        let report = check(&history, &store_of(&[10]), &[]);
+        assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+        assert!(report.violations[0].starts_with("token went back"));
+        // Judged across a restart without persistence too: tokens increase across it.
+        let report = check(&history, &store_of(&[10]), &[(15, 25)]);
+        assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+        // Not in a window the failover suites count it in (where holding order is not
+        // promised either).
+        let report = check_with(&history, &store_of(&[10]), &[(15, 25)], &[(15, 25)]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+
+    #[test]
+    fn a_fenced_grant_is_judged_from_when_its_granting_request_was_sent() {
+        // It waited from 5 for the section of token 10 (0 to 20); the granting request went
+        // out at 21, after that section ended, and came back with 9: a regression, which
+        // judging from the acquire's start (5, before the rival ended) would have exempted.
+        let rival = rec("k", 10, 0, 20, false);
+        let late = Record {
+            outcome: Outcome::RejectedRead,
+            ..fenced(9, [5, 21, 22, 30])
+        };
+        let report = failover_report(&[rival.clone(), late.clone()], &[]);
+        assert_eq!(report.token_regressions.len(), 1, "{report:?}");
+        assert_eq!(report.fenced_regressions, 1);
+        assert_eq!(report.regressions_from_invocation, 0);
+        let report = check(&[rival, late], &store_of(&[10]), &[]);
+        assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+    }
+
+    #[test]
+    fn a_holder_not_told_of_a_loss_has_a_larger_token_than_sections_ended_before_it_began() {
+        // The grant's request went out at 5, before the section of token 10 ended (at 20);
+        // its holder began at 25, was never told of a loss, and holds 9: token 10 was granted
+        // while it held, or the tokens went back.
+        let rival = rec("k", 10, 0, 20, false);
+        let unaware = Record {
+            outcome: Outcome::RejectedRead,
+            ..fenced(9, [1, 5, 25, 30])
+        };
+        let report = check(&[rival.clone(), unaware.clone()], &store_of(&[10]), &[]);
+        assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+        assert!(report.violations[0].starts_with("tokens out of holding order"));
+        // Told of the loss (a reply read after its lease: the store refuses it), or in a
+        // window where the lock state was wiped: excused, like an overlap.
+        let told = Record {
+            lost: true,
+            ..unaware.clone()
+        };
+        let report = check(&[rival.clone(), told], &store_of(&[10]), &[]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        let report = check(&[rival, unaware], &store_of(&[10]), &[(3, 8)]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+
     #[test]
     fn records_round_trip_through_their_line_format() {
         let r = rec("k", 7, 1, 2, true);
+        assert_eq!(Record::parse(&r.to_string()), Some(r));
+        let r = fenced(8, [1, 2, 3, 4]);
         assert_eq!(Record::parse(&r.to_string()), Some(r));
     }
 

@@ -325,6 +325,7 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
     }
     let faults: Vec<&'static str> = FAULTS.iter().map(|f| f.describe()).collect();
     let (mut rows, mut family, mut incomplete) = (Vec::new(), Vec::new(), Vec::new());
+    let mut failed: Vec<String> = Vec::new();
     for setting in settings {
         let (findings, why) = failovers_under_load(setting, failovers, &postgres).await;
         eprintln!("{setting:?}: {}", findings.summary());
@@ -366,21 +367,38 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
                 cut.worker
             );
         }
+        for regression in findings.regressions() {
+            eprintln!("{setting:?}: {regression}");
+        }
         rows.extend(findings.rows("Sentinel", setting, &faults));
         family.push(family_findings.row(setting));
-        // Through Sentinel no token goes back, in the fault windows either (the Cluster suite
-        // counts those in its windows: see SAFETY.md).
-        assert!(
-            findings.failover.token_regressions.is_empty(),
-            "{}",
-            findings.regressions().join("\n")
-        );
-        findings.assert_invariants();
+        // Judged after every setting ran, so that a failing setting does not hide the figures
+        // of the others. Through Sentinel no token goes back, in the fault windows either (the
+        // Cluster suite counts those in its windows: see SAFETY.md).
+        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            assert!(
+                findings.failover.token_regressions.is_empty(),
+                "{} token regressions:\n{}",
+                findings.failover.token_regressions.len(),
+                findings.regressions().join("\n")
+            );
+            findings.assert_invariants();
+        }));
+        if let Err(panic) = judged {
+            let what = (panic.downcast_ref::<String>().cloned())
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            failed.push(format!(
+                "{setting:?} (records kept in {}): {what}",
+                findings.records_dir.display()
+            ));
+        }
         incomplete.extend(why);
     }
     failover::print_table(&rows);
     failover::print_family_table(&family);
     eprintln!("failover suite: {:?}", started.elapsed());
     tokio::task::block_in_place(|| drop(postgres));
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
     assert!(incomplete.is_empty(), "{incomplete:?}");
 }

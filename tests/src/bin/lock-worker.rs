@@ -563,11 +563,28 @@ mod chaos {
         }
     }
 
+    /// When the request that granted `guard`'s hold was sent, on [`mono_ns`], read right after
+    /// the acquire: the guard's first confirmed lease (`valid_until()`) is counted from that
+    /// send, so it is `valid_until() - lease`. Kept within `[invoked, start]`, where the send
+    /// must be (a renewal confirmed before this read would move it later: it is clamped to the
+    /// acquire's return); `invoked` if the hold is already lost (no deadline to read).
+    fn granted_ns(guard: &LockGuard, lease: Duration, invoked: u64, start: u64) -> u64 {
+        // The monotonic clock read before `Instant::now()`: the result errs early, never late.
+        let now_ns = mono_ns();
+        let now = tokio::time::Instant::now();
+        let Some(sent) = guard.valid_until().and_then(|v| v.checked_sub(lease)) else {
+            return invoked;
+        };
+        let ago = now.saturating_duration_since(sent).as_nanos() as u64;
+        now_ns.saturating_sub(ago).clamp(invoked, start)
+    }
+
     fn record(
         out: &std::sync::Mutex<std::fs::File>,
         guard: &LockGuard,
         token: u64,
-        (asked_ns, start_ns): (u64, u64),
+        [invoked_ns, asked_ns, start_ns]: [u64; 3],
+        fenced: bool,
         outcome: Outcome,
     ) {
         let r = Record {
@@ -576,6 +593,8 @@ mod chaos {
             owner: guard.owner().to_string(),
             start_ns,
             asked_ns,
+            invoked_ns,
+            fenced,
             end_ns: mono_ns(),
             outcome,
             lost: guard.is_lost(),
@@ -613,6 +632,8 @@ mod chaos {
         };
         let keys: usize = keys.parse().expect("keys");
         let tasks: usize = tasks.parse().expect("tasks");
+        // No explicit lease: every hold's lease is the watchdog timeout.
+        let lease = Duration::from_millis(watchdog_ms.parse().expect("watchdog ms"));
         let until =
             tokio::time::Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms"));
         if lock_url.starts_with("sentinel:") {
@@ -713,8 +734,14 @@ mod chaos {
                         }
                     };
                     let start = mono_ns();
-                    // A fenced grant's token was issued during the acquire; one on demand now.
-                    let asked = if mode >= 5 { invoked } else { start };
+                    // A fenced grant's token was issued by the request that granted the lock,
+                    // sent after any wait (judged from then); one on demand is asked for now.
+                    let fenced = mode >= 5;
+                    let asked = if fenced {
+                        granted_ns(&guard, lease, invoked, start)
+                    } else {
+                        start
+                    };
                     let Ok(token) = guard.fencing_token().await else {
                         // Lost before it was asked for: no token, so nothing to write with.
                         continue;
@@ -736,7 +763,14 @@ mod chaos {
                             Err(_lost) => Outcome::Failed,
                         }
                     };
-                    record(&out, &guard, token, (asked, start), outcome);
+                    record(
+                        &out,
+                        &guard,
+                        token,
+                        [invoked, asked, start],
+                        fenced,
+                        outcome,
+                    );
                     if mode == 2 {
                         // Cancellation fuzz: the release is dropped at a random point.
                         if tokio::time::timeout(cancel_at / 4, guard.release())
@@ -914,9 +948,11 @@ mod chaos {
                 .open(out)
                 .expect("open out"),
         );
-        let asked = mono_ns();
+        let invoked = mono_ns();
         let guard = locks.lock(key).fenced().acquire().await.expect("acquire");
         let start = mono_ns();
+        let lease = Duration::from_millis(watchdog_ms.parse().expect("watchdog ms"));
+        let asked = granted_ns(&guard, lease, invoked, start);
         let token = guard
             .issued_token()
             .expect("a fenced grant carries its token");
@@ -927,7 +963,7 @@ mod chaos {
         tokio::time::sleep(Duration::from_millis(50)).await;
         println!("lost {}", guard.is_lost());
         let outcome = critical_section(&mut store, key, token, Duration::ZERO).await;
-        record(&out, &guard, token, (asked, start), outcome);
+        record(&out, &guard, token, [invoked, asked, start], true, outcome);
         println!("outcome {outcome:?}");
         let _ = guard.release().await;
     }

@@ -157,6 +157,17 @@ impl LockGuard {
         }
     }
 
+    /// When the request that granted this hold was sent, on this process's monotonic clock:
+    /// its lease, and the hold time the metrics record, count from there. For a hold taken over
+    /// from another task of this client in memory, when it was passed. Re-entrant guards share
+    /// their outermost guard's.
+    ///
+    /// Useful to order holds against each other (a grant's request is sent after the wait that
+    /// preceded it), or to log how long the lock was held.
+    pub fn granted_at(&self) -> Instant {
+        self.held.granted
+    }
+
     /// Whether this guard re-entered a lock held by an enclosing scope (it releases nothing).
     pub fn is_reentrant(&self) -> bool {
         self.reentrant

@@ -208,7 +208,8 @@ impl LockGuard {
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
     /// # use std::time::Duration;
-    /// let guard = locks.lock("report").lease(Duration::from_secs(10)).acquire().await?;
+    /// let lease = lock_runtime::LockOptions::new().lease(Duration::from_secs(10));
+    /// let guard = locks.lock("report").acquire_with(lease).await?;
     /// if guard.remaining_validity() > Duration::from_secs(2) {
     ///     // Enough time left before `is_lost()` and `run` give up on the hold.
     /// }

@@ -15,6 +15,7 @@
 //! [`sentinel`](SentinelGroup) and [`partitioned`](PartitionedSentinel); this file holds what they share (bounded waits, one-command
 //! probes, `INFO` parsing).
 
+mod clock_skew;
 mod cluster;
 mod partitioned;
 mod replicated;

@@ -305,6 +305,16 @@ impl PartitionedSentinel {
         self.announce(i);
     }
 
+    /// Starts node `i` again, empty, at its address, with its wall clock `skew_us`
+    /// microseconds off this machine's (negative: behind; [`RedisServer::restart_with_clock`]),
+    /// announcing its proxy again. [`restart`](PartitionedSentinel::restart) gives it the
+    /// machine's clock back. It comes back a master of nothing: make it a replica with
+    /// [`reattach`](PartitionedSentinel::reattach).
+    pub fn restart_with_clock(&mut self, i: usize, skew_us: i64) {
+        self.nodes[i].server.restart_with_clock(skew_us);
+        self.announce(i);
+    }
+
     /// Whether node `i` is a master with both other nodes online as its replicas.
     pub fn is_whole(&self, i: usize) -> bool {
         info(&self.nodes[i].server, "replication").is_ok_and(|info| {

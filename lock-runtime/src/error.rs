@@ -268,6 +268,26 @@ pub enum LockError {
         /// What is not supported, and why.
         reason: &'static str,
     },
+    /// The server cannot run these locks, as found when the client was built (see
+    /// [`LockClient::server`](crate::LockClient::server)): a Redis older than 7.0, a server
+    /// without Lua scripting (`EVALSHA` unknown: a Valkey 9.1 built without its Lua module, a
+    /// managed tier that forbids scripts, a config that renamed it away), or no `WAIT` while
+    /// [`replica_ack`](crate::LockClientBuilder::replica_ack) is set (ElastiCache Serverless).
+    /// `missing` names what it lacks, `fix` what to do. A configuration error: retrying does
+    /// not help. (A command the server has but the user's ACL refuses is a
+    /// [`NoPermission`](LockError::NoPermission) instead.)
+    #[error("{server} cannot run these locks: it lacks {missing}; {fix}")]
+    IncompatibleServer {
+        /// The server, as it named itself ("Redis 6.0.9", "Valkey 9.1.2"), or "the server".
+        server: String,
+        /// What it lacks.
+        missing: String,
+        /// What to do about it.
+        fix: &'static str,
+        /// The server's refusal, when it answered one.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
     /// No default client was installed with
     /// [`LockClient::install_default`](crate::LockClient::install_default).
     #[error(

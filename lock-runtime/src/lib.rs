@@ -251,8 +251,10 @@
 //!
 //! # Redis ACLs
 //!
-//! A Redis 7 user for the default prefix needs these commands, keys and channels (commands
-//! the scripts call count too); the `managed` tests run every operation as exactly this user:
+//! A Redis 7.0 user for the default prefix needs these commands, keys and channels (commands
+//! the scripts call count too); the `managed` tests run every operation as exactly this user,
+//! on every server of the compatibility table (TOPOLOGIES.md), and check that the server's ACL
+//! log stays empty:
 //!
 //! ```text
 //! ACL SETUSER locker reset on >secret ~lock:* &lock:* -@all +fcall +function|load
@@ -261,7 +263,10 @@
 //!     +hset +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore
 //! ```
 //!
-//! (one line in `redis-cli`). With another [`prefix`](LockClientBuilder::prefix) use
+//! (one line in `redis-cli`). **Redis 7.2 and later, and Valkey** (7.2 to 9.1), need
+//! `+client|setinfo` as well: redis-rs names itself on every connection (`CLIENT SETINFO`),
+//! which these servers otherwise refuse and log once per connection (Redis 7.0 does not know
+//! the subcommand, and its `ACL SETUSER` refuses the rule). With another [`prefix`](LockClientBuilder::prefix) use
 //! `~<prefix>:*` and `&<prefix>:*`; a database other than 0 needs `+select`,
 //! [`replica_ack`](LockClientBuilder::replica_ack) `+wait`, and a cluster the sharded forms
 //! `+ssubscribe +sunsubscribe +spublish +pubsub|shardnumsub` and `+cluster|slots`. Connect as
@@ -278,9 +283,11 @@
 //!
 //! A missing permission is a [`LockError::NoPermission`] that names what was refused: a
 //! command the client sends (`the `evalsha` command`), a command one of the scripts calls
-//! (`the `pexpire` command (called by a lock script)`: Redis 7.0 does not name it from inside a
-//! script, but says on which line of which script it stopped, and the client knows its
-//! scripts), or the lock's keys or channels.
+//! (`the `pexpire` command (called by a lock script)`: Redis 7.2 and Valkey name it; Redis 7.0
+//! does not name it from inside a script, but says on which line of which script it stopped,
+//! and the client knows its scripts), or the lock's keys or channels. `EVALSHA` (and `WAIT`
+//! with `replica_ack`) is checked when the client is built: a user without it gets the error
+//! from [`build`](LockClientBuilder::build), not at the first lock.
 //!
 //! With [`Layout::Redisson`] the keys are the lock names themselves, their `{N}:*` keys (read
 //! holds' timeouts, leased permits) and Redisson's `redisson_lock__channel:*`,
@@ -337,6 +344,7 @@ mod rwlock;
 mod scope;
 mod script;
 mod semaphore;
+mod server;
 mod stats;
 mod sync;
 mod topology;
@@ -361,6 +369,7 @@ pub use options::{LockOptions, MAX_LEASE};
 pub use redlock::{RedLock, RedLockGuard};
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
+pub use server::ServerInfo;
 pub use stats::ClientStats;
 
 /// Runs the annotated `async fn` while holding a distributed lock.

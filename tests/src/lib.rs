@@ -166,8 +166,8 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        self.process.child = Some(await_pong(child, "redis-server", || {
-            self.try_cmd(&["PING"])
+        self.process.child = Some(await_pong(child, "redis-server", |args| {
+            self.try_cmd(args)
         })?);
         Ok(())
     }
@@ -264,6 +264,13 @@ impl RedisServer {
         send(self.process.port, self.password.as_deref(), args)
     }
 
+    /// Which server this is and its own version, from `HELLO`: `("redis", (7, 0, 15))`,
+    /// `("valkey", (9, 1, 2))` (Valkey reports `redis_version:7.2.4` in `INFO` whatever its
+    /// version).
+    pub fn server_version(&self) -> (String, (u32, u32, u32)) {
+        server_version(&self.cmd(&["HELLO"]))
+    }
+
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         let mut cursor = "0".to_string();
@@ -336,6 +343,24 @@ impl RedisServer {
     }
 }
 
+/// The `server` and `version` fields of a `HELLO` reply.
+fn server_version(hello: &Resp) -> (String, (u32, u32, u32)) {
+    let items = hello.items();
+    let field = |name: &str| {
+        items
+            .chunks_exact(2)
+            .find(|pair| pair[0].text() == Some(name))
+            .and_then(|pair| pair[1].text())
+            .unwrap_or_else(|| panic!("no {name} in HELLO's reply {hello:?}"))
+    };
+    let mut numbers = field("version")
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let mut next = || numbers.next().unwrap_or(0);
+    let version = (next(), next(), next());
+    (field("server").to_owned(), version)
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -360,22 +385,36 @@ fn send(port: u16, password: Option<&str>, args: &[&str]) -> io::Result<Resp> {
     read_reply(&mut reader)
 }
 
-/// Waits (at most 10 s) until a just-started `what` process answers `PING` with `PONG`;
-/// returns the child, or kills it and says why not.
+/// Waits (at most 10 s) until a just-started `what` process answers `PING` with `PONG` on its
+/// port (`ask` sends a command there); returns the child, or kills it and says why not.
+///
+/// The answer must come from the child itself (`process_id` in `INFO server`): a free port can
+/// be handed to two servers started at once, and the one that cannot bind it may take a moment
+/// to exit, while the other already answers `PING` there (seen with Valkey: a test's client
+/// reached another test's server).
 fn await_pong(
     mut child: std::process::Child,
     what: &str,
-    mut ping: impl FnMut() -> io::Result<Resp>,
+    mut ask: impl FnMut(&[&str]) -> io::Result<Resp>,
 ) -> io::Result<std::process::Child> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::other(format!("{what} exited with {status}")));
         }
-        if let Ok(Resp::Simple(pong)) = ping()
+        if let Ok(Resp::Simple(pong)) = ask(&["PING"])
             && pong == "PONG"
         {
-            return Ok(child);
+            let pid = format!("process_id:{}", child.id());
+            let info = ask(&["INFO", "server"])?;
+            if info.text().is_some_and(|i| i.lines().any(|l| l == pid)) {
+                return Ok(child);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(format!(
+                "another server answers on {what}'s port"
+            )));
         }
         if Instant::now() > deadline {
             let _ = child.kill();

@@ -460,7 +460,13 @@ impl LockClientBuilder {
         self
     }
 
-    /// Connects both connections and starts the background tasks.
+    /// Connects both connections, asks the server what it is and whether it can run these
+    /// locks, and starts the background tasks.
+    ///
+    /// Fails with [`LockError::IncompatibleServer`] when the server cannot (a Redis older than
+    /// 7.0, no Lua scripting, no `WAIT` while [`replica_ack`](LockClientBuilder::replica_ack)
+    /// is set), and with [`LockError::NoPermission`] when the user's ACL refuses `EVALSHA` (or
+    /// `WAIT` with `replica_ack`): the error names what is missing and how to fix it.
     pub async fn build(mut self) -> Result<LockClient, LockError> {
         #[cfg(feature = "memory")]
         if let Some(memory) = self.memory.take() {
@@ -485,6 +491,17 @@ impl LockClientBuilder {
             }
             None => topology::connect(&config.topology, &settings, &demux, &renew_now).await?,
         };
+        let mut probe = conn.clone();
+        let check = crate::server::check(&mut probe, config.replica_ack.is_some());
+        let server = match tokio::time::timeout(settings.connect_timeout, check).await {
+            Ok(server) => server?,
+            Err(_) => {
+                return Err(LockError::ResponseTimeout {
+                    op: "connect",
+                    timeout: settings.connect_timeout,
+                });
+            }
+        };
         let backend = redis_backend(&config, conn);
         Ok(LockClient::start(
             config,
@@ -492,6 +509,7 @@ impl LockClientBuilder {
             Box::new(pubsub),
             demux,
             renew_now,
+            server,
         ))
     }
 
@@ -509,6 +527,7 @@ impl LockClientBuilder {
             Box::new(pubsub),
             demux,
             Arc::new(tokio::sync::Notify::new()),
+            None,
         ))
     }
 
@@ -530,6 +549,7 @@ impl LockClientBuilder {
             Box::new(channels),
             demux,
             renew_now,
+            None,
         ))
     }
 
@@ -675,6 +695,7 @@ impl LockClient {
         pubsub: Box<dyn Channels>,
         demux: Demux,
         renew_now: Arc<tokio::sync::Notify>,
+        server: Option<crate::ServerInfo>,
     ) -> LockClient {
         let mut tasks = Vec::new();
         tasks.push(demux.start(pubsub));
@@ -695,6 +716,7 @@ impl LockClient {
             releaser,
             handoffs,
             counters,
+            server,
             names: NameCache::new(),
             next_acquisition: AtomicU64::new(1),
             tasks: Mutex::new(Vec::new()),

@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     /// This client's tasks waiting for a lock, to hand a released lock to.
     pub(crate) handoffs: Arc<HandOffs>,
     pub(crate) counters: Arc<Counters>,
+    /// The server, as it named itself when the client was built (`None` in memory, or when it
+    /// would not say).
+    pub(crate) server: Option<crate::ServerInfo>,
     /// The keys of the names in use, shared by every handle on the same name.
     pub(super) names: NameCache,
     pub(super) next_acquisition: AtomicU64,

@@ -250,6 +250,22 @@ impl LockClient {
         &self.inner.id
     }
 
+    /// The server this client's locks live on, as it named itself when the client was built
+    /// (`HELLO`): Valkey by name and its own version, not the `redis_version:7.2.4` Valkey
+    /// reports to old clients. `None` for [`MemoryLocks`](crate::MemoryLocks) clients and for a
+    /// server (or proxy) that answers neither `HELLO` nor `INFO`. On a cluster, the node that
+    /// answered.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::connect("redis://127.0.0.1:6379").await?;
+    /// let server = locks.server().map(|s| s.to_string()); // Some("Valkey 9.1.2")
+    /// # let _ = server; Ok(()) }
+    /// ```
+    pub fn server(&self) -> Option<&crate::ServerInfo> {
+        self.inner.server.as_ref()
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.config.prefix

@@ -7,6 +7,11 @@
 //! name and the line in its library (`script: <name>, on @user_function:<line>.`). Every
 //! script's source is known here, so the line names the command, at no cost to the scripts
 //! themselves.
+//!
+//! Redis 7.2 and later, and Valkey, name it: "ACL failure in script: User <u> has no
+//! permissions to run the '<cmd>' command script: …", or "ACL failure in script: No
+//! permissions to access a key script: …" (Valkey 9.1 leaves the script's SHA1 or function
+//! name out, so the line alone would not name the command there).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -41,6 +46,12 @@ fn denied(err: &RedisError) -> Option<String> {
             return Some(format!("the `{command}` command"));
         }
         return Some(target(detail).to_owned());
+    }
+    if detail.contains("ACL failure in script") {
+        return Some(match quoted(detail) {
+            Some(command) => format!("the `{command}` command (called by a lock script)"),
+            None => target(detail).to_owned(),
+        });
     }
     if detail.contains("can't run this command") {
         let command = script_line(detail).and_then(|(sha, line)| command_at(sha, line));
@@ -155,5 +166,44 @@ mod tests {
             Some("evalsha")
         );
         assert_eq!(quoted("No permissions to access a key"), None);
+    }
+
+    /// The wording of Redis 7.2 and later and of Valkey (8.1 names the script, 9.1 does not),
+    /// from the servers of the compatibility stage.
+    #[test]
+    fn the_acl_failure_wording_of_newer_servers_names_the_command() {
+        let error = |detail: &str| {
+            let parsed = redis::parse_redis_value(format!("-ERR {detail}\r\n").as_bytes());
+            match parsed {
+                Ok(redis::Value::ServerError(e)) => RedisError::from(e),
+                other => panic!("{other:?}"),
+            }
+        };
+        for detail in [
+            "ACL failure in script: User u has no permissions to run the 'pexpire' command script: a2c623b62840d49709edba48f0be84177807c9ad, on @user_script:1.",
+            "ACL failure in script: User u has no permissions to run the 'pexpire' command script: lock_fair_acquire, on @user_function:2.",
+            "ACL failure in script: User u has no permissions to run the 'pexpire' command script: on @user_function:2.",
+        ] {
+            assert_eq!(
+                denied(&error(detail)).as_deref(),
+                Some("the `pexpire` command (called by a lock script)"),
+                "{detail}"
+            );
+        }
+        assert_eq!(
+            denied(&error(
+                "ACL failure in script: No permissions to access a key script: on @user_script:3."
+            ))
+            .as_deref(),
+            Some("the lock's keys")
+        );
+        assert_eq!(
+            denied(&error(
+                "ACL failure in script: No permissions to access a channel script: on @user_script:3."
+            ))
+            .as_deref(),
+            Some("the lock's channels")
+        );
+        assert_eq!(denied(&error("Function not found")), None);
     }
 }

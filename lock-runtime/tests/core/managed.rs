@@ -1,5 +1,6 @@
-//! Clients built from the application's own `redis::Client` or `ConnectionInfo`, and Redis 7
-//! ACL users with exactly the commands the crate docs list.
+//! Clients built from the application's own `redis::Client` or `ConnectionInfo`; ACL users
+//! with exactly the commands the crate docs list for the server's version; servers that lack
+//! what the client needs (no scripting, no `WAIT`), refused when the client is built.
 
 use crate::common;
 
@@ -45,6 +46,21 @@ const LOCK_USER_RULES: &[&str] = &[
     "+zremrangebyscore",
     "+zscore",
 ];
+
+/// What the crate docs add for Redis 7.2 and later and for Valkey: the client library's name
+/// and version, which redis-rs sends on every connection (`CLIENT SETINFO`, unknown to 7.0,
+/// whose ACL does not know the subcommand either).
+const LOCK_USER_RULES_SINCE_7_2: &[&str] = &["+client|setinfo"];
+
+/// The documented rules for `redis`'s server and version.
+fn documented_rules(redis: &RedisServer) -> Vec<&'static str> {
+    let (name, version) = redis.server_version();
+    let mut rules = LOCK_USER_RULES.to_vec();
+    if name == "valkey" || version >= (7, 2, 0) {
+        rules.extend_from_slice(LOCK_USER_RULES_SINCE_7_2);
+    }
+    rules
+}
 
 /// Creates the user `name` (password `pw`) with `rules`, after `reset on >pw`.
 fn create_user(redis: &RedisServer, name: &str, rules: &[&str]) {
@@ -117,7 +133,7 @@ async fn connection_info_carries_its_credentials_and_database_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
     let redis = RedisServer::start();
-    create_user(&redis, "locker", LOCK_USER_RULES);
+    create_user(&redis, "locker", &documented_rules(&redis));
     let url = user_url(&redis, "locker");
     let connect = || {
         LockClient::builder(&url)
@@ -158,7 +174,36 @@ async fn a_user_with_exactly_the_documented_acl_can_use_every_lock_operation() {
     assert_eq!(names, ["fair"]);
     fair.release().await.unwrap();
 
+    // Not even on connect (`CLIENT SETINFO` on Redis 7.2 and later and Valkey), and no
+    // pattern subscription (`PSUBSCRIBE`, unknown on ElastiCache Serverless) was sent.
     assert_eq!(acl_log(&redis), "Array(Some([]))", "nothing was denied");
+    assert_eq!(redis.command_calls("psubscribe"), 0);
+}
+
+/// The rules for Redis 7.0 are not enough on a newer server: its ACL logs the refused
+/// `CLIENT SETINFO` of every connection. (On 7.0 the documented rules are exactly these.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_servers_need_client_setinfo_in_the_acl() {
+    let redis = RedisServer::start();
+    let (name, version) = redis.server_version();
+    create_user(&redis, "locker70", LOCK_USER_RULES);
+    let locks = LockClient::connect(&user_url(&redis, "locker70"))
+        .await
+        .unwrap();
+    locks
+        .lock("x")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let log = acl_log(&redis);
+    if name == "valkey" || version >= (7, 2, 0) {
+        assert!(log.contains("setinfo"), "{name} {version:?}: {log}");
+    } else {
+        assert_eq!(log, "Array(Some([]))", "{name} {version:?}");
+    }
 }
 
 /// Acquires a lock as a user with `rules` (the documented rules changed by the test), which
@@ -172,30 +217,126 @@ async fn refused_acquire(redis: &RedisServer, user: &str, rules: &[&str]) -> Str
     err.to_string()
 }
 
-/// The documented rules without `rule`.
-fn rules_without(rule: &str) -> Vec<&'static str> {
-    rules_without_any(&[rule])
+/// The documented rules for `redis` without `rule`.
+fn rules_without(redis: &RedisServer, rule: &str) -> Vec<&'static str> {
+    rules_without_any(redis, &[rule])
 }
 
-fn rules_without_any(rules: &[&str]) -> Vec<&'static str> {
-    LOCK_USER_RULES
-        .iter()
-        .copied()
+fn rules_without_any(redis: &RedisServer, rules: &[&str]) -> Vec<&'static str> {
+    documented_rules(redis)
+        .into_iter()
         .filter(|r| !rules.contains(r))
         .collect()
 }
 
+/// `EVALSHA` is needed even with `FCALL` (the batch and inspect scripts are scripts
+/// everywhere): a user without it is refused when the client is built, not at its first lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_without_evalsha_gets_an_error_naming_it() {
+async fn a_user_without_evalsha_is_refused_at_connect_with_an_error_naming_it() {
     let redis = RedisServer::start();
-    // Without `fcall` the client falls back to scripts, which this user may not run either.
-    let rules = rules_without_any(&["+evalsha", "+fcall"]);
-    let message = refused_acquire(&redis, "no-evalsha", &rules).await;
-    assert!(
-        message.contains("may not use the `evalsha` command") && message.contains("NoPerm"),
-        "{message}"
-    );
+    for (user, removed) in [
+        ("no-evalsha", &["+evalsha"][..]),
+        ("no-scripts", &["+evalsha", "+fcall"][..]),
+    ] {
+        create_user(&redis, user, &rules_without_any(&redis, removed));
+        let err = LockClient::connect(&user_url(&redis, user))
+            .await
+            .unwrap_err();
+        let LockError::NoPermission { op, denied, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((*op, denied.as_str()), ("connect", "the `evalsha` command"));
+        let message = err.to_string();
+        assert!(message.contains("NoPerm"), "{message}");
+    }
     assert!(redis.keys("lock:*").is_empty());
+}
+
+/// A server without scripting (simulated: `EVALSHA` renamed away, as on a managed tier that
+/// forbids scripts; a Valkey 9.1 built without its Lua module does not know it either) is a
+/// typed error at build naming the cause and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_scripting_is_refused_at_connect() {
+    let redis = RedisServer::start_with(&["--rename-command", "EVALSHA", ""]);
+    let err = LockClient::connect(&redis.url()).await.unwrap_err();
+    let LockError::IncompatibleServer {
+        server,
+        missing,
+        fix,
+        source,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    let (name, _) = redis.server_version();
+    assert!(server.to_lowercase().starts_with(&name), "{server}");
+    assert!(missing.contains("`EVALSHA`"), "{missing}");
+    assert!(fix.contains("scripting"), "{fix}");
+    assert!(source.is_some());
+    assert!(err.to_string().contains("cannot run these locks"), "{err}");
+}
+
+/// `replica_ack` where the server has no `WAIT` (simulated by renaming it away, as
+/// ElastiCache Serverless lacks it), or where the user may not send it: refused at build. The
+/// same server without `replica_ack` is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_without_wait_is_refused_at_connect() {
+    let acked = |url: String| {
+        LockClient::builder(&url)
+            .replica_ack(1, Duration::from_millis(100))
+            .build()
+    };
+    let redis = RedisServer::start_with(&["--rename-command", "WAIT", ""]);
+    let err = acked(redis.url()).await.unwrap_err();
+    let LockError::IncompatibleServer { missing, fix, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        missing.contains("`WAIT`") && missing.contains("replica_ack"),
+        "{missing}"
+    );
+    assert!(fix.contains("without `replica_ack`"), "{fix}");
+    let plain = LockClient::connect(&redis.url()).await.unwrap();
+    plain
+        .lock("w")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let redis = RedisServer::start();
+    // The documented rules leave `+wait` to those who set `replica_ack`.
+    create_user(&redis, "no-wait", &documented_rules(&redis));
+    let err = acked(user_url(&redis, "no-wait")).await.unwrap_err();
+    let LockError::NoPermission { denied, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(denied, "the `wait` command");
+    let mut rules = documented_rules(&redis);
+    rules.push("+wait");
+    create_user(&redis, "with-wait", &rules);
+    acked(user_url(&redis, "with-wait")).await.unwrap();
+}
+
+/// The client names the server by what it is, not by the `redis_version` Valkey fakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_knows_which_server_it_connected_to() {
+    let redis = RedisServer::start();
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    let server = locks.server().expect("HELLO names the server");
+    let (name, version) = redis.server_version();
+    assert_eq!(server.name(), name);
+    assert_eq!(
+        server.version_numbers(),
+        Some(version),
+        "{server}: {version:?}"
+    );
+    if name == "valkey" {
+        let info = redis.cmd(&["INFO", "server"]);
+        assert!(info.text().unwrap().contains("redis_version:7.2.4"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +344,7 @@ async fn a_user_without_a_command_the_scripts_call_gets_an_error_naming_it() {
     let redis = RedisServer::start();
     // PEXPIRE runs inside a fair lock's acquire script (a mutex's lease is set by its `SET`).
     let user = "no-pexpire";
-    create_user(&redis, user, &rules_without("+pexpire"));
+    create_user(&redis, user, &rules_without(&redis, "+pexpire"));
     let locks = LockClient::connect(&user_url(&redis, user)).await.unwrap();
     let err = locks.fair_lock("x").acquire().await.unwrap_err();
     let LockError::NoPermission { denied, .. } = &err else {
@@ -229,7 +370,7 @@ async fn a_user_without_publish_releases_and_waiters_fall_back_to_their_timers()
 async fn releases_without_publish(removed: &[&str]) {
     let redis = RedisServer::start();
     let user = "no-publish";
-    create_user(&redis, user, &rules_without_any(removed));
+    create_user(&redis, user, &rules_without_any(&redis, removed));
     let locks = LockClient::connect(&user_url(&redis, user)).await.unwrap();
     let admin = common::client(&redis).await;
     let client = redis::Client::open(redis.url()).unwrap();
@@ -292,16 +433,17 @@ async fn releases_without_publish(removed: &[&str]) {
     let log = acl_log(&redis);
     assert!(log.contains("publish") && log.contains(user), "{log}");
     // Functions, or scripts for the user without them (the other client uses functions).
+    // (Each client's connect check sends one `EVALSHA` of a SHA1 no script has: two clients.)
     let scripts = removed.contains(&"+fcall");
-    assert_eq!(redis.command_calls("evalsha") > 0, scripts);
+    assert_eq!(redis.command_calls("evalsha") > 2, scripts);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_access_to_the_prefix_gets_an_error_naming_the_keys() {
     let redis = RedisServer::start();
-    let rules: Vec<&str> = LOCK_USER_RULES
-        .iter()
-        .map(|r| if *r == "~lock:*" { "~app:*" } else { r })
+    let rules: Vec<&str> = documented_rules(&redis)
+        .into_iter()
+        .map(|r| if r == "~lock:*" { "~app:*" } else { r })
         .collect();
     let message = refused_acquire(&redis, "no-keys", &rules).await;
     assert!(

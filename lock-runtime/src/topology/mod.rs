@@ -188,6 +188,19 @@ pub(crate) enum Conn {
     Fake(crate::fake::FakeRedis),
 }
 
+impl Conn {
+    /// A connection to ask the server what it is (`server::check`), straight to the node: a
+    /// Sentinel client's master is asked even while it is unconfirmed (a question that grants
+    /// nothing; its requests wait for the sentinels as before).
+    pub(crate) fn probe(&self) -> Conn {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => Conn::Single(c.current()),
+            other => other.clone(),
+        }
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -254,6 +254,11 @@ pub(crate) async fn connect(
 }
 
 impl FailoverConn {
+    /// The connection to the master of the moment, confirmed or not.
+    pub(crate) fn current(&self) -> ConnectionManager {
+        self.pick().1
+    }
+
     fn pick(&self) -> (u64, ConnectionManager) {
         let current = self.shared.lock();
         let conn = if self.pubsub {

@@ -79,8 +79,8 @@ pub struct Record {
     pub start_ns: u64,
     /// When the token was asked for: for a token that came with the grant, when the request
     /// that granted the lock was *sent* (the worker reads it right after the acquire, as the
-    /// guard's `valid_until()` minus the lease: the first confirmed lease is counted from that
-    /// send; Redis issued the token between this and `start_ns`); for one asked for in the
+    /// guard's `granted_at()`; Redis issued the token between this and `start_ns`); for one
+    /// asked for in the
     /// section, the section's start. Token order is judged from here: a token is late if it
     /// was asked for after a section with a larger one had ended.
     pub asked_ns: u64,

@@ -54,6 +54,20 @@ pub enum FenceError {
         /// What was found there (a Redis type, or what is wrong with the hash).
         found: String,
     },
+    /// The lock failed: most often [`LockError::Lost`](lock_runtime::LockError::Lost) from
+    /// asking a hold for its fencing token after it was lost, so that a fenced section can use
+    /// `?` on both ([`LockGuard::fencing_token`](lock_runtime::LockGuard::fencing_token) and
+    /// the store's calls) with one error type.
+    ///
+    /// ```no_run
+    /// # async fn demo(guard: lock_runtime::LockGuard) -> Result<(), lock_fence::FenceError> {
+    /// let token = guard.fencing_token().await?; // a lost hold: FenceError::Lock(Lost { .. })
+    /// # let _ = token; Ok(()) }
+    /// ```
+    #[cfg(feature = "lock-runtime")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lock-runtime")))]
+    #[error("lock error: {0}")]
+    Lock(#[from] lock_runtime::LockError),
     /// The database failed (connection, SQL, constraint, serialization failure, …).
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     #[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "sqlite"))))]
@@ -70,5 +84,14 @@ impl FenceError {
     /// Whether a newer holder has written ([`FenceError::Stale`]).
     pub fn is_stale(&self) -> bool {
         matches!(self, FenceError::Stale { .. })
+    }
+
+    /// Whether the lock was lost before the write ([`FenceError::Lock`] with
+    /// [`LockError::Lost`](lock_runtime::LockError::Lost)): nothing was written; like a stale
+    /// token, retrying under the same hold cannot succeed.
+    #[cfg(feature = "lock-runtime")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lock-runtime")))]
+    pub fn is_lost(&self) -> bool {
+        matches!(self, FenceError::Lock(e) if e.is_lost())
     }
 }

@@ -173,7 +173,9 @@ fn gen_body(sig: &Signature, block: &Block, args: &LockArgs) -> syn::Result<Toke
     };
     let tail = gen_tail(&private, run, locked, block, return_type, &span_var);
     let fn_name = LitStr::new(&sig.ident.to_string(), sig.ident.span());
-    let deprecations = args.deprecated_key.map(deprecated_key);
+    let deprecations = args
+        .deprecated_key
+        .map(|span| deprecated_key(span, &private));
 
     Ok(quote! {
         #deprecations
@@ -211,19 +213,13 @@ fn check_signature(sig: &Signature, args: &LockArgs) -> syn::Result<((Type, Span
     Ok((return_type, name))
 }
 
-/// The deprecation warning for `key = "…"`, at the `key` token: the use of a deprecated item
-/// (the way to warn from a proc macro on stable Rust). `#[allow(deprecated)]` silences it.
-fn deprecated_key(span: Span) -> TokenStream {
-    let item = Ident::new("key", Span::mixed_site().located_at(span));
+/// The deprecation warning for `key = "…"`, at the `key` token: the use of a deprecated item of
+/// the runtime (the way to warn from a proc macro on stable Rust), named so that the warning
+/// reads as what it is. `#[allow(deprecated)]` silences it.
+fn deprecated_key(span: Span, private: &TokenStream) -> TokenStream {
+    let item = Ident::new("distributed_lock_key_argument", span);
     quote_spanned! {span=>
-        {
-            #[deprecated(
-                since = "0.2.0",
-                note = "`key = \"…\"` in `#[distributed_lock]` is renamed: use `name = \"…\"`"
-            )]
-            fn #item() {}
-            #item();
-        }
+        let _ = #private::#item;
     }
 }
 

@@ -185,6 +185,24 @@ pub enum LockError {
         /// How long we waited for them.
         timeout: Duration,
     },
+    /// A release whose outcome cannot be known: its request failed with an unknown outcome (a
+    /// timeout, a connection dropped after sending: the server may have run it), and the
+    /// retry, with the same owner id, found the lock no longer ours. Either the first request
+    /// released it (your critical section was protected to its end), or the lock had been lost
+    /// before the release without the watchdog having seen it yet (a restart without
+    /// persistence, a force-unlock, a failover that lost the grant), and your critical section
+    /// may have overlapped another holder's. Nothing is left held either way.
+    ///
+    /// Treat it as you would a [`Lost`](LockError::Lost) when the work done under the lock
+    /// must be known to have been protected (check it against your fenced store, or redo it);
+    /// a fenced store has refused every write made with a token older than a later holder's.
+    #[error(
+        "lock `{name}`: the release's outcome is unknown (its request failed after it may have run, and the retry found the lock no longer ours): released then, or lost before"
+    )]
+    ReleaseUnconfirmed {
+        /// The lock name.
+        name: String,
+    },
     /// A [`RedLock`](crate::RedLock) could not reach a quorum of its nodes: too many were down,
     /// too slow, or the time it took used up the validity. Partial acquisitions were released.
     #[error(

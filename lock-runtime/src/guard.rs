@@ -117,6 +117,11 @@ impl LockGuard {
     /// The fencing token if one has been issued to this hold already (with a
     /// [`fenced`](crate::Lock::fenced) grant, or by an earlier
     /// [`fencing_token`](LockGuard::fencing_token)); `None` otherwise. No round trip.
+    ///
+    /// What was issued, for logs and metrics: it stays the same after the hold is lost. To
+    /// write to a fenced store, use [`fencing_token`](LockGuard::fencing_token), which answers
+    /// [`LockError::Lost`] once the hold is lost (by the clock too): a write should never be
+    /// sent with the token of a hold known to be lost.
     pub fn issued_token(&self) -> Option<u64> {
         self.held.issued_token()
     }
@@ -140,10 +145,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn token_handle(&self) -> TokenHandle {
-        TokenHandle {
-            held: Arc::downgrade(&self.held),
-            name: self.held.names.name.as_str().into(),
-        }
+        TokenHandle::of(&self.held)
     }
 
     /// The permits this guard holds: a semaphore's count, 1 for a lock or either side of a
@@ -155,17 +157,41 @@ impl LockGuard {
         }
     }
 
+    /// When the request that granted this hold was sent, on this process's monotonic clock:
+    /// its lease, and the hold time the metrics record, count from there. For a hold taken over
+    /// from another task of this client in memory, when it was passed. Re-entrant guards share
+    /// their outermost guard's.
+    ///
+    /// Useful to order holds against each other (a grant's request is sent after the wait that
+    /// preceded it), or to log how long the lock was held.
+    pub fn granted_at(&self) -> Instant {
+        self.held.granted
+    }
+
     /// Whether this guard re-entered a lock held by an enclosing scope (it releases nothing).
     pub fn is_reentrant(&self) -> bool {
         self.reentrant
     }
 
-    /// Until when the lock is confirmed to be held: the lease Redis last confirmed, measured
-    /// from when that request was *sent*, so it never overestimates. The watchdog moves it
-    /// forward at every renewal. `None` once the lock is lost or released.
+    /// Until when the lock counts as held: the lease Redis last confirmed, measured from when
+    /// that request was *sent* (so it never overestimates), minus the safety margin that
+    /// [`is_lost`](LockGuard::is_lost) keeps (a tenth of an explicit lease, at least 5 ms; a
+    /// tenth of the watchdog timeout): `is_lost` turns `true` at this instant, so the two
+    /// agree. The watchdog moves it forward at every renewal. `None` once the lock is lost or
+    /// released.
     ///
     /// Local clocks only: this is this process's monotonic clock, not Redis' wall clock.
     pub fn valid_until(&self) -> Option<Instant> {
+        if self.held.signal.get().is_some() {
+            return None;
+        }
+        self.held.signal.deadline()
+    }
+
+    /// The lease Redis last confirmed, measured from when that request was sent, without the
+    /// safety margin (`None` once lost or released): what a [`RedLock`](crate::RedLock) counts
+    /// its quorum's validity from, with its own drift instead of the margin.
+    pub(crate) fn confirmed_until(&self) -> Option<Instant> {
         if self.held.signal.get().is_some() {
             return None;
         }
@@ -176,8 +202,19 @@ impl LockGuard {
             .confirmed_until(self.held.acquisition)
     }
 
-    /// How much longer the lock is confirmed to be held ([`valid_until`](LockGuard::valid_until)
-    /// minus now); zero once it is lost or released.
+    /// How much longer the lock counts as held ([`valid_until`](LockGuard::valid_until) minus
+    /// now): zero exactly when [`is_lost`](LockGuard::is_lost) is `true`.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// # use std::time::Duration;
+    /// let lease = lock_runtime::LockOptions::new().lease(Duration::from_secs(10));
+    /// let guard = locks.lock("report").acquire_with(lease).await?;
+    /// if guard.remaining_validity() > Duration::from_secs(2) {
+    ///     // Enough time left before `is_lost()` and `run` give up on the hold.
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn remaining_validity(&self) -> Duration {
         self.valid_until().map_or(Duration::ZERO, |t| {
             t.saturating_duration_since(Instant::now())
@@ -268,6 +305,9 @@ impl LockGuard {
     /// - [`LockError::Lost`]: it had been lost before (your critical section may have overlapped
     ///   with another holder's); whatever was left of it is released.
     /// - [`LockError::NotOwner`]: it was no longer ours (expired or force-unlocked).
+    /// - [`LockError::ReleaseUnconfirmed`]: a request failed after it may have run, and the
+    ///   retry found the lock no longer ours: released by that request, or lost before it
+    ///   (a restart without persistence): cannot tell. Nothing is left held.
     /// - Backend errors: the release is retried in the background until the lease ends. On a
     ///   cluster or Sentinel, a failover in progress is ridden out first, as acquisitions do:
     ///   the release is tried again with the same owner id until the deployment answers, for
@@ -290,9 +330,8 @@ impl LockGuard {
         let held = self.held.clone();
         let inner = &held.client.inner;
         if pass_in_memory(&held) {
-            // Another task of this client holds it now; this hold is over.
+            // Another task of this client holds it now; this hold is over (declared so).
             self.released = true;
-            held.signal.declare(&held.names.name, LossReason::Released);
             return Ok(());
         }
         inner.watchdog.deregister(held.acquisition);
@@ -348,7 +387,8 @@ impl LockGuard {
 /// watchdog throughout) and the waiting task takes it over (`handoff.rs`, "In memory"). Only
 /// for a mutex held without a fencing token issued in Redis's own step for the next owner
 /// (the waiter wants none), within the turn's bound, while the hold is well within its lease.
-/// Returns whether it passed; if not, the caller releases as usual.
+/// Returns whether it passed (this hold is then declared `Released`, before the next task is
+/// woken); if not, the caller releases as usual.
 fn pass_in_memory(held: &Held) -> bool {
     let inner = &held.client.inner;
     if held.names.scheme != crate::keys::Scheme::Mutex || held.signal.get().is_some() {
@@ -365,6 +405,10 @@ fn pass_in_memory(held: &Held) -> bool {
         inner.handoffs.deliver(&held.names.key, next, None);
         return false;
     }
+    // This hold is over before the next task can hold: a token request of this hold still in
+    // flight (a `TokenHandle`, a re-entrant guard in another task) is answered `Lost`, never
+    // with a token Redis issues to the same owner id for the next holder (`Held::fencing_token`).
+    held.signal.declare(&held.names.name, LossReason::Released);
     let grant = handoff::Grant {
         token: 0,
         sent: Instant::now(),
@@ -430,9 +474,16 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 LockError::unacknowledged_release(&held.names.name, shortfall),
             ),
             Ok((Reply::Done(_) | Reply::HandedOff(_), None)) => Ok(true),
-            // After an unknown outcome, "not ours any more" means an earlier attempt went
-            // through: the watchdog had not declared the lock lost, so it had not expired.
-            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) => Ok(maybe_done),
+            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) if maybe_done => {
+                // "Not ours" after an unknown outcome: an earlier attempt went through, or the
+                // lock had been lost before the release (a restart without persistence, a
+                // force-unlock) and the watchdog had not seen it yet. The two cannot be told
+                // apart, and the second must never read as "it was ours".
+                Err(LockError::ReleaseUnconfirmed {
+                    name: held.names.name.clone(),
+                })
+            }
+            Ok((Reply::NotDone(_) | Reply::Exceeds(_), _)) => Ok(false),
             Ok((Reply::Foreign(found), _)) => Err(LockError::ForeignData {
                 key: held.names.key.clone(),
                 found,
@@ -454,8 +505,8 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     }
 }
 
-/// When an explicit release is tried again (with the same owner id, so a repeat that finds the
-/// lock gone means an earlier attempt went through).
+/// When an explicit release is tried again (with the same owner id: a repeat that finds the
+/// lock gone is [`LockError::ReleaseUnconfirmed`]).
 struct ReleaseRetry {
     /// On a cluster or Sentinel: how long a failover in progress is ridden out (the failover
     /// grace, never past the lease).
@@ -514,9 +565,6 @@ impl Drop for LockGuard {
         // lock was not passed in memory then: that decision is made before any await).
         let inner = &self.held.client.inner;
         if pass_in_memory(&self.held) {
-            self.held
-                .signal
-                .declare(&self.held.names.name, LossReason::Released);
             return;
         }
         inner.watchdog.deregister(self.held.acquisition);
@@ -556,6 +604,45 @@ pub struct TokenHandle {
 }
 
 impl TokenHandle {
+    /// The hold the running code is inside: the innermost lock of the task's reentrancy scope
+    /// (a guard's [`scope`](LockGuard::scope) or [`run`](LockGuard::run), a
+    /// `#[distributed_lock]` body, a handler under a `LockLayer`), or `None` outside any.
+    ///
+    /// How a `#[distributed_lock]` body reaches its token without naming the lock again (a
+    /// name typed twice can drift, and a typo takes another lock and waits for it):
+    ///
+    /// ```no_run
+    /// # async fn write(_sku: &str, _token: u64) {}
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("stock:42").acquire().await?;
+    /// guard
+    ///     .run(async {
+    ///         // In a `#[distributed_lock("stock:<sku>")]` body, the same.
+    ///         let hold = lock_runtime::TokenHandle::current().expect("inside the lock");
+    ///         write("42", hold.fencing_token().await?).await;
+    ///         Ok::<_, lock_runtime::LockError>(())
+    ///     })
+    ///     .await??;
+    /// # Ok(()) }
+    /// ```
+    pub fn current() -> Option<TokenHandle> {
+        crate::scope::holds().first().map(TokenHandle::of)
+    }
+
+    /// Every hold the running code is inside, innermost first: for a body under several locks
+    /// (a `#[distributed_lock]` over a collection, a `MultiLockGuard`'s scope, nested scopes).
+    /// Empty outside any.
+    pub fn scoped() -> Vec<TokenHandle> {
+        crate::scope::holds().iter().map(TokenHandle::of).collect()
+    }
+
+    fn of(held: &Arc<Held>) -> TokenHandle {
+        TokenHandle {
+            held: Arc::downgrade(held),
+            name: held.names.name.as_str().into(),
+        }
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.name

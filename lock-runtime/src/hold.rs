@@ -162,6 +162,15 @@ impl LossSignal {
         Ok(reason_of(self.state.load(Ordering::Acquire) & REASON_BITS).unwrap_or(expiry))
     }
 
+    /// The local deadline while the hold is neither declared lost nor past it: where a look
+    /// declares the loss (`None` once lost, or while no deadline is armed).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match self.look() {
+            Err(deadline) => deadline,
+            Ok(_) => None,
+        }
+    }
+
     /// Whether (and why) the hold is lost; clock-based: see [`LossSignal`].
     pub(crate) fn get(&self) -> Option<LossReason> {
         self.look().ok()
@@ -262,22 +271,28 @@ impl Held {
         .map_err(|e| LockError::backend("fencing_token", e))?;
         match reply.reply {
             Reply::Done(token) if token > 0 => {
-                // Issued while ours (checked by Redis in the same step). A concurrent call
-                // may have cached another, earlier token: both are valid; keep one.
+                // Issued while this owner id held the lock (checked by Redis in the same
+                // step). The owner id outlives this hold when it passes in memory
+                // (`pass_in_memory` declares `Released` before the next task is woken), so a
+                // hold that ended while the request was out, for any reason, `Released`
+                // included, may have been served the next holder's token: never handed out,
+                // never cached. Checked before caching: a token kept here was issued before
+                // the hold ended.
+                if let Some(reason) = self.signal.get() {
+                    return Err(self.lost(reason));
+                }
+                // A concurrent call may have cached another, earlier token: both are valid;
+                // keep one.
                 let token = token as u64;
-                let kept =
+                Ok(
                     match self
                         .token
                         .compare_exchange(0, token, Ordering::AcqRel, Ordering::Acquire)
                     {
                         Ok(_) => token,
                         Err(first) => first,
-                    };
-                // The hold may have ended by our clock while the request was out.
-                match self.signal.get() {
-                    Some(LossReason::Released) | None => Ok(kept),
-                    Some(reason) => Err(self.lost(reason)),
-                }
+                    },
+                )
             }
             Reply::Foreign(found) => Err(LockError::ForeignData {
                 key: self.names.key.clone(),

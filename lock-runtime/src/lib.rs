@@ -129,8 +129,14 @@
 //! (whose wrapped tag would be empty) is escaped: `}x` is at `<prefix>:%{%7Dx}`, with
 //! `:fence` and `:unlock` appended. See [`MAX_NAME_LEN`] for name rules.
 //!
-//! An owner id is `<client id>:<acquisition id>`: unguessable, and unique per outermost
-//! acquisition, so two tasks of one process never share a hold by accident.
+//! An owner id is `<client id>:<acquisition id>`: unguessable, and made anew for each outermost
+//! acquisition, so two tasks of one process never share a hold by accident. It names a hold *in
+//! Redis*, which can serve several tasks of one client in turn: when a hold passes in memory
+//! (below), the next task takes it over with its owner id, so successive holders of a hot lock
+//! may show the same owner id (`LockGuard::owner`, `LockInfo`, `lockctl`). Logs and metrics
+//! that must tell holders apart should key on the hold's fencing token (issued per holder,
+//! [`LockGuard::fencing_token`]) rather than on the owner id; a force-unlock by owner id
+//! frees whichever task of that client holds it then.
 //!
 //! A waiting task subscribes to the unlock channel before each attempt, so no release can slip
 //! between its attempt and its sleep. When the releasing task's own client has tasks waiting

@@ -14,6 +14,16 @@ use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::multi::{MultiLock, MultiLockGuard};
 
+/// Named by the expansion of `#[distributed_lock(key = "…")]`, the deprecated spelling of
+/// `name = "…"`, so that its use warns at the `key` argument, as the use of a deprecated item
+/// (the way to warn from a proc macro on stable Rust). `#[allow(deprecated)]` silences it.
+#[deprecated(
+    since = "0.2.0",
+    note = "`key = \"…\"` in `#[distributed_lock]` is renamed: use `name = \"…\"`"
+)]
+#[allow(non_upper_case_globals)]
+pub const distributed_lock_key_argument: () = ();
+
 /// What to do when the lock is lost while the body runs (`on_lost = …`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnLost {

@@ -55,7 +55,7 @@ use crate::{LockClient, LockClientBuilder};
 ///
 /// let guard = locks.lock("stock:42").acquire().await?;
 /// let token = guard.fencing_token().await?;
-/// assert_eq!(memory.holder("stock:42").unwrap().fencing_token(), token);
+/// assert_eq!(memory.holder("stock:42").unwrap().fencing_token(), Some(token));
 /// let busy = other_process.lock("stock:42").try_acquire(Duration::ZERO).await;
 /// assert!(busy.unwrap_err().is_busy());
 ///
@@ -247,10 +247,12 @@ impl MemoryHolder {
         self.owner.rsplit_once(':').map(|(client, _)| client)
     }
 
-    /// The fencing token of this hold; 0 while none has been issued to it (a mutex taken
-    /// without one, before its guard's [`fencing_token`](crate::LockGuard::fencing_token)).
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+    /// The fencing token of this hold; `None` while none has been issued to it (a mutex taken
+    /// without one, before its guard's [`fencing_token`](crate::LockGuard::fencing_token)), as
+    /// [`LockGuard::issued_token`](crate::LockGuard::issued_token) and
+    /// [`LockInfo::fencing_token`](crate::LockInfo) say it.
+    pub fn fencing_token(&self) -> Option<u64> {
+        (self.fencing_token > 0).then_some(self.fencing_token)
     }
 
     /// What is left of its lease.

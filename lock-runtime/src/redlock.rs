@@ -669,7 +669,7 @@ impl RedLockGuard {
         let mut untils: Vec<Instant> = self
             .guards
             .iter()
-            .filter_map(LockGuard::valid_until)
+            .filter_map(LockGuard::confirmed_until)
             .collect();
         untils.sort_unstable_by(|a, b| b.cmp(a));
         let nth = untils.get(self.quorum.checked_sub(1)?)?;

@@ -41,6 +41,21 @@ pub(crate) fn find(client_id: &str, key: &str) -> Option<Arc<Held>> {
         .flatten()
 }
 
+/// Every hold of the running task's scope, innermost first (none outside any scope).
+pub(crate) fn holds() -> Vec<Arc<Held>> {
+    SCOPE
+        .try_with(|frame| {
+            let mut holds = Vec::new();
+            let mut node = frame.0.as_ref();
+            while let Some(n) = node {
+                holds.push(n.held.clone());
+                node = n.parent.0.as_ref();
+            }
+            holds
+        })
+        .unwrap_or_default()
+}
+
 /// The current scope (of the running task) with `helds` added.
 fn current_with(helds: impl IntoIterator<Item = Arc<Held>>) -> Frame {
     let mut frame = SCOPE.try_with(Frame::clone).unwrap_or_default();

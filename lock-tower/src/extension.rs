@@ -114,14 +114,21 @@ impl HeldLocks {
         HeldLocks {
             locks: guards
                 .iter()
-                // The layer takes its locks fenced (`service::grouped`): each token came with
-                // its grant. The layer tests assert every token is positive.
+                // The layer takes its locks fenced, and asks for the token of a name it
+                // re-entered from an unfenced hold (`multi::service`): every guard has one.
+                // The layer tests assert every token is positive.
                 .map(|g| (Arc::from(g.name()), g.issued_token().unwrap_or(0)))
                 .collect(),
         }
     }
 
     /// The fencing token of the lock named `name`, or `None` when the request does not hold it.
+    ///
+    /// Synchronous and infallible, unlike [`HeldLock::fencing_token`]: a
+    /// [`MultiLockLayer`](crate::MultiLockLayer) has every token before the handler runs (taken
+    /// with the grants), so there is nothing to ask Redis and nothing to fail. It does not
+    /// check for a loss: the layer drops the handler's future when a lock is lost (answering
+    /// 503), and a fenced store refuses a write whose token is older than one it has accepted.
     ///
     /// Either spelling of the name is accepted: the lock name as the runtime holds it, with
     /// the template's values [escaped](crate::name::escape) (`stock:E%3A1`), or as you would

@@ -223,11 +223,18 @@ impl LockClientBuilder {
     /// How many times in a row a lock may be handed straight from one task of this client to
     /// another while another process waits for it (default 64; 0 turns local hand-off off).
     ///
-    /// When a task releases a lock that other tasks of the same client are waiting for, the
-    /// release grants it to the longest-waiting of them in the same round trip (a fresh fencing
-    /// token, that task's own lease): one round trip per hand-over instead of three steps
-    /// (release, unlock message, the waiter's acquire), and the lock never falls free in
-    /// between. After `limit` such hand-overs in a row, or 2 ms after the first of them
+    /// When a task releases a mutex that other tasks of the same client are waiting for, the
+    /// lock goes to the longest-waiting of them without falling free in between:
+    /// - **in memory**, when that task wants no token with its grant (a mutex's default:
+    ///   tokens on demand): no round trip at all; the hold in Redis stays as it is (its owner
+    ///   id, its lease, renewed by the watchdog) and the task takes it over, asking for its own
+    ///   token when it needs one;
+    /// - **through Redis** otherwise (a [`fenced`](crate::Lock::fenced) waiter, the other
+    ///   primitives): the release grants it in its own round trip, with a fresh fencing token
+    ///   and that task's own lease, instead of three steps (release, unlock message, the
+    ///   waiter's acquire).
+    ///
+    /// Both kinds count towards the limit. After `limit` such hand-overs in a row, or 2 ms after the first of them
     /// (whichever comes first: with long critical sections the time ends a turn, with short
     /// ones the limit), a release that finds another process waiting ends this client's turn: the lock falls free and wakes a waiter in every
     /// process, and the waiting clients take turns in a fixed cycle, the one whose last turn is

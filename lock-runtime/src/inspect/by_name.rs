@@ -91,8 +91,11 @@ impl LockClient {
     /// Frees the lock named `name` only if its holders are exactly `holders` (owner ids, as
     /// [`LockInfo::holders`] lists them), checked and deleted in one step on Redis: the
     /// compare-and-delete an operator's tool needs between showing a lock and freeing it, so a
-    /// successor that took the lock meanwhile is never freed in its place
-    /// ([`ForceUnlock::HolderChanged`]). Waiters are woken as by
+    /// successor that took the lock meanwhile *through Redis* is never freed in its place
+    /// ([`ForceUnlock::HolderChanged`]). An owner id names a hold in Redis, which passes among
+    /// the tasks of one client in memory with its owner id (see the crate docs, "owner id"): a
+    /// task of the same client that took the hold over in memory is freed with it, and told at
+    /// its next renewal. Waiters are woken as by
     /// [`Lock::force_unlock`](crate::Lock::force_unlock), and the holders' guards report the
     /// loss at their next renewal.
     ///

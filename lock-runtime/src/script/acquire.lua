@@ -29,6 +29,9 @@
 local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, waiting, fenced, model)
   local plain = model == nil or model == 's'
   local waited = false
+  -- Whether the owner retakes its own hold (a retry after an unknown outcome): never refused
+  -- for turns (see "Turns" in prelude.lua), so a reconciled attempt never leaves its hold.
+  local retake = false
   if plain then
     local value = nil
     if waiting ~= '1' then
@@ -57,6 +60,7 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
       end
       return {0, redis.call('PTTL', lock)}
     end
+    retake = holder ~= nil
     waited = marked
   elseif redis.call('EXISTS', lock) == 1 then
     local mine, other = hash_holds(lock, owner)
@@ -66,6 +70,7 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
     if not mine then
       return {0, redis.call('PTTL', lock)}
     end
+    retake = true
   end
 
   local asking = {channel, waiting == '1'}
@@ -73,7 +78,7 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
     -- Taken by a waiter: others may still wait (their marks went with the last holder).
     waited = others_wait(asking)
   end
-  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, nil, asking,
+  local token, reply = grant(lock, fence, owner, lease_ms, retention_ms, retake, asking,
     fenced == '0', plain, waited)
   if not token then
     return reply

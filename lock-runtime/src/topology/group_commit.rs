@@ -19,6 +19,11 @@
 //! request is in flight passes the queue on to a task when it is done, or when it is
 //! cancelled, so a queue never waits on a caller that left.
 //!
+//! Behind a proxy in front of a cluster a merged call can span slots and be rejected
+//! (`CROSSSLOT`): its operations are then sent one by one, and merging stops. So that nothing
+//! queued after such a call has run before it is sent again, a pipeline ends with its first
+//! merged call until the endpoint has accepted one.
+//!
 //! Merging is opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in
 //! flight for server CPU. Grouping is on with it, and always with `replica_ack`. Used on one
 //! server and behind Sentinel; a cluster sends each call to its slot's node.
@@ -52,6 +57,11 @@ struct Inner {
     /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
     /// spanning slots (a proxy in front of a cluster).
     merge: AtomicBool,
+    /// The endpoint has accepted a merged call. Until then a pipeline ends with its first
+    /// merged call: were it rejected as spanning slots, nothing queued after it may have run
+    /// yet (a cancelled acquire's clean-up would otherwise overtake the acquire it undoes,
+    /// which is then sent again alone and granted to nobody).
+    merge_confirmed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -84,6 +94,7 @@ impl GroupCommit {
                 ack,
                 state: Mutex::new(State::default()),
                 merge: AtomicBool::new(merge),
+                merge_confirmed: AtomicBool::new(false),
             }),
         }
     }
@@ -220,6 +231,14 @@ impl Inner {
                 _ => runs.push(vec![queued]),
             }
         }
+        // Until a merged call has been accepted, the rest waits for the first one's reply.
+        let mut rest = Vec::new();
+        if merge
+            && !self.merge_confirmed.load(Ordering::Relaxed)
+            && let Some(first) = runs.iter().position(|run| run.len() > 1)
+        {
+            rest = runs.split_off(first + 1);
+        }
         let calls: Vec<Call> = runs
             .iter()
             .map(|run| match run.as_slice() {
@@ -253,6 +272,7 @@ impl Inner {
                 });
             match replies {
                 Ok(replies) => {
+                    self.merge_confirmed.store(true, Ordering::Relaxed);
                     for (queued, reply) in run.into_iter().zip(replies) {
                         let reply = reply
                             .extract_error()
@@ -275,6 +295,9 @@ impl Inner {
                     }
                 }
             }
+        }
+        if !rest.is_empty() {
+            Box::pin(self.send_queue(rest.into_iter().flatten().collect())).await;
         }
     }
 }

@@ -239,6 +239,7 @@ pub(crate) async fn connect(
         demux: demux.clone(),
         renew_now,
     });
+    shared.first_look().await;
     tokio::spawn(scan(Arc::downgrade(&shared), settings.sentinel_recheck));
     Ok((
         Conn::Sentinel(FailoverConn {
@@ -431,6 +432,27 @@ impl Shared {
         self.suspect.store(false, Ordering::Release);
         tracing::warn!(master = %addr, "the master restarted (new run id, confirmed by the sentinels); grants made before are checked at once");
         self.switched();
+    }
+
+    /// A new client's first look at the sentinels, before its first request. It has not seen
+    /// the master's earlier runs, so the sentinels' view is the reference: a master they last
+    /// saw under another run id restarted (perhaps empty, within `down-after-milliseconds`)
+    /// after their last look, and may be demoted any moment. It stays unconfirmed, so nothing
+    /// is granted on it, until the sentinels report the run id it has now (`rediscover`). No
+    /// sentinel answering: as before, the master the lookup named is used.
+    async fn first_look(&self) {
+        let mut resolver = self.resolver.lock().await;
+        let Some(view) = self.sentinel_view(&mut resolver).await else {
+            return;
+        };
+        let mut current = self.lock();
+        if view.run_id.is_empty() || current.run_id.as_ref() == Some(&view.run_id) {
+            return;
+        }
+        current.run_id = None;
+        self.suspect.store(true, Ordering::Release);
+        resolver.last_check = None;
+        tracing::debug!(master = %current.addr, "the master's run id is not the one the sentinels saw; waiting for them to see it");
     }
 
     /// The full lookup through the sentinels (which checks the named server's role); switches

@@ -104,6 +104,49 @@ async fn an_explicit_lease_is_lost_a_margin_before_it_ends() {
     }
 }
 
+/// `remaining_validity()` and `is_lost()` agree: the validity counts down to the instant the
+/// hold counts as lost (a margin before the lease ends in Redis), not to the lease's end, for an
+/// explicit lease and for a watchdog-renewed one.
+#[tokio::test(start_paused = true)]
+async fn remaining_validity_reaches_zero_exactly_when_the_hold_counts_as_lost() {
+    // Renewals hang: the watchdog-renewed hold runs out too.
+    let locks = client(
+        granting(|_| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Value::Nil)
+        }),
+        Duration::from_secs(3),
+    );
+    for lease in [None, Some(Duration::from_millis(700))] {
+        let options = lease.map_or(LockOptions::new(), |l| LockOptions::new().lease(l));
+        let sent = Instant::now();
+        let guard = locks.lock("validity").acquire_with(options).await.unwrap();
+        let lease = lease.unwrap_or(Duration::from_secs(3));
+        let until = guard.valid_until().expect("held");
+        assert!(
+            until < sent + lease,
+            "lease {lease:?}: valid until {:?}, not a margin before the lease ends",
+            until - sent
+        );
+        // Just before it: held, with some validity left.
+        advance_without_yielding((until - Instant::now()).saturating_sub(Duration::from_millis(1)));
+        assert!(!guard.is_lost(), "lease {lease:?}");
+        assert!(
+            guard.remaining_validity() > Duration::ZERO,
+            "lease {lease:?}"
+        );
+        // At it: lost, and no validity left.
+        advance_without_yielding(Duration::from_millis(1));
+        assert!(guard.is_lost(), "lease {lease:?}");
+        assert_eq!(
+            guard.remaining_validity(),
+            Duration::ZERO,
+            "lease {lease:?}"
+        );
+        drop(guard);
+    }
+}
+
 /// Finding M1: a lease with a fraction of a millisecond is sent rounded up, never down.
 #[tokio::test(start_paused = true)]
 async fn a_lease_is_sent_rounded_up_to_whole_milliseconds() {
@@ -251,8 +294,86 @@ async fn a_grant_answered_after_its_lease_is_taken_again_before_use() {
         "the second, timely grant"
     );
     assert!(!guard.is_lost());
-    assert!(guard.remaining_validity() > Duration::from_millis(900));
+    // A fresh lease (1 s) less the loss margin (a tenth).
+    assert!(guard.remaining_validity() > Duration::from_millis(800));
     assert_eq!(guard.run(async { "body" }).await.unwrap(), "body");
+}
+
+/// The same for a hand-off through Redis (SAFETY.md, promise 1: "by an acquire or a
+/// hand-off"): a release that grants the lock to a waiting task, answered after the waiter's
+/// lease could have ended, is not handed to the waiter as it is; the waiter takes the lock
+/// again with its own owner id and returns with a fresh lease and that grant's token.
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_answered_after_its_lease_is_taken_again_before_use() {
+    let acquires = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fake = FakeRedis::new({
+        let (acquires, released) = (acquires.clone(), released.clone());
+        move |call| {
+            let (acquires, released) = (acquires.clone(), released.clone());
+            async move {
+                match call.script().as_str() {
+                    "acquire" => {
+                        let n = acquires.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok(if n == 0 {
+                            // The first holder.
+                            reply(1, 7)
+                        } else if !released.load(std::sync::atomic::Ordering::SeqCst) {
+                            // The waiter's attempts while it is held: 30 s more.
+                            reply(0, 30_000)
+                        } else {
+                            // The waiter taking it again after the late hand-off.
+                            reply(1, 10)
+                        })
+                    }
+                    "release" => {
+                        assert!(call.args.len() > 6, "a hand-off: {call:?}");
+                        // Handed to the waiter with token 9, answered 1.2 s after it was sent:
+                        // past a 1 s lease.
+                        tokio::time::sleep(Duration::from_millis(1200)).await;
+                        released.store(true, std::sync::atomic::Ordering::SeqCst);
+                        Ok(reply(2, 9))
+                    }
+                    "renew" => Ok(renewed(&call)),
+                    _ => Ok(reply(1, 0)),
+                }
+            }
+        }
+    });
+    let locks = client(fake, Duration::from_secs(1));
+    // Fenced: the hand-off goes through Redis, which issues the waiter's token in its step.
+    let first = locks.lock("late").fenced().acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("late")
+                .fenced()
+                .acquire_with(LockOptions::new().wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    // Its first attempt, then its waiting one (subscribed): queued for a hand-off.
+    while acquires.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    first.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        acquires.load(std::sync::atomic::Ordering::SeqCst),
+        4,
+        "taken again after the late hand-off"
+    );
+    assert_eq!(
+        guard.fencing_token().await.unwrap(),
+        10,
+        "the timely grant's token, not the late hand-off's"
+    );
+    assert!(!guard.is_lost());
+    // A fresh lease (the late grant's would have ended 200 ms before it was answered).
+    let left = guard.remaining_validity();
+    assert!(left > Duration::from_millis(500), "{left:?}");
 }
 
 /// The safety net under it: a hold registered with the watchdog after its loss deadline is

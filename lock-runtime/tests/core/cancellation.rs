@@ -180,16 +180,18 @@ impl Case {
 /// every lock at once. Stops once the future completes within its k polls (which it must, with
 /// a sleep between polls). Three passes, one per [`Drive`]: with the server answering, with
 /// replies in flight, and with the connection stalled at the k-th await point and then cut.
-async fn cancel_at_every_poll<B, F>(redis: &RedisServer, what: &str, mut build: B)
+/// Returns after how many polls the future completed in the first pass.
+async fn cancel_at_every_poll<B, F>(redis: &RedisServer, what: &str, mut build: B) -> usize
 where
     B: FnMut(LockClient, String) -> F,
     F: Future<Output = Case>,
 {
     let completed = sweep(redis, what, &mut build, Drive::Sleep).await;
-    assert!(completed.is_some(), "{what} did not complete");
+    let polls = completed.unwrap_or_else(|| panic!("{what} did not complete"));
     sweep(redis, &format!("{what}-yield"), &mut build, Drive::Yield).await;
     let completed = sweep(redis, &format!("{what}-stall"), &mut build, Drive::Stall).await;
     assert!(completed.is_some(), "{what} did not complete (stall pass)");
+    polls
 }
 
 /// Retries `op` while it fails with an "unavailable" error (a client reconnecting after its
@@ -371,15 +373,18 @@ async fn a_release_cancelled_at_any_poll_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_cancelled_at_any_poll_leaves_nothing_behind() {
     let redis = RedisServer::start();
-    cancel_at_every_poll(&redis, "handoff", |locks, name| async move {
+    let polls = cancel_at_every_poll(&redis, "handoff", |locks, name| async move {
         let guard = locks.lock(&name).acquire().await.unwrap();
         tokio::spawn({
             let locks = locks.clone();
             let name = name.clone();
             async move {
+                // Fenced: its token is issued by Redis in the hand-off's own step, so the
+                // release hands the lock over through Redis (`release_to`), not in memory.
                 // Errors are expected when the sweep cuts the connection.
                 let taken = locks
                     .lock(&name)
+                    .fenced()
                     .acquire_with(LockOptions::new().wait(Duration::from_secs(10)))
                     .await;
                 drop(taken);
@@ -397,6 +402,12 @@ async fn a_hand_off_cancelled_at_any_poll_leaves_nothing_behind() {
         }
     })
     .await;
+    // An in-memory pass completes on its first poll: the sweep would never cut a hand-off
+    // in flight to Redis.
+    assert!(
+        polls > 1,
+        "the hand-off completed on poll {polls}: not through Redis"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,6 +280,88 @@ async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
     );
 }
 
+/// Behind a proxy in front of a cluster (here a one-node cluster, which refuses script calls
+/// spanning slots), the first merged call is rejected as `CROSSSLOT`: a cancelled acquire's
+/// clean-up queued behind it must not run before the acquire is sent again on its own, or the
+/// acquire is granted to nobody and its hold leaks for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_up_queued_behind_a_group_rejected_as_cross_slot_still_runs_after_it() {
+    let redis = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "group-commit-order-nodes.conf",
+    ]);
+    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    let ready = common::eventually(Duration::from_secs(10), || {
+        redis
+            .cmd(&["CLUSTER", "INFO"])
+            .text()
+            .is_some_and(|info| info.contains("cluster_state:ok"))
+    })
+    .await;
+    assert!(ready, "the one-node cluster did not come up");
+    let client = grouped(&redis).await;
+    // The scripts and functions loaded, by calls that merge nothing.
+    client
+        .semaphore("gc:sem", 1)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    client
+        .lock("gc:warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Nothing answers: a first write stays in flight, and the next ones queue behind it.
+    redis.freeze();
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { client.semaphore("gc:first", 2).set_capacity(3).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let spawn_acquire = |name: &'static str| {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock(name).acquire().await })
+    };
+    // Queue: [acquire gc:x, acquire gc:y] (one merged call, spanning two slots), a semaphore
+    // acquire, then the clean-up of gc:x.
+    let x = spawn_acquire("gc:x");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let y = spawn_acquire("gc:y");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sem = {
+        let client = client.clone();
+        tokio::spawn(async move { client.semaphore("gc:sem", 1).acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    x.abort();
+    let _ = x.await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    redis.thaw();
+    first.await.unwrap().unwrap();
+    let y = lock_tests::granted(y).await;
+    let sem = lock_tests::granted(sem).await;
+    // Well before the 30 s lease the leaked hold would keep.
+    let freed = common::eventually(Duration::from_secs(3), || {
+        redis.cmd(&["EXISTS", "lock:{gc:x}"]).int() == Some(0)
+    })
+    .await;
+    assert!(
+        freed,
+        "the cancelled acquire's hold leaked: {:?}",
+        holds(&redis)
+    );
+    y.release().await.unwrap();
+    sem.release().await.unwrap();
+}
+
 /// The script cache lost but not the function library (a restart with persistence, a Sentinel
 /// failover on Redis 7, an operator's `SCRIPT FLUSH`): the merged acquires (a script) find
 /// nothing while the calls after them (functions) run. A cancelled acquire's clean-up queued

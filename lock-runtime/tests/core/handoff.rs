@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
 use lock_tests::{RedisServer, TcpProxy};
 
 fn wait(d: Duration) -> LockOptions {
@@ -520,8 +520,10 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
     let first = locks.lock("wiped").acquire().await.unwrap();
     let waiter = spawn_waiter("wiped");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    redis.cmd(&["DEL", "lock:{wiped}:fence"]);
+    // The token is issued before the wipe: the hand-off's token must still be larger, though
+    // the counter that issued it is gone.
     let t1 = first.fencing_token().await.unwrap();
+    redis.cmd(&["DEL", "lock:{wiped}:fence"]);
     first.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();
     assert!(second.fencing_token().await.unwrap() > t1);
@@ -554,4 +556,127 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
     assert!((1..=90_000).contains(&ttl), "{ttl}");
     assert_eq!(redis.cmd(&["EXISTS", "lock:{foreign}"]).int(), Some(0));
     drop(second);
+}
+
+/// A token asked for by a side task of a hold (through a `TokenHandle`) while the hold passes
+/// in memory to the next task: Redis issues it to the same owner id, which is the next
+/// holder's by then, so the side task is told `Lost`, never handed a token of the next
+/// holder's hold (SAFETY.md, promise 2: only to the holder, while it holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_in_flight_when_the_hold_passes_in_memory_is_lost_not_the_next_holders() {
+    let redis = RedisServer::start();
+    let locks = LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let first = locks.lock("m1").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock("m1")
+                .acquire_with(wait(Duration::from_secs(10)))
+                .await
+                .unwrap()
+        }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(2), || redis
+            .pubsub_channels("lock:*")
+            .iter()
+            .any(|c| c == "lock:{m1}:unlock"))
+        .await
+    );
+    // Give the waiter time to queue after its first attempt.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let tokens = first.token_handle();
+    // The token request is held by the server until the pause ends.
+    redis.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+    let side = tokio::spawn(async move { tokens.fencing_token().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let owner = first.owner().to_owned();
+    // Passed in memory: no Redis call, so not held up by the pause.
+    first.release().await.unwrap();
+    let next = waiter.await.unwrap();
+    assert_eq!(next.owner(), owner, "the hold passed in memory");
+    let err = side.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LossReason::Released,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        next.issued_token(),
+        None,
+        "nothing cached for the next holder"
+    );
+    let token = next.fencing_token().await.unwrap();
+    assert!(token > 0);
+    next.release().await.unwrap();
+}
+
+/// The name of the library function that runs `stem` (`acquire.lua`: `acquire`), once a call
+/// has loaded the library.
+fn function_named(redis: &RedisServer, stem: &str) -> String {
+    fn find(reply: &lock_tests::Resp, suffix: &str) -> Option<String> {
+        // `lockrt_<12 hex digits of the library's hash>_<stem>`: `_acquire` alone would also
+        // match `_fair_acquire`.
+        if let Some(text) = reply.text()
+            && text.starts_with("lockrt_")
+            && text.ends_with(suffix)
+            && text.len() == "lockrt_".len() + 12 + suffix.len()
+        {
+            return Some(text.to_owned());
+        }
+        reply.items().iter().find_map(|item| find(item, suffix))
+    }
+    find(&redis.cmd(&["FUNCTION", "LIST"]), &format!("_{stem}"))
+        .unwrap_or_else(|| panic!("no function for {stem}.lua loaded"))
+}
+
+/// An acquire that retakes its own hold (the retry of an attempt whose reply timed out, with
+/// the same owner id) while a turn mark lists its client among the turns that ended, and
+/// another client waits: the retake is never refused. Refused, it would leave the hold in
+/// Redis for a whole lease with no guard, no watchdog and no release (a reconciled
+/// `try_acquire(Duration::ZERO)` reports busy and disarms its clean-up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_mark_never_refuses_the_holders_own_retake() {
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    // A fenced grant runs the acquire function: the library is loaded.
+    drop(locks.lock("load").fenced().acquire().await.unwrap());
+    let acquire = function_named(&redis, "acquire");
+    let until = (redis.time_ms() + 10_000) * 1000;
+    // Owner `a1:7` of client `a1`, whose turn ended last (before client `b2`'s); the mark
+    // lives for 10 s.
+    redis.cmd(&["SET", "lock:{t}", "a1:7", "PX", "30000"]);
+    redis.cmd(&["SET", "lock:{t}:fence", &format!("100:a1,b2:{until}")]);
+    let _other_waits = listen(&redis, "lock:{t}:unlock").await;
+    for (waiting, fenced) in [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")] {
+        let reply = redis.cmd(&[
+            "FCALL",
+            &acquire,
+            "3",
+            "lock:{t}",
+            "lock:{t}:fence",
+            "lock:{t}:unlock",
+            "a1:7",
+            "30000",
+            "604800000",
+            waiting,
+            fenced,
+        ]);
+        assert_eq!(
+            reply.items().first().and_then(lock_tests::Resp::int),
+            Some(1),
+            "waiting {waiting}, fenced {fenced}: {reply:?}"
+        );
+        assert_eq!(redis.mutex_holder("lock:{t}").as_deref(), Some("a1:7"));
+    }
 }

@@ -59,3 +59,41 @@ async fn scopes_nest_by_where_they_run_not_where_they_were_built() {
     a.release().await.unwrap();
     b.release().await.unwrap();
 }
+
+/// Code inside a scope reaches the hold it runs under without naming the lock again
+/// (`TokenHandle::current`, what a `#[distributed_lock]` body uses), innermost first; outside
+/// any scope there is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_inside_a_scope_reaches_its_hold_without_its_name() {
+    use lock_runtime::TokenHandle;
+    let redis = RedisServer::start();
+    let locks = common::client(&redis).await;
+    assert!(TokenHandle::current().is_none());
+    let outer = locks.lock("outer").acquire().await.unwrap();
+    let inner = locks.lock("inner").acquire().await.unwrap();
+    outer
+        .scope(async {
+            assert_eq!(TokenHandle::current().unwrap().name(), "outer");
+            inner
+                .scope(async {
+                    let here = TokenHandle::current().unwrap();
+                    assert_eq!(here.name(), "inner");
+                    let token = here.fencing_token().await.unwrap();
+                    assert_eq!(inner.issued_token(), Some(token), "the same hold");
+                    let names: Vec<String> = TokenHandle::scoped()
+                        .iter()
+                        .map(|h| h.name().to_owned())
+                        .collect();
+                    assert_eq!(names, ["inner", "outer"]);
+                })
+                .await;
+        })
+        .await;
+    // A spawned task is outside the scope it was spawned from.
+    let spawned = outer
+        .scope(async { tokio::spawn(async { TokenHandle::current().is_none() }).await })
+        .await
+        .unwrap();
+    assert!(spawned);
+    assert!(TokenHandle::scoped().is_empty());
+}

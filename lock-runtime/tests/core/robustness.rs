@@ -5,13 +5,91 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LossReason, MAX_NAME_LEN};
-use lock_tests::RedisServer;
+use lock_tests::{RedisServer, TcpProxy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_flushed_mid_run_are_reloaded() {
     let redis = RedisServer::start();
     // The watchdog reloads its script too.
     common::lock_through_flushes(&redis, &["SCRIPT", "FLUSH"]).await;
+}
+
+/// A holder whose server restarted empty (no persistence) while it held, and whose lock a
+/// rival then took, releases at once, on its broken connection, before its watchdog has seen
+/// the restart: the release never says "it was ours" (`Ok`). Its first request failed after it
+/// may have run, and the retry found the lock not ours: `ReleaseUnconfirmed` (or `NotOwner`,
+/// had the client known its connection to be new), and the rival's lock is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_a_restart_without_persistence_never_reports_it_was_ours() {
+    let mut redis = RedisServer::start();
+    // The default watchdog: its first renewal is 10 s away, long after the release.
+    let a = LockClient::builder(&redis.url())
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let stale = a.lock("n").acquire().await.unwrap();
+    redis.restart_empty();
+    let b = common::client(&redis).await;
+    let rival = b.lock("n").acquire().await.unwrap();
+    let err = stale.release().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::ReleaseUnconfirmed { .. } | LockError::NotOwner { .. }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        redis.mutex_holder("lock:{n}").as_deref(),
+        Some(rival.owner()),
+        "the rival's lock is untouched"
+    );
+    rival.release().await.unwrap();
+}
+
+/// A release that ran on the server but whose reply was cut (the connection closed before it
+/// came back) is retried with the same owner id and finds the lock gone: it cannot tell that
+/// from a loss before the release, so it says `ReleaseUnconfirmed`, never `Ok`, and the lock
+/// is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_cut_is_unconfirmed_and_leaves_the_lock_free() {
+    let redis = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    // The release's function loaded first (a call that finds none loads it: a reply).
+    let warm = locks.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let guard = locks.lock("cut").acquire().await.unwrap();
+    let source = proxy.sources()[0];
+    // Requests pass, replies are held.
+    proxy.set_black_hole_from(source, false, true);
+    let release = tokio::spawn(guard.release());
+    assert!(
+        common::eventually(Duration::from_secs(5), || redis
+            .mutex_holder("lock:{cut}")
+            .is_none())
+        .await,
+        "the release ran on the server"
+    );
+    // Its reply is dropped with the connection.
+    proxy.cut_from(source);
+    proxy.set_black_hole_from(source, false, false);
+    let err = release.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, LockError::ReleaseUnconfirmed { .. }),
+        "{err:?}"
+    );
+    assert_eq!(redis.mutex_holder("lock:{cut}"), None);
+    assert!(
+        locks.lock("cut").try_acquire(Duration::ZERO).await.is_ok(),
+        "free for the next holder"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

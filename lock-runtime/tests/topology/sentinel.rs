@@ -342,6 +342,34 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
     let after = run_id(group.server(master));
     assert_ne!(before, after, "a restarted server has a new run id");
 
+    // A client that first connects now (a new pod, `lockctl`) never saw the old run id: it
+    // must not trust the master before the sentinels have seen the restart either.
+    let late = sentinel_client(&group, Duration::from_secs(10)).await;
+    let late_guard = late
+        .lock("restart:2")
+        .try_acquire(Duration::from_secs(40))
+        .await
+        .expect("granted once the sentinels know the restarted master (or another one)");
+    let late_master = group.current_master_port();
+    let late_node = run_id(group.server(late_master));
+    let late_views: Vec<String> = group
+        .sentinels()
+        .iter()
+        .map(|s| {
+            s.master_state(group.master_name())
+                .expect("sentinel state")
+                .get("runid")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        late_views.contains(&late_node),
+        "a client connected after the restart was granted on a master no sentinel knew as it \
+         is now ({late_node}; sentinels: {late_views:?})"
+    );
+    late_guard.release().await.expect("release");
+
     let rival_guard = rival
         .lock("restart:1")
         .try_acquire(Duration::from_secs(40))

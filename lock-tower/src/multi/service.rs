@@ -51,7 +51,17 @@ impl<N: BodyNameSource> Shared<N, Bounds> {
         )?;
         let options = self.options;
         Ok(Box::pin(async move {
-            multi.acquire_with(options).await.map(Hold::Many)
+            let guards = multi.acquire_with(options).await?;
+            // A name re-entered from an enclosing hold taken without a token (an unfenced
+            // `LockLayer` outside this layer) shares that hold's token: none yet. It is asked
+            // for now (one round trip, only in that case), so that `HeldLocks` carries a real
+            // token for every name.
+            for guard in guards.guards() {
+                if guard.issued_token().is_none() {
+                    guard.fencing_token().await?;
+                }
+            }
+            Ok(Hold::Many(guards))
         }))
     }
 

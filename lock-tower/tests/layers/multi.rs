@@ -362,6 +362,42 @@ async fn the_handler_gets_the_body_byte_for_byte_and_a_fencing_token_per_name() 
     .await;
 }
 
+/// A name the layer re-enters from an enclosing hold taken without a token (an unfenced
+/// `LockLayer` around it) still comes with a real token in `HeldLocks`: the re-entered hold had
+/// none yet, and `0` would compare as the smallest valid token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_reentered_from_an_unfenced_outer_layer_has_a_real_token() {
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let shop = Arc::new(Shop {
+            locks: Some(locks.clone()),
+            ..Shop::default()
+        });
+        let addr = serve(
+            Router::new()
+                .route("/checkout/{id}", post(checkout))
+                .route_layer(layer(locks.clone()))
+                .route_layer(lock_tower::LockLayer::new(locks.clone(), "stock:<id>"))
+                .with_state(shop.clone()),
+        )
+        .await;
+        let request = Request::post("/checkout/a")
+            .header("host", "shop")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(cart(&["a", "b"]))))
+            .unwrap();
+        let reply = send(addr, request).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        let held = reply.locks();
+        assert_eq!(held.len(), 2, "{held:?}");
+        for (name, token) in held {
+            assert!(token > 0, "{name}: token {token}");
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_carts_are_400_and_lock_nothing() {
     common::bounded(TEST_LIMIT, async {

@@ -563,19 +563,13 @@ mod chaos {
         }
     }
 
-    /// When the request that granted `guard`'s hold was sent, on [`mono_ns`], read right after
-    /// the acquire: the guard's first confirmed lease (`valid_until()`) is counted from that
-    /// send, so it is `valid_until() - lease`. Kept within `[invoked, start]`, where the send
-    /// must be (a renewal confirmed before this read would move it later: it is clamped to the
-    /// acquire's return); `invoked` if the hold is already lost (no deadline to read).
-    fn granted_ns(guard: &LockGuard, lease: Duration, invoked: u64, start: u64) -> u64 {
+    /// When the request that granted `guard`'s hold was sent (`LockGuard::granted_at`), on
+    /// [`mono_ns`]. Kept within `[invoked, start]`, where the send must be.
+    fn granted_ns(guard: &LockGuard, invoked: u64, start: u64) -> u64 {
         // The monotonic clock read before `Instant::now()`: the result errs early, never late.
         let now_ns = mono_ns();
         let now = tokio::time::Instant::now();
-        let Some(sent) = guard.valid_until().and_then(|v| v.checked_sub(lease)) else {
-            return invoked;
-        };
-        let ago = now.saturating_duration_since(sent).as_nanos() as u64;
+        let ago = now.saturating_duration_since(guard.granted_at()).as_nanos() as u64;
         now_ns.saturating_sub(ago).clamp(invoked, start)
     }
 
@@ -632,8 +626,6 @@ mod chaos {
         };
         let keys: usize = keys.parse().expect("keys");
         let tasks: usize = tasks.parse().expect("tasks");
-        // No explicit lease: every hold's lease is the watchdog timeout.
-        let lease = Duration::from_millis(watchdog_ms.parse().expect("watchdog ms"));
         let until =
             tokio::time::Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms"));
         if lock_url.starts_with("sentinel:") {
@@ -738,7 +730,7 @@ mod chaos {
                     // sent after any wait (judged from then); one on demand is asked for now.
                     let fenced = mode >= 5;
                     let asked = if fenced {
-                        granted_ns(&guard, lease, invoked, start)
+                        granted_ns(&guard, invoked, start)
                     } else {
                         start
                     };
@@ -951,8 +943,7 @@ mod chaos {
         let invoked = mono_ns();
         let guard = locks.lock(key).fenced().acquire().await.expect("acquire");
         let start = mono_ns();
-        let lease = Duration::from_millis(watchdog_ms.parse().expect("watchdog ms"));
-        let asked = granted_ns(&guard, lease, invoked, start);
+        let asked = granted_ns(&guard, invoked, start);
         let token = guard
             .issued_token()
             .expect("a fenced grant carries its token");

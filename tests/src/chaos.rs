@@ -78,11 +78,10 @@ pub struct Record {
     /// When the guard was obtained ([`crate::mono_ns`]).
     pub start_ns: u64,
     /// When the token was asked for: for a token that came with the grant, when the request
-    /// that granted the lock was *sent* (the worker reads it right after the acquire, as the
-    /// guard's `valid_until()` minus the lease: the first confirmed lease is counted from that
-    /// send; Redis issued the token between this and `start_ns`); for one asked for in the
-    /// section, the section's start. Token order is judged from here: a token is late if it
-    /// was asked for after a section with a larger one had ended.
+    /// that granted the lock was *sent* (`LockGuard::granted_at`; Redis issued the token between
+    /// this and `start_ns`); for one asked for in the section, the section's start. Token order
+    /// is judged from here: a token is late if it is not above the token of a section that had
+    /// ended before it was asked for.
     pub asked_ns: u64,
     /// When the acquire was called (before any wait): `asked_ns` of a fenced grant is between
     /// this and `start_ns`. Kept to show what judging from the acquire's start would miss.

@@ -39,7 +39,9 @@
 //!
 //! Hard invariants, every run: no fenced write accepted out of token order by any store (stale
 //! writes accepted: 0; each store committed something), no lost update, no fencing token issued
-//! lower than one of a section that had already ended; outside the fault windows no overlapping
+//! twice and none that is not above the token of a section that had ended before it was asked
+//! for (a fenced grant's: when its granting request was sent); outside the fault windows no
+//! holder not told of a loss below a section that ended before it began, no overlapping
 //! mutex holds, never more semaphore holders than permits, no writer overlapping another section of
 //! the read/write lock; the family store's logs replayed (never more occupants than permits, no use
 //! from outside, the writers' tokens increasing, no lost update). Counted and printed per fault,
@@ -50,6 +52,12 @@
 //! store accepted, over a rival or not, and how many of the new master's holders it refused
 //! (Redis's split-brain limit, which fencing orders but cannot judge), and the longest time without
 //! a grant (the outage).
+//!
+//! A second test measures what a replica promoted with its clock 5 s behind (or ahead of) the
+//! old master's, without the last 2 s of counter writes, does to today's tokens
+//! (`tokens_through_a_failover_to_a_replica_with_a_skewed_clock`; the clock shifted by
+//! `lock_tests::topology::clock_skew`): regressions, tokens issued twice and legitimate holders
+//! refused are counted there, not judged.
 //!
 //! Short form (the normal suite): each fault once per `replica_ack` setting. Long form:
 //! `FAILOVER_LONG=1` (8 rounds of the 7 faults per setting, three settings: 168 failovers) or

@@ -78,11 +78,10 @@ pub struct Record {
     /// When the guard was obtained ([`crate::mono_ns`]).
     pub start_ns: u64,
     /// When the token was asked for: for a token that came with the grant, when the request
-    /// that granted the lock was *sent* (the worker reads it right after the acquire, as the
-    /// guard's `granted_at()`; Redis issued the token between this and `start_ns`); for one
-    /// asked for in the
-    /// section, the section's start. Token order is judged from here: a token is late if it
-    /// was asked for after a section with a larger one had ended.
+    /// that granted the lock was *sent* (`LockGuard::granted_at`; Redis issued the token between
+    /// this and `start_ns`); for one asked for in the section, the section's start. Token order
+    /// is judged from here: a token is late if it is not above the token of a section that had
+    /// ended before it was asked for.
     pub asked_ns: u64,
     /// When the acquire was called (before any wait): `asked_ns` of a fenced grant is between
     /// this and `start_ns`. Kept to show what judging from the acquire's start would miss.
@@ -282,14 +281,14 @@ pub fn check_with(
             // From when the token was asked for: a section that had ended by then had its
             // token issued before, so a smaller one.
             if let Some(h) = ended.highest_by(r.asked_ns)
-                && h.token > r.token
+                && h.token >= r.token
                 && !counted
                     .iter()
                     .any(|&(from, to)| (from..to).contains(&r.start_ns))
             {
                 report.violations.push(format!(
-                    "token went back on `{key}`: asked for after a larger one's section ended\n  \
-                     {h}\n  {r}"
+                    "token went back on `{key}`: asked for after a section with a token as large \
+                     or larger ended\n  {h}\n  {r}"
                 ));
                 continue;
             }
@@ -300,7 +299,7 @@ pub fn check_with(
                 continue;
             }
             if let Some(h) = ended.highest_by(r.start_ns)
-                && h.token > r.token
+                && h.token >= r.token
             {
                 report.violations.push(format!(
                     "tokens out of holding order on `{key}`: a holder not told of a loss began \
@@ -308,11 +307,13 @@ pub fn check_with(
                 ));
             }
         }
-        // Tokens are unique per acquisition.
+        // Tokens are unique per acquisition (in the counted windows, counted by
+        // `failover_report` instead).
         let mut tokens: HashMap<u64, &Record> = HashMap::new();
         for r in &recs {
             if let Some(other) = tokens.insert(r.token, r)
                 && other.owner != r.owner
+                && !(counted.iter()).any(|&(from, to)| (from..to).contains(&r.start_ns))
             {
                 report.violations.push(format!(
                     "token {} issued twice on `{key}`:\n  {other}\n  {r}",
@@ -363,13 +364,16 @@ pub struct FailoverReport {
     /// Of those, pairs where the earlier holder committed a write after the rival's grant
     /// without having been told its lock was lost.
     pub unaware_writes: usize,
-    /// Sections whose token is lower than the token of a section on the same key that ended
+    /// Sections whose token is not above the token of a section on the same key that ended
     /// before that token was asked for ([`Record::asked_ns`]: for a fenced grant, when the
     /// granting request was sent).
     pub token_regressions: Vec<String>,
     /// When each of those sections started ([`crate::mono_ns`]), index-aligned with
     /// `token_regressions`.
     pub token_regressions_at: Vec<u64>,
+    /// Tokens issued to two acquisitions (different owners) on one key, with both records; one
+    /// asked for after the other's section ended is also a token regression.
+    pub duplicate_tokens: Vec<String>,
     /// Of the token regressions, those whose token came with a fenced grant.
     pub fenced_regressions: usize,
     /// Of the token regressions, those that judging from the acquire's start (before its wait)
@@ -482,10 +486,22 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
         // start, since a grant's reply read late, by a worker paused on a loaded machine,
         // carries a token issued before the rival's; not from the acquire's start either, which
         // is before a wait for the very section a late token would go back behind).
+        // The same token issued to two acquisitions (whenever they asked).
+        let mut tokens: HashMap<u64, &Record> = HashMap::new();
+        for &r in &recs {
+            if let Some(other) = tokens.insert(r.token, r)
+                && other.owner != r.owner
+            {
+                report.duplicate_tokens.push(format!(
+                    "token {} issued twice on `{key}`:\n  {other}\n  {r}",
+                    r.token
+                ));
+            }
+        }
         let ended = Ended::new(&recs);
         for &r in &recs {
             if let Some(h) = ended.highest_by(r.asked_ns)
-                && r.token < h.token
+                && r.token <= h.token
             {
                 report
                     .token_regressions
@@ -496,7 +512,7 @@ pub fn failover_report(records: &[Record], faults: &[(u64, u64)]) -> FailoverRep
                 }
                 // What judging a fenced grant from the acquire's start would have counted.
                 let old_reference = if r.fenced { r.invoked_ns } else { r.asked_ns };
-                if (ended.highest_by(old_reference)).is_some_and(|h| r.token < h.token) {
+                if (ended.highest_by(old_reference)).is_some_and(|h| r.token <= h.token) {
                     report.regressions_from_invocation += 1;
                 }
             }
@@ -880,6 +896,28 @@ mod tests {
         // Not in a window the failover suites count it in (where holding order is not
         // promised either).
         let report = check_with(&history, &store_of(&[10]), &[(15, 25)], &[(15, 25)]);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+
+    #[test]
+    fn a_token_issued_again_to_another_holder_is_a_regression_and_a_duplicate() {
+        // A promoted master whose counter and clock are behind hands out, 5 units of time after
+        // the old master did, the very token the old master issued: not above it.
+        let first = rec("k", 10, 0, 10, false);
+        let again = Record {
+            owner: "another".into(),
+            outcome: Outcome::RejectedRead,
+            ..rec("k", 10, 15, 20, false)
+        };
+        let history = [first, again];
+        let report = failover_report(&history, &[]);
+        assert_eq!(report.token_regressions.len(), 1, "{report:?}");
+        assert_eq!(report.duplicate_tokens.len(), 1, "{report:?}");
+        let report = check(&history, &store_of(&[10]), &[]);
+        // Not above a token whose section ended before it was asked for; and issued twice.
+        assert_eq!(report.violations.len(), 2, "{:#?}", report.violations);
+        // Counted, not judged, in a window the failover suites count regressions in.
+        let report = check_with(&history, &store_of(&[10]), &[(12, 30)], &[(12, 30)]);
         assert!(report.violations.is_empty(), "{:#?}", report.violations);
     }
 

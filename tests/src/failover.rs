@@ -507,7 +507,7 @@ impl Findings {
              (in fault windows, excused: {}), per fault {:?}, unaware writes {}, stale writes \
              accepted {} (per store, commits / stale: {}), token regressions {} (per fault {:?}; \
              of fenced grants {}; judged from the acquire's start instead of the granting \
-             request's send: {}), recoveries {:?}",
+             request's send: {}), tokens issued twice {}, recoveries {:?}",
             self.checked.records,
             self.checked.commits,
             self.checked.rejected,
@@ -522,6 +522,7 @@ impl Findings {
             self.regressions_per_window(),
             self.failover.fenced_regressions,
             self.failover.regressions_from_invocation,
+            self.failover.duplicate_tokens.len(),
             (self.failover.recovery_ns.iter())
                 .map(|ns| ns.map(Duration::from_nanos))
                 .collect::<Vec<_>>()

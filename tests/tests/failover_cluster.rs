@@ -281,6 +281,9 @@ async fn fencing_holds_through_cluster_faults(ack: bool) {
     for regression in findings.regressions() {
         eprintln!("ack={ack}: {regression}");
     }
+    for duplicate in &findings.failover.duplicate_tokens {
+        eprintln!("ack={ack}: {duplicate}");
+    }
     eprintln!(
         "ack={ack}: partitions (cut master refused writes after, slots taken over after): {partitions:?}"
     );

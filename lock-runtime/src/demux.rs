@@ -36,8 +36,9 @@ use crate::backend::Channels;
 use crate::metrics;
 use crate::sync;
 
-/// Channels per `SUBSCRIBE` command.
-const BATCH: usize = 5_000;
+/// Channels per `SUBSCRIBE` command: with the command's name, at most
+/// [`MAX_REQUEST_ARGUMENTS`](crate::MAX_REQUEST_ARGUMENTS).
+const BATCH: usize = crate::MAX_REQUEST_ARGUMENTS - 1;
 
 #[derive(Clone)]
 pub(crate) struct Demux {

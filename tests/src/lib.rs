@@ -264,11 +264,11 @@ impl RedisServer {
         send(self.process.port, self.password.as_deref(), args)
     }
 
-    /// Which server this is and its own version, from `HELLO`: `("redis", (7, 0, 15))`,
+    /// Which server this is and its own version, from `HELLO 2`: `("redis", (7, 0, 15))`,
     /// `("valkey", (9, 1, 2))` (Valkey reports `redis_version:7.2.4` in `INFO` whatever its
-    /// version).
+    /// version; Redis 6.0 wants `HELLO`'s protocol version).
     pub fn server_version(&self) -> (String, (u32, u32, u32)) {
-        server_version(&self.cmd(&["HELLO"]))
+        server_version(&self.cmd(&["HELLO", "2"]))
     }
 
     /// All keys matching `pattern` (by `SCAN`, so it is safe on a busy server).

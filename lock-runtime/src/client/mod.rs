@@ -21,6 +21,12 @@ use crate::sync;
 use crate::topology::Topology;
 use crate::{Lock, LockError};
 
+/// The most arguments (the command's name included) any request this client builds carries:
+/// ElastiCache Serverless's limit per request (3,999). Subscriptions go out in commands of at
+/// most this many channels less one, a watchdog renewal call covers at most 500 locks (about
+/// 1,000 arguments), a group commit at most 128 operations.
+pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;
+
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lock";
 /// The default watchdog timeout: the lease of a lock taken without an explicit lease.

@@ -29,6 +29,10 @@ use crate::script::{self, Call, Dialect, Publishing};
 /// Keys per renewal script call; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
 
+// A renewal call: `EVALSHA <sha> <numkeys>` (or `FCALL`), the keys, the lease and an owner per
+// key, within the client's argument limit.
+const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::MAX_REQUEST_ARGUMENTS);
+
 /// The lock operations on a Redis deployment.
 pub(crate) struct RedisBackend {
     conn: Conn,

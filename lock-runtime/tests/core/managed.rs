@@ -320,6 +320,31 @@ async fn replica_ack_without_wait_is_refused_at_connect() {
     acked(user_url(&redis, "with-wait")).await.unwrap();
 }
 
+/// A server older than Redis 7.0 is refused at build, by its version: Redis 6.0 (which wants
+/// `HELLO`'s protocol version, so the client reads `INFO`) lacks `SET … NX GET` and functions.
+/// Needs a Redis 6 as `$REDIS_SERVER_BIN`: `scripts/compat.sh` runs it on Redis 6.0.9.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Redis 6 server as REDIS_SERVER_BIN: scripts/compat.sh runs it on Redis 6.0.9"]
+async fn a_server_older_than_redis_7_is_refused_at_connect() {
+    let redis = RedisServer::start();
+    let (name, version) = redis.server_version();
+    assert!(name == "redis" && version < (7, 0, 0), "{name} {version:?}");
+    let err = LockClient::connect(&redis.url()).await.unwrap_err();
+    let LockError::IncompatibleServer {
+        server,
+        missing,
+        fix,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    let (major, minor, patch) = version;
+    assert_eq!(server, &format!("Redis {major}.{minor}.{patch}"));
+    assert!(missing.contains("Redis 7.0 or later"), "{missing}");
+    assert!(fix.contains("upgrade"), "{fix}");
+}
+
 /// The client names the server by what it is, not by the `redis_version` Valkey fakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_knows_which_server_it_connected_to() {

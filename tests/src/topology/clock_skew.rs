@@ -80,8 +80,8 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        self.process.child = Some(await_pong(child, "redis-server", || {
-            self.try_cmd(&["PING"])
+        self.process.child = Some(await_pong(child, "redis-server", |args| {
+            self.try_cmd(args)
         })?);
         Ok(())
     }

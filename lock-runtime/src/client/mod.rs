@@ -258,7 +258,7 @@ impl LockClient {
 
     /// The server this client's locks live on, as it named itself when the client was built
     /// (`HELLO`): Valkey by name and its own version, not the `redis_version:7.2.4` Valkey
-    /// reports to old clients. `None` for [`MemoryLocks`](crate::MemoryLocks) clients and for a
+    /// reports to old clients. `None` for `MemoryLocks` clients and for a
     /// server (or proxy) that answers neither `HELLO` nor `INFO`. On a cluster, the node that
     /// answered.
     ///

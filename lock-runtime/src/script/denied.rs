@@ -8,9 +8,9 @@
 //! script's source is known here, so the line names the command, at no cost to the scripts
 //! themselves.
 //!
-//! Redis 7.2 and later, and Valkey, name it: "ACL failure in script: User <u> has no
-//! permissions to run the '<cmd>' command script: …", or "ACL failure in script: No
-//! permissions to access a key script: …" (Valkey 9.1 leaves the script's SHA1 or function
+//! Redis 7.2 and later, and Valkey, name it: `ACL failure in script: User <u> has no
+//! permissions to run the '<cmd>' command script: …`, or `ACL failure in script: No
+//! permissions to access a key script: …` (Valkey 9.1 leaves the script's SHA1 or function
 //! name out, so the line alone would not name the command there).
 
 use std::collections::HashMap;

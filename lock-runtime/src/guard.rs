@@ -182,9 +182,7 @@ impl LockGuard {
     ///
     /// Local clocks only: this is this process's monotonic clock, not Redis' wall clock.
     pub fn valid_until(&self) -> Option<Instant> {
-        if self.held.signal.get().is_some() {
-            return None;
-        }
+        // `None` once lost (by a declaration or by the clock): `deadline` looks at both.
         self.held.signal.deadline()
     }
 

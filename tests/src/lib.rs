@@ -151,8 +151,15 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> io::Result<()> {
+        self.spawn_with_env(&[])
+    }
+
+    /// [`spawn`](RedisServer::spawn) with `env` added to the server's environment (a clock
+    /// shim preloaded: `topology::clock_skew`).
+    pub(crate) fn spawn_with_env(&mut self, env: &[(&str, &std::ffi::OsStr)]) -> io::Result<()> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(bin)
+            .envs(env.iter().copied())
             .args(["--port", &self.process.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])

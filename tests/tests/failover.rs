@@ -336,18 +336,7 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
     let mut failed: Vec<String> = Vec::new();
     for setting in settings {
         let (findings, why) = failovers_under_load(setting, failovers, &postgres).await;
-        eprintln!("{setting:?}: {}", findings.summary());
-        eprintln!(
-            "{setting:?}: deposed-side sections per fault (grants, accepted, over a rival, new side refused): {:?}",
-            (findings.sides().iter().flatten())
-                .map(|s| (
-                    s.deposed,
-                    s.deposed_accepted,
-                    s.deposed_won,
-                    s.legitimate_refused
-                ))
-                .collect::<Vec<_>>()
-        );
+        print_summary(&format!("{setting:?}"), &findings);
         for (i, lags) in findings.switches() {
             eprintln!(
                 "{setting:?} window {i} ({}): clients switched at {lags:?} ms from the promotion",
@@ -383,7 +372,7 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
         // Judged after every setting ran, so that a failing setting does not hide the figures
         // of the others. Through Sentinel no token goes back, in the fault windows either (the
         // Cluster suite counts those in its windows: see SAFETY.md).
-        let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        judge(&format!("{setting:?}"), &findings, &mut failed, || {
             assert!(
                 findings.failover.token_regressions.is_empty(),
                 "{} token regressions:\n{}",
@@ -396,16 +385,7 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
                 findings.failover.duplicate_tokens.join("\n")
             );
             findings.assert_invariants();
-        }));
-        if let Err(panic) = judged {
-            let what = (panic.downcast_ref::<String>().cloned())
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            failed.push(format!(
-                "{setting:?} (records kept in {}): {what}",
-                findings.records_dir.display()
-            ));
-        }
+        });
         incomplete.extend(why);
     }
     failover::print_table(&rows);
@@ -414,6 +394,38 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
     tokio::task::block_in_place(|| drop(postgres));
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
     assert!(incomplete.is_empty(), "{incomplete:?}");
+}
+
+/// Prints a run's summary and, per fault, what its deposed side did.
+fn print_summary(label: &str, findings: &Findings) {
+    eprintln!("{label}: {}", findings.summary());
+    eprintln!(
+        "{label}: deposed-side sections per fault (grants, accepted, over a rival, new side refused): {:?}",
+        (findings.sides().iter().flatten())
+            .map(|s| (
+                s.deposed,
+                s.deposed_accepted,
+                s.deposed_won,
+                s.legitimate_refused
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Runs `assertions` on a run's findings; a failure is kept in `failed` (with where the
+/// records are) instead of ending the test, so that every setting's figures are printed before
+/// the test fails.
+fn judge(label: &str, findings: &Findings, failed: &mut Vec<String>, assertions: impl FnOnce()) {
+    let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(assertions));
+    if let Err(panic) = judged {
+        let what = (panic.downcast_ref::<String>().cloned())
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        failed.push(format!(
+            "{label} (records kept in {}): {what}",
+            findings.records_dir.display()
+        ));
+    }
 }
 
 /// How far the clock of the replica a clock-skew fault promotes is off the old master's: more
@@ -601,18 +613,7 @@ async fn tokens_through_a_failover_to_a_replica_with_a_skewed_clock() {
         for skew in [Skew::Behind, Skew::Ahead] {
             let (findings, why) =
                 skewed_failovers_under_load(skew, setting, rounds, &postgres).await;
-            eprintln!("{skew:?} {setting:?}: {}", findings.summary());
-            eprintln!(
-                "{skew:?} {setting:?}: deposed-side sections per fault (grants, accepted, over a rival, new side refused): {:?}",
-                (findings.sides().iter().flatten())
-                    .map(|s| (
-                        s.deposed,
-                        s.deposed_accepted,
-                        s.deposed_won,
-                        s.legitimate_refused
-                    ))
-                    .collect::<Vec<_>>()
-            );
+            print_summary(&format!("{skew:?} {setting:?}"), &findings);
             for regression in findings.regressions() {
                 eprintln!("{skew:?} {setting:?}: {regression}");
             }
@@ -620,18 +621,12 @@ async fn tokens_through_a_failover_to_a_replica_with_a_skewed_clock() {
                 eprintln!("{skew:?} {setting:?}: {duplicate}");
             }
             rows.extend(findings.rows("Sentinel", setting, &[skew.describe()]));
-            let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                findings.assert_invariants();
-            }));
-            if let Err(panic) = judged {
-                let what = (panic.downcast_ref::<String>().cloned())
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                failed.push(format!(
-                    "{skew:?} {setting:?} (records kept in {}): {what}",
-                    findings.records_dir.display()
-                ));
-            }
+            judge(
+                &format!("{skew:?} {setting:?}"),
+                &findings,
+                &mut failed,
+                || findings.assert_invariants(),
+            );
             incomplete.extend(why);
         }
     }

@@ -256,21 +256,7 @@ async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
 /// cluster, as behind a proxy in front of a cluster): groups fall back to one call each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
-    let redis = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "group-commit-nodes.conf",
-    ]);
-    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-    let ready = common::eventually(Duration::from_secs(10), || {
-        redis
-            .cmd(&["CLUSTER", "INFO"])
-            .text()
-            .is_some_and(|info| info.contains("cluster_state:ok"))
-    })
-    .await;
-    assert!(ready, "the one-node cluster did not come up");
+    let redis = one_node_cluster("group-commit-nodes.conf").await;
     let client = grouped(&redis).await;
     assert_increasing(&distinct_keys(&client, 64, 10).await);
     assert!(
@@ -286,21 +272,7 @@ async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
 /// acquire is granted to nobody and its hold leaks for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_up_queued_behind_a_group_rejected_as_cross_slot_still_runs_after_it() {
-    let redis = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "group-commit-order-nodes.conf",
-    ]);
-    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-    let ready = common::eventually(Duration::from_secs(10), || {
-        redis
-            .cmd(&["CLUSTER", "INFO"])
-            .text()
-            .is_some_and(|info| info.contains("cluster_state:ok"))
-    })
-    .await;
-    assert!(ready, "the one-node cluster did not come up");
+    let redis = one_node_cluster("group-commit-order-nodes.conf").await;
     let client = grouped(&redis).await;
     // The scripts and functions loaded, by calls that merge nothing.
     client
@@ -319,47 +291,7 @@ async fn a_clean_up_queued_behind_a_group_rejected_as_cross_slot_still_runs_afte
         .release()
         .await
         .unwrap();
-    // Nothing answers: a first write stays in flight, and the next ones queue behind it.
-    redis.freeze();
-    let first = {
-        let client = client.clone();
-        tokio::spawn(async move { client.semaphore("gc:first", 2).set_capacity(3).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let spawn_acquire = |name: &'static str| {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock(name).acquire().await })
-    };
-    // Queue: [acquire gc:x, acquire gc:y] (one merged call, spanning two slots), a semaphore
-    // acquire, then the clean-up of gc:x.
-    let x = spawn_acquire("gc:x");
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let y = spawn_acquire("gc:y");
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let sem = {
-        let client = client.clone();
-        tokio::spawn(async move { client.semaphore("gc:sem", 1).acquire().await })
-    };
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    x.abort();
-    let _ = x.await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    redis.thaw();
-    first.await.unwrap().unwrap();
-    let y = lock_tests::granted(y).await;
-    let sem = lock_tests::granted(sem).await;
-    // Well before the 30 s lease the leaked hold would keep.
-    let freed = common::eventually(Duration::from_secs(3), || {
-        redis.cmd(&["EXISTS", "lock:{gc:x}"]).int() == Some(0)
-    })
-    .await;
-    assert!(
-        freed,
-        "the cancelled acquire's hold leaked: {:?}",
-        holds(&redis)
-    );
-    y.release().await.unwrap();
-    sem.release().await.unwrap();
+    a_clean_up_queued_behind_a_group_runs_after_its_acquire(&redis, &client).await;
 }
 
 /// The script cache lost but not the function library (a restart with persistence, a Sentinel
@@ -380,6 +312,43 @@ async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after
         .await
         .unwrap();
     redis.cmd(&["SCRIPT", "FLUSH"]);
+    a_clean_up_queued_behind_a_group_runs_after_its_acquire(&redis, &client).await;
+    assert!(
+        holds(&redis).iter().all(|k| k.contains("capacity")),
+        "{:?}",
+        holds(&redis)
+    );
+}
+
+/// A one-node cluster (a node owning every slot: it refuses script calls spanning slots, as a
+/// proxy in front of a cluster does), its nodes file named `config_file`.
+async fn one_node_cluster(config_file: &str) -> RedisServer {
+    let redis = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        config_file,
+    ]);
+    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    let ready = common::eventually(Duration::from_secs(10), || {
+        redis
+            .cmd(&["CLUSTER", "INFO"])
+            .text()
+            .is_some_and(|info| info.contains("cluster_state:ok"))
+    })
+    .await;
+    assert!(ready, "the one-node cluster did not come up");
+    redis
+}
+
+/// With the server frozen, queues `[acquire gc:x, acquire gc:y]` (one merged call), a
+/// semaphore acquire and the clean-up of the cancelled `gc:x` behind a first write in flight,
+/// then thaws it: the clean-up must run after its acquire, so `gc:x` is freed well before the
+/// 30 s lease a leaked hold would keep. Releases what it took.
+async fn a_clean_up_queued_behind_a_group_runs_after_its_acquire(
+    redis: &RedisServer,
+    client: &lock_runtime::LockClient,
+) {
     // Nothing answers: a first write stays in flight, and the next ones queue behind it.
     redis.freeze();
     let first = {
@@ -391,8 +360,6 @@ async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after
         let client = client.clone();
         tokio::spawn(async move { client.lock(name).acquire().await })
     };
-    // Queue: [acquire gc:x, acquire gc:y] (one batch script), a semaphore acquire (a
-    // function), then the clean-up of gc:x (a function).
     let x = spawn_acquire("gc:x");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let y = spawn_acquire("gc:y");
@@ -409,21 +376,16 @@ async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after
     first.await.unwrap().unwrap();
     let y = lock_tests::granted(y).await;
     let sem = lock_tests::granted(sem).await;
-    // Well before the 30 s lease the leaked hold would keep.
     let freed = common::eventually(Duration::from_secs(3), || {
         redis.cmd(&["EXISTS", "lock:{gc:x}"]).int() == Some(0)
     })
     .await;
     assert!(
         freed,
-        "the cancelled acquire's hold was left, PTTL {:?}",
-        redis.cmd(&["PTTL", "lock:{gc:x}"])
+        "the cancelled acquire's hold was left, PTTL {:?}; holds {:?}",
+        redis.cmd(&["PTTL", "lock:{gc:x}"]),
+        holds(redis)
     );
     y.release().await.unwrap();
     sem.release().await.unwrap();
-    assert!(
-        holds(&redis).iter().all(|k| k.contains("capacity")),
-        "{:?}",
-        holds(&redis)
-    );
 }

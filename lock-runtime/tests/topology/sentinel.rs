@@ -352,17 +352,7 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
         .expect("granted once the sentinels know the restarted master (or another one)");
     let late_master = group.current_master_port();
     let late_node = run_id(group.server(late_master));
-    let late_views: Vec<String> = group
-        .sentinels()
-        .iter()
-        .map(|s| {
-            s.master_state(group.master_name())
-                .expect("sentinel state")
-                .get("runid")
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let late_views = sentinels_run_ids(&group);
     assert!(
         late_views.contains(&late_node),
         "a client connected after the restart was granted on a master no sentinel knew as it \
@@ -385,17 +375,7 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
         Some(1),
         "granted on the master the sentinels name"
     );
-    let sentinel_runids: Vec<String> = group
-        .sentinels()
-        .iter()
-        .map(|s| {
-            s.master_state(group.master_name())
-                .expect("sentinel state")
-                .get("runid")
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    let sentinel_runids = sentinels_run_ids(&group);
     let node = run_id(server);
     eprintln!(
         "granted {granted_after:?} after the restart on port {now_master} (started on {master}); \
@@ -412,6 +392,22 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
         .expect("the holder is told its grant is gone");
     assert!(lost.is_lost(), "{lost:?}");
     rival_guard.release().await.expect("release");
+}
+
+/// The run id each sentinel last saw at the master (`SENTINEL MASTER`'s `runid`; empty before
+/// its first look).
+fn sentinels_run_ids(group: &SentinelGroup) -> Vec<String> {
+    group
+        .sentinels()
+        .iter()
+        .map(|s| {
+            s.master_state(group.master_name())
+                .expect("sentinel state")
+                .get("runid")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 #[tokio::test]

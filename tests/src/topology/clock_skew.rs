@@ -6,12 +6,12 @@
 //! start Debian's `redis-server` (see the C file's comment).
 
 use std::io;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{RedisServer, await_pong};
+use crate::RedisServer;
 
 const SOURCE: &str = include_str!("clock_skew.c");
 
@@ -62,28 +62,12 @@ impl RedisServer {
     }
 
     /// [`spawn`](RedisServer::spawn)'s command, with the shim preloaded.
-    fn spawn_with_clock(&mut self, shim: &PathBuf, skew_us: i64) -> io::Result<()> {
-        let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(bin)
-            .env("LD_PRELOAD", shim)
-            .env("SKEW_US", skew_us.to_string())
-            .args(["--port", &self.process.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
-            .args(["--protected-mode", "no"])
-            .args(["--loglevel", "warning"])
-            .arg("--dir")
-            .arg(&self.process.dir)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        self.process.child = Some(await_pong(child, "redis-server", |args| {
-            self.try_cmd(args)
-        })?);
-        Ok(())
+    fn spawn_with_clock(&mut self, shim: &Path, skew_us: i64) -> io::Result<()> {
+        let skew = skew_us.to_string();
+        self.spawn_with_env(&[
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("SKEW_US", std::ffi::OsStr::new(&skew)),
+        ])
     }
 
     /// This server's wall clock minus the machine's, in microseconds (`TIME`; within the

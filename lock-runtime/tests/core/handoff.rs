@@ -565,8 +565,11 @@ async fn hand_off_grants_keep_fencing_and_respect_foreign_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_in_flight_when_the_hold_passes_in_memory_is_lost_not_the_next_holders() {
     let redis = RedisServer::start();
-    let locks = LockClient::builder(&redis.url())
-        .response_timeout(Duration::from_secs(5))
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    // Replies are held for as long as the test needs: no time-out meanwhile.
+    let locks = LockClient::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(30))
         .build()
         .await
         .unwrap();
@@ -582,24 +585,33 @@ async fn a_token_in_flight_when_the_hold_passes_in_memory_is_lost_not_the_next_h
         }
     });
     assert!(
-        common::eventually(Duration::from_secs(2), || redis
+        common::eventually(Duration::from_secs(10), || redis
             .pubsub_channels("lock:*")
             .iter()
             .any(|c| c == "lock:{m1}:unlock"))
         .await
     );
     // Give the waiter time to queue after its first attempt.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let tokens = first.token_handle();
-    // The token request is held by the server until the pause ends.
-    redis.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+    assert!(redis.cmd(&["GET", "lock:{m1}:fence"]).text().is_none());
+    // Requests pass, replies are held: the token request reaches Redis and waits for its reply.
+    proxy.set_black_hole_from(proxy.sources()[0], false, true);
     let side = tokio::spawn(async move { tokens.fencing_token().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        common::eventually(Duration::from_secs(10), || redis
+            .cmd(&["GET", "lock:{m1}:fence"])
+            .text()
+            .is_some())
+        .await,
+        "the token request reached Redis"
+    );
     let owner = first.owner().to_owned();
-    // Passed in memory: no Redis call, so not held up by the pause.
+    // Passed in memory: no Redis call, so not held up by the proxy.
     first.release().await.unwrap();
     let next = waiter.await.unwrap();
     assert_eq!(next.owner(), owner, "the hold passed in memory");
+    proxy.set_black_hole_from(proxy.sources()[0], false, false);
     let err = side.await.unwrap().unwrap_err();
     assert!(
         matches!(

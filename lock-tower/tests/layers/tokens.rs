@@ -159,6 +159,143 @@ async fn a_held_lock_kept_past_its_response_gets_no_token() {
     .await;
 }
 
+/// The steps of [`keep_asking`]'s two requests, which the test drives.
+struct InFlight {
+    /// Read directly (not through the proxy): the lock's owner id in Redis.
+    redis: redis::Client,
+    /// Told by each handler, once it holds, the owner id in Redis then.
+    entered: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Awaited by the first handler before it leaves a token request in flight.
+    go: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// Awaited by the first handler before it answers: the request has reached Redis.
+    sent: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// The first request's token request, still in flight when its response is sent.
+    side: Mutex<Option<tokio::task::JoinHandle<Result<u64, LockError>>>>,
+}
+
+/// The first request leaves a token request of its hold (a clone of its `HeldLock`) in flight
+/// and answers; the second asks for its own token.
+async fn keep_asking(
+    State(flight): State<Arc<InFlight>>,
+    Extension(held): Extension<HeldLock>,
+) -> String {
+    let mut conn = flight
+        .redis
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let value: String = redis::cmd("GET")
+        .arg(format!("lock:{{{}}}", held.name()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let owner = value.strip_suffix('!').unwrap_or(&value).to_owned();
+    flight.entered.send(owner).unwrap();
+    let go = flight.go.lock().unwrap().take();
+    let Some(go) = go else {
+        return format!("{:?}", held.fencing_token().await);
+    };
+    go.await.unwrap();
+    let tokens = held.clone();
+    *flight.side.lock().unwrap() = Some(tokio::spawn(async move { tokens.fencing_token().await }));
+    let sent = flight.sent.lock().unwrap().take().unwrap();
+    sent.await.unwrap();
+    "first".to_owned()
+}
+
+/// A token request of a request's hold still in flight when its response ends and the hold
+/// passes in memory to the next request for the same name: answered `Lost`, never with a token
+/// Redis issued (to the same owner id) during the next request's hold. The request reaches
+/// Redis and its reply is held back by a proxy until the next request holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_in_flight_when_a_held_lock_passes_in_memory_is_lost() {
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+        let proxy = lock_tests::TcpProxy::start(upstream).await.unwrap();
+        // Replies are held for as long as the test needs: no time-out meanwhile.
+        let locks = lock_tower::LockClient::builder(&proxy.url())
+            .response_timeout(Duration::from_secs(30))
+            .build()
+            .await
+            .unwrap();
+        let (entered, mut holders) = tokio::sync::mpsc::unbounded_channel();
+        let (go, go_rx) = tokio::sync::oneshot::channel();
+        let (sent, sent_rx) = tokio::sync::oneshot::channel();
+        let flight = Arc::new(InFlight {
+            redis: redis::Client::open(redis.url()).unwrap(),
+            entered,
+            go: Mutex::new(Some(go_rx)),
+            sent: Mutex::new(Some(sent_rx)),
+            side: Mutex::new(None),
+        });
+        let app = Router::new()
+            .route("/stock/{id}/save", post(keep_asking))
+            .route_layer(LockLayer::new(locks, "stock:<id>"))
+            .with_state(flight.clone());
+        let request = || Request::post("/stock/42/save").body(Body::empty()).unwrap();
+        let first = tokio::spawn({
+            let (app, request) = (app.clone(), request());
+            async move { send(&app, request).await }
+        });
+        let first_owner = holders.recv().await.unwrap();
+        let second = tokio::spawn({
+            let (app, request) = (app.clone(), request());
+            async move { send(&app, request).await }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(10), || redis
+                .pubsub_channels("lock:*")
+                .iter()
+                .any(|c| c == "lock:{stock:42}:unlock"))
+            .await
+        );
+        // The waiter queues in memory after its first attempt.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            redis
+                .cmd(&["GET", "lock:{stock:42}:fence"])
+                .text()
+                .is_none()
+        );
+        // Requests pass, replies are held.
+        proxy.set_black_hole_from(proxy.sources()[0], false, true);
+        go.send(()).unwrap();
+        assert!(
+            common::eventually(Duration::from_secs(10), || redis
+                .cmd(&["GET", "lock:{stock:42}:fence"])
+                .text()
+                .is_some())
+            .await,
+            "the token request reached Redis"
+        );
+        sent.send(()).unwrap();
+        let (status, _, body) = first.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "first"));
+        // The second request holds, with no reply from Redis: the hold passed in memory.
+        let second_owner = holders.recv().await.unwrap();
+        assert_eq!(second_owner, first_owner, "the hold passed in memory");
+        proxy.set_black_hole_from(proxy.sources()[0], false, false);
+        let side = flight.side.lock().unwrap().take().unwrap();
+        match side.await.unwrap() {
+            Err(LockError::Lost { name, reason }) => {
+                assert_eq!(name, "stock:42");
+                assert_eq!(reason, LossReason::Released);
+            }
+            other => panic!("the token request of a hold that passed on: {other:?}"),
+        }
+        let (status, _, body) = second.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let token: u64 = body
+            .strip_prefix("Ok(")
+            .and_then(|b| b.strip_suffix(')'))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("the second request's token: {body}"));
+        assert!(token > 0);
+    })
+    .await;
+}
+
 /// Sixteen requests for one hot name, queued in one process at once: without `fenced()` the
 /// lock passes between them in memory (Redis keeps the first holder's owner id while the
 /// others take their turns), and every request that asks still gets its own token, each above

@@ -36,10 +36,6 @@ use crate::backend::Channels;
 use crate::metrics;
 use crate::sync;
 
-/// Channels per `SUBSCRIBE` command: with the command's name, at most
-/// [`MAX_REQUEST_ARGUMENTS`](crate::MAX_REQUEST_ARGUMENTS).
-const BATCH: usize = crate::MAX_REQUEST_ARGUMENTS - 1;
-
 #[derive(Clone)]
 pub(crate) struct Demux {
     shared: Arc<Shared>,
@@ -53,6 +49,9 @@ struct Shared {
     /// re-check their channel. (A `Notify` rather than a `watch` channel: each waiter listening
     /// keeps its future in its task, and a `watch` receiver's is twice as large.)
     confirmed: Notify,
+    /// Channels per `SUBSCRIBE` or `UNSUBSCRIBE` command: with the command's name, within the
+    /// client's argument limit ([`LockClientBuilder::max_request_arguments`](crate::LockClientBuilder::max_request_arguments)).
+    batch: usize,
 }
 
 #[derive(Default)]
@@ -179,12 +178,14 @@ pub(crate) struct Subscription {
 }
 
 impl Demux {
-    pub(crate) fn new() -> Demux {
+    /// A demultiplexer whose (un)subscribe commands carry at most `max_arguments` arguments.
+    pub(crate) fn new(max_arguments: usize) -> Demux {
         Demux {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Notify::new(),
                 confirmed: Notify::new(),
+                batch: max_arguments.saturating_sub(1).max(1),
             }),
         }
     }
@@ -487,7 +488,7 @@ async fn sync(
     // again, the others take effect at once. On a cluster a group is one slot, so one hanging
     // node does not hold up the channels of the others.
     let mut first_error = None;
-    for chunk in unsubscribe.chunks(BATCH) {
+    for chunk in unsubscribe.chunks(shared.batch) {
         let mut done = |names: &[String], result: redis::RedisResult<()>| {
             let Some(mut state) = settled(shared, epoch, &mut first_error, names, result) else {
                 return;
@@ -507,7 +508,7 @@ async fn sync(
         };
         conn.unsubscribe(chunk, &mut done).await;
     }
-    for chunk in subscribe.chunks(BATCH) {
+    for chunk in subscribe.chunks(shared.batch) {
         let mut done = |names: &[String], result: redis::RedisResult<()>| {
             let Some(mut state) = settled(shared, epoch, &mut first_error, names, result) else {
                 return;

@@ -353,6 +353,7 @@ mod watchdog;
 pub use client::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
     DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder, MAX_REQUEST_ARGUMENTS,
+    MIN_REQUEST_ARGUMENTS,
 };
 pub use error::{LockError, LossReason};
 pub use guard::{LockGuard, TokenHandle};

@@ -12,7 +12,9 @@ mod common;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lock_runtime::{LockOptions, MAX_REQUEST_ARGUMENTS};
+use lock_runtime::{
+    LockClient, LockError, LockOptions, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS,
+};
 use lock_tests::{RedisServer, Resp};
 
 const LOCKS: usize = 10_000;
@@ -33,14 +35,34 @@ fn argument_count(entry: &Resp) -> usize {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited_for() {
-    let redis = RedisServer::start_with(&[
+/// The most arguments of any command in the server's slow log, and that command's name.
+fn largest_command(redis: &RedisServer) -> (usize, String) {
+    let log = redis.cmd(&["SLOWLOG", "GET", "-1"]);
+    let mut most = 0;
+    let mut command = String::new();
+    for entry in log.items() {
+        let count = argument_count(entry);
+        if count > most {
+            most = count;
+            command = entry.items()[3].items()[0].text().unwrap_or("").to_owned();
+        }
+    }
+    (most, command)
+}
+
+/// A server that logs every command with its arguments.
+fn logging_server() -> RedisServer {
+    RedisServer::start_with(&[
         "--slowlog-log-slower-than",
         "0",
         "--slowlog-max-len",
         "1000000",
-    ]);
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited_for() {
+    let redis = logging_server();
     // Renewals every second, in calls of 500 locks.
     let holder = common::client_with_watchdog(&redis, Duration::from_secs(3)).await;
     let waiters = common::client(&redis).await;
@@ -90,20 +112,109 @@ async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited
         drop(guard);
     }
 
-    let log = redis.cmd(&["SLOWLOG", "GET", "-1"]);
-    let mut most = 0;
-    let mut command = String::new();
-    for entry in log.items() {
-        let count = argument_count(entry);
-        if count > most {
-            most = count;
-            command = entry.items()[3].items()[0].text().unwrap_or("").to_owned();
-        }
-    }
+    let (most, command) = largest_command(&redis);
     assert!(
         most <= MAX_REQUEST_ARGUMENTS,
         "{command} with {most} arguments"
     );
     // The batches were big: the test would have seen one over the limit.
     assert!(most > 1_000, "at most {most} arguments ({command})");
+}
+
+/// A lower limit set on the builder holds for every request that grows with the number of
+/// locks: 1,000 locks taken at once with group commit (its `batch.lua` calls), renewed, and
+/// waited for (their channels subscribed, and again at once after the connection dropped), all
+/// in commands of at most 64 arguments; a limit below that is refused at build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
+    const SOME: usize = 1_000;
+    let redis = logging_server();
+    let limited =
+        |b: lock_runtime::LockClientBuilder| b.max_request_arguments(MIN_REQUEST_ARGUMENTS);
+    let holder = lock_tests::client_with(&redis, |b| {
+        limited(b)
+            .watchdog_timeout(Duration::from_secs(3))
+            .group_commit(true)
+    })
+    .await;
+    let waiters = lock_tests::client_with(&redis, limited).await;
+    let names: Vec<String> = (0..SOME).map(|i| format!("few:{i}")).collect();
+    let locks: Vec<_> = names.iter().map(|name| holder.lock(name)).collect();
+    let guards: Vec<_> = join_all(locks.iter().map(|lock| lock.acquire()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let waiters = waiters.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let opts = LockOptions::new().wait(Duration::from_secs(60));
+                waiters.lock(&name).acquire_with(opts).await
+            })
+        })
+        .collect();
+    assert!(
+        common::eventually(Duration::from_secs(30), || waiters.subscribed_channels()
+            == SOME)
+        .await
+    );
+    assert_eq!(redis.kill_clients("pubsub"), 1);
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            redis.pubsub_channels("lock:*").len() == SOME
+        })
+        .await
+    );
+    let rounds = holder.stats().renewal_round_trips;
+    assert!(
+        common::eventually(Duration::from_secs(5), || holder
+            .stats()
+            .renewal_round_trips
+            > rounds)
+        .await
+    );
+    join_all(guards.into_iter().map(|g| g.release())).await;
+    for task in tasks {
+        drop(task.await.unwrap().unwrap());
+    }
+    let (most, command) = largest_command(&redis);
+    assert!(
+        most <= MIN_REQUEST_ARGUMENTS,
+        "{command} with {most} arguments"
+    );
+    // Commands were split at the limit, not kept small anyway.
+    assert!(
+        most > MIN_REQUEST_ARGUMENTS / 2,
+        "at most {most} arguments ({command})"
+    );
+    // Group commit merged the acquires into `batch.lua` calls as large as the limit allows
+    // (the one script this client sends with `EVALSHA` rather than as a function).
+    let log = redis.cmd(&["SLOWLOG", "GET", "-1"]);
+    let batch = log
+        .items()
+        .iter()
+        .filter(|entry| {
+            let args = entry.items()[3].items();
+            args.first()
+                .and_then(Resp::text)
+                .is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
+        })
+        .map(argument_count)
+        .max();
+    assert!(
+        batch.is_some_and(|n| n > MIN_REQUEST_ARGUMENTS / 2),
+        "the largest group commit call: {batch:?} arguments"
+    );
+
+    let refused = LockClient::builder(&redis.url())
+        .max_request_arguments(MIN_REQUEST_ARGUMENTS - 1)
+        .build()
+        .await;
+    assert!(
+        matches!(&refused, Err(LockError::InvalidConfig(what)) if what.contains("argument limit")),
+        "{refused:?}"
+    );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::inner::{Config, Inner, NameCache};
 use super::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT, LockClient,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS,
 };
 use crate::LockError;
 use crate::backend::{Backend, Channels};
@@ -46,6 +46,7 @@ pub struct LockClientBuilder {
     fence_retention: Duration,
     handoff_limit: u32,
     group_commit: bool,
+    max_request_arguments: usize,
     fenced: bool,
     layout: Layout,
     deployment_id: Option<String>,
@@ -73,6 +74,7 @@ impl LockClientBuilder {
             fence_retention: Duration::from_secs(7 * 24 * 3600),
             handoff_limit: crate::handoff::DEFAULT_LIMIT,
             group_commit: false,
+            max_request_arguments: MAX_REQUEST_ARGUMENTS,
             fenced: false,
             layout: Layout::Native,
             deployment_id: None,
@@ -287,6 +289,27 @@ impl LockClientBuilder {
         self
     }
 
+    /// The most arguments (the command's name included) any request this client sends may
+    /// carry (default [`MAX_REQUEST_ARGUMENTS`], 3,999: ElastiCache Serverless's limit). Set it
+    /// for a server or proxy with a lower limit: (un)subscriptions, watchdog renewals and
+    /// group-commit batches are then split into more, smaller commands in the same round
+    /// trips; no other request grows with the number of locks. At least
+    /// [`MIN_REQUEST_ARGUMENTS`] (64), else [`build`](LockClientBuilder::build) fails with
+    /// [`LockError::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1/")
+    ///     .max_request_arguments(1_000)
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    pub fn max_request_arguments(mut self, max: usize) -> Self {
+        self.max_request_arguments = max;
+        self
+    }
+
     /// Where this client's locks live on Redis (default [`Layout::Native`]):
     /// [`Layout::Redisson`] shares mutexes with Java services that use Redisson.
     ///
@@ -474,7 +497,7 @@ impl LockClientBuilder {
         }
         let info = self.connection_info.take();
         let (config, settings) = self.into_parts()?;
-        let demux = Demux::new();
+        let demux = Demux::new(config.max_request_arguments);
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let (conn, pubsub) = match info {
             Some(info) => {
@@ -518,7 +541,7 @@ impl LockClientBuilder {
     #[cfg(test)]
     pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
         let (config, _) = self.into_parts()?;
-        let demux = Demux::new();
+        let demux = Demux::new(config.max_request_arguments);
         let backend = redis_backend(&config, Conn::Fake(fake.clone()));
         let pubsub = Conn::Fake(fake);
         Ok(LockClient::start(
@@ -540,7 +563,7 @@ impl LockClientBuilder {
     ) -> Result<LockClient, LockError> {
         self.memory = None;
         let (config, _) = self.into_parts()?;
-        let demux = Demux::new();
+        let demux = Demux::new(config.max_request_arguments);
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let channels = memory.connect(demux.router(), &renew_now);
         Ok(LockClient::start(
@@ -568,6 +591,12 @@ impl LockClientBuilder {
         }
         validate_prefix(&self.prefix)?;
         self.check_durations()?;
+        if self.max_request_arguments < MIN_REQUEST_ARGUMENTS {
+            return Err(LockError::InvalidConfig(format!(
+                "the argument limit per request must be at least {MIN_REQUEST_ARGUMENTS}, got {}",
+                self.max_request_arguments
+            )));
+        }
 
         // redis' rustls support leaves the crypto provider to the application; pick ring unless
         // the application installed one already.
@@ -667,6 +696,7 @@ impl LockClientBuilder {
                 0
             },
             group_commit: self.group_commit,
+            max_request_arguments: self.max_request_arguments,
             fenced: self.fenced || self.layout.fences_every_grant(),
             topology: self.topology,
             replica_ack: self.replica_ack,
@@ -684,6 +714,7 @@ fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
         config.replica_ack,
         config.topology.fails_over(),
         config.group_commit,
+        config.max_request_arguments,
     ))
 }
 

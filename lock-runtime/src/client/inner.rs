@@ -154,6 +154,8 @@ pub(crate) struct Config {
     /// Writes that queue while one is in flight go out together (opt-in; one server and
     /// Sentinel, without replica acknowledgement).
     pub(crate) group_commit: bool,
+    /// The most arguments one request may carry (see `LockClientBuilder::max_request_arguments`).
+    pub(crate) max_request_arguments: usize,
     /// Every mutex is taken with its fencing token (else tokens on demand).
     pub(crate) fenced: bool,
     pub(crate) topology: Topology,

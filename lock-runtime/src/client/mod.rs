@@ -21,11 +21,17 @@ use crate::sync;
 use crate::topology::Topology;
 use crate::{Lock, LockError};
 
-/// The most arguments (the command's name included) any request this client builds carries:
-/// ElastiCache Serverless's limit per request (3,999). Subscriptions go out in commands of at
-/// most this many channels less one, a watchdog renewal call covers at most 500 locks (about
-/// 1,000 arguments), a group commit at most 128 operations.
+/// The most arguments (the command's name included) any request a client builds carries by
+/// default: ElastiCache Serverless's limit per request (3,999). Subscriptions go out in
+/// commands of at most this many channels less one, a watchdog renewal call covers at most 500
+/// locks (about 1,000 arguments), a group commit at most 128 operations within the limit.
+/// [`LockClientBuilder::max_request_arguments`] sets another limit, for a server or proxy with
+/// a lower one.
 pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;
+
+/// The lowest argument limit a client accepts
+/// ([`LockClientBuilder::max_request_arguments`]): room for the largest single-lock call.
+pub const MIN_REQUEST_ARGUMENTS: usize = 64;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lock";

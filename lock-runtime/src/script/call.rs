@@ -105,6 +105,17 @@ impl Call {
         }
     }
 
+    /// The arguments of a [`Call::batch`] besides its operations': `FCALL`, the function and
+    /// the key count (or `EVALSHA`, the hash and the key count).
+    pub(crate) const BATCH_HEAD: usize = 3;
+
+    /// The most arguments this call adds to a [`Call::batch`]: its keys and arguments, and
+    /// its kind, key count and argument count.
+    pub(crate) fn batch_arguments(&self) -> usize {
+        let head = if self.script.is_none() { 1 } else { 3 };
+        self.cmd.args_iter().count() - head + 3
+    }
+
     /// Whether this is a [`Call::batch`]: its reply is one reply per operation.
     pub(crate) fn is_batch(&self) -> bool {
         matches!(self.script, Some(s) if std::ptr::eq(s, LazyLock::force(&BATCH)))

@@ -40,7 +40,8 @@ use super::replica_ack::ReplicaAck;
 use crate::backend::Acked;
 use crate::script::{self, Call, Dialect};
 
-/// Operations per `batch.lua` call; a longer queue goes out as several calls in one pipeline.
+/// Operations per `batch.lua` call at most (fewer when their arguments would pass the client's
+/// limit); a longer queue goes out as several calls in one pipeline.
 const MAX_BATCH: usize = 128;
 
 /// The writes of one client, committed in groups.
@@ -57,6 +58,8 @@ struct Inner {
     /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
     /// spanning slots (a proxy in front of a cluster).
     merge: AtomicBool,
+    /// The most arguments a `batch.lua` call may carry.
+    max_arguments: usize,
     /// The endpoint has accepted a merged call. Until then a pipeline ends with its first
     /// merged call: were it rejected as spanning slots, nothing queued after it may have run
     /// yet (a cancelled acquire's clean-up would otherwise overtake the acquire it undoes,
@@ -86,6 +89,7 @@ impl GroupCommit {
         dialect: Dialect,
         merge: bool,
         ack: Option<ReplicaAck>,
+        max_arguments: usize,
     ) -> GroupCommit {
         GroupCommit {
             inner: Arc::new(Inner {
@@ -94,6 +98,7 @@ impl GroupCommit {
                 ack,
                 state: Mutex::new(State::default()),
                 merge: AtomicBool::new(merge),
+                max_arguments,
                 merge_confirmed: AtomicBool::new(false),
             }),
         }
@@ -220,15 +225,25 @@ impl Inner {
         // Runs of consecutive mergeable calls, each to become one command (a run of one stays
         // its own call).
         let mut runs: Vec<Vec<Queued>> = Vec::new();
+        // The arguments of the last run as one `batch.lua` call (see `Call::batch_arguments`).
+        let mut arguments = 0;
         for queued in queue {
+            let more = queued.call.batch_arguments();
             let joins = merge
                 && queued.call.batch_kind().is_some()
+                && arguments + more <= self.max_arguments
                 && runs
                     .last()
                     .is_some_and(|run| run.len() < MAX_BATCH && run[0].call.batch_kind().is_some());
             match runs.last_mut() {
-                Some(run) if joins => run.push(queued),
-                _ => runs.push(vec![queued]),
+                Some(run) if joins => {
+                    run.push(queued);
+                    arguments += more;
+                }
+                _ => {
+                    runs.push(vec![queued]);
+                    arguments = Call::BATCH_HEAD + more;
+                }
             }
         }
         // Until a merged call has been accepted, the rest waits for the first one's reply.

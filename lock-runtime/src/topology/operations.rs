@@ -4,7 +4,8 @@
 //! `WAIT` in the same pipeline when replicas must acknowledge) or, for batches, by
 //! [`query_reloading`]; both load a script the server lost and retry once. Batches are shaped per topology here:
 //!
-//! - **renewals**: one pipeline of renew calls (up to [`RENEW_CHUNK`] keys each) on one server
+//! - **renewals**: one pipeline of renew calls (up to [`RENEW_CHUNK`] keys each, fewer under a
+//!   lower argument limit) on one server
 //!   or the Sentinel master; one call per slot once the endpoint turned out to be a proxy in
 //!   front of a cluster (CROSSSLOT); one pipeline per node on a cluster (`cluster.rs`);
 //! - **background releases**: one pipeline on one server; one call per lock on a cluster.
@@ -26,11 +27,16 @@ use crate::backend::{
 use crate::keys::LockNames;
 use crate::script::{self, Call, Dialect, Publishing};
 
-/// Keys per renewal script call; a batch of any size is still one pipelined round trip.
+/// Keys per renewal script call at most; a batch of any size is still one pipelined round trip.
 pub(crate) const RENEW_CHUNK: usize = 500;
 
-// A renewal call: `EVALSHA <sha> <numkeys>` (or `FCALL`), the keys, the lease and an owner per
-// key, within the client's argument limit.
+/// Keys per renewal call within an argument limit: a call is `EVALSHA <sha> <numkeys>` (or
+/// `FCALL`), the keys, the lease and an owner per key.
+fn renew_chunk(max_arguments: usize) -> usize {
+    (max_arguments.saturating_sub(4) / 2).clamp(1, RENEW_CHUNK)
+}
+
+// The default limit keeps the largest renewal call.
 const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::MAX_REQUEST_ARGUMENTS);
 
 /// The lock operations on a Redis deployment.
@@ -41,6 +47,8 @@ pub(crate) struct RedisBackend {
     publishing: Publishing,
     ack: Option<ReplicaAck>,
     fails_over: bool,
+    /// Keys per renewal call, within the client's argument limit.
+    renew_chunk: usize,
     /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
     per_slot: AtomicBool,
     /// Where the slots of the cluster live, for batching renewals per node.
@@ -58,6 +66,7 @@ impl RedisBackend {
         ack: Option<ReplicaAck>,
         fails_over: bool,
         group_commit: bool,
+        max_arguments: usize,
     ) -> RedisBackend {
         // One endpoint: one server, or the master behind Sentinel. Not a cluster (each call
         // goes to its slot's node, and a library would have to be on every master), nor the
@@ -79,8 +88,15 @@ impl RedisBackend {
         // per write (a write's `WAIT` ended before the next write could go out: with 64 tasks
         // taking locks, 14 × fewer locks per second than without acknowledgement, measured).
         // Merging them into `batch.lua` calls stays the `group_commit` option.
-        let group = (one_endpoint && (group_commit || ack.is_some()))
-            .then(|| GroupCommit::new(conn.clone(), dialect.clone(), group_commit, ack));
+        let group = (one_endpoint && (group_commit || ack.is_some())).then(|| {
+            GroupCommit::new(
+                conn.clone(),
+                dialect.clone(),
+                group_commit,
+                ack,
+                max_arguments,
+            )
+        });
         RedisBackend {
             group,
             conn,
@@ -88,6 +104,7 @@ impl RedisBackend {
             publishing,
             ack,
             fails_over,
+            renew_chunk: renew_chunk(max_arguments),
             per_slot: AtomicBool::new(false),
             #[cfg(feature = "cluster")]
             slots: Default::default(),
@@ -180,7 +197,7 @@ impl RedisBackend {
                 locks,
                 lease_ms,
                 self.ack,
-                RENEW_CHUNK,
+                self.renew_chunk,
                 limit,
             );
             return match tokio::time::timeout(limit + limit / 16, renew).await {
@@ -199,6 +216,7 @@ impl RedisBackend {
             lease_ms,
             self.ack,
             &self.per_slot,
+            self.renew_chunk,
         );
         tokio::time::timeout(limit, renew)
             .await
@@ -458,10 +476,11 @@ async fn renew_pipelined(
     lease_ms: u64,
     ack: Option<ReplicaAck>,
     per_slot: &AtomicBool,
+    chunk: usize,
 ) -> RedisResult<Vec<Option<bool>>> {
     loop {
         let grouped = per_slot.load(Ordering::Relaxed);
-        match renew_grouped(conn, dialect, pairs, lease_ms, ack, grouped).await {
+        match renew_grouped(conn, dialect, pairs, lease_ms, ack, grouped, chunk).await {
             Err(e) if !grouped && script::is_cross_slot(&e) => {
                 tracing::warn!(
                     error = %e,
@@ -497,8 +516,8 @@ pub(crate) fn renew_groups<'a>(
     groups
 }
 
-/// One renewal pipeline: `pairs` in calls of up to [`RENEW_CHUNK`] keys, each call within one
-/// slot if `per_slot`. Results come back in the order of `pairs`.
+/// One renewal pipeline: `pairs` in calls of up to `chunk` keys, each call within one slot if
+/// `per_slot`. Results come back in the order of `pairs`.
 async fn renew_grouped(
     conn: &mut Conn,
     dialect: &Dialect,
@@ -506,8 +525,9 @@ async fn renew_grouped(
     lease_ms: u64,
     ack: Option<ReplicaAck>,
     per_slot: bool,
+    chunk: usize,
 ) -> RedisResult<Vec<Option<bool>>> {
-    let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, RENEW_CHUNK);
+    let groups = renew_groups(pairs.iter().map(|(key, _)| *key), per_slot, chunk);
     let calls: Vec<Call> = groups
         .iter()
         .map(|group| Call::renew(group.iter().map(|&i| pairs[i]), lease_ms))

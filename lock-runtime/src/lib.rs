@@ -266,7 +266,10 @@
 //! (one line in `redis-cli`). **Redis 7.2 and later, and Valkey** (7.2 to 9.1), need
 //! `+client|setinfo` as well: redis-rs names itself on every connection (`CLIENT SETINFO`),
 //! which these servers otherwise refuse and log once per connection (Redis 7.0 does not know
-//! the subcommand, and its `ACL SETUSER` refuses the rule). With another [`prefix`](LockClientBuilder::prefix) use
+//! the subcommand, and its `ACL SETUSER` refuses the rule). **Valkey 9.0 and later** also take
+//! `+delifeq`: a release that no waiter marked is then one `DELIFEQ` instead of a script call
+//! (without it, the first release is refused, logged once in the ACL log, and every release
+//! runs the script from then on). With another [`prefix`](LockClientBuilder::prefix) use
 //! `~<prefix>:*` and `&<prefix>:*`; a database other than 0 needs `+select`,
 //! [`replica_ack`](LockClientBuilder::replica_ack) `+wait`, and a cluster the sharded forms
 //! `+ssubscribe +sunsubscribe +spublish +pubsub|shardnumsub` and `+cluster|slots`. Connect as

@@ -77,6 +77,15 @@ impl ServerInfo {
         Some((major, minor, patch))
     }
 
+    /// Whether the server has `DELIFEQ` (Valkey 9.0 and later): a release without waiters then
+    /// needs no script.
+    pub(crate) fn deletes_if_equal(&self) -> bool {
+        self.is_valkey()
+            && self
+                .version_numbers()
+                .is_some_and(|(major, _, _)| major >= 9)
+    }
+
     /// From the fields of a `HELLO` reply (RESP2: a flat list of names and values; RESP3: a
     /// map).
     fn from_hello(reply: &Value) -> Option<ServerInfo> {

@@ -525,7 +525,10 @@ impl LockClientBuilder {
                 });
             }
         };
-        let backend = redis_backend(&config, conn);
+        let deletes_if_equal = server
+            .as_ref()
+            .is_some_and(crate::ServerInfo::deletes_if_equal);
+        let backend = redis_backend(&config, conn, deletes_if_equal);
         Ok(LockClient::start(
             config,
             backend,
@@ -542,7 +545,7 @@ impl LockClientBuilder {
     pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
         let (config, _) = self.into_parts()?;
         let demux = Demux::new(config.max_request_arguments);
-        let backend = redis_backend(&config, Conn::Fake(fake.clone()));
+        let backend = redis_backend(&config, Conn::Fake(fake.clone()), false);
         let pubsub = Conn::Fake(fake);
         Ok(LockClient::start(
             config,
@@ -707,7 +710,7 @@ impl LockClientBuilder {
 }
 
 /// The Redis backend on a connected command connection.
-fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
+fn redis_backend(config: &Config, conn: Conn, deletes_if_equal: bool) -> Arc<dyn Backend> {
     Arc::new(RedisBackend::new(
         conn,
         config.publishing(),
@@ -715,6 +718,7 @@ fn redis_backend(config: &Config, conn: Conn) -> Arc<dyn Backend> {
         config.topology.fails_over(),
         config.group_commit,
         config.max_request_arguments,
+        deletes_if_equal,
     ))
 }
 

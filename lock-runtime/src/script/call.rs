@@ -98,7 +98,9 @@ impl Call {
     /// together.
     pub(crate) fn batch_kind(&self) -> Option<&'static str> {
         match self.script {
-            None => Some("p"),
+            // A plain acquire (`SET … NX`); `DELIFEQ` goes as it is.
+            None if self.is_plain_acquire() => Some("p"),
+            None => None,
             Some(s) if std::ptr::eq(s, LazyLock::force(&ACQUIRE)) => Some("a"),
             Some(s) if std::ptr::eq(s, LazyLock::force(&RELEASE)) => Some("r"),
             Some(_) => None,
@@ -114,6 +116,15 @@ impl Call {
     pub(crate) fn batch_arguments(&self) -> usize {
         let head = if self.script.is_none() { 1 } else { 3 };
         self.cmd.args_iter().count() - head + 3
+    }
+
+    /// Whether this is [`Call::plain_acquire`]'s `SET`.
+    fn is_plain_acquire(&self) -> bool {
+        self.script.is_none()
+            && matches!(
+                self.cmd.args_iter().next(),
+                Some(redis::Arg::Simple(b"SET"))
+            )
     }
 
     /// Whether this is a [`Call::batch`]: its reply is one reply per operation.
@@ -263,6 +274,24 @@ impl Call {
             .arg("PX")
             .arg(lease_ms)
             .arg("GET");
+        Some(Call {
+            script: None,
+            cmd,
+            function: None,
+            keys: 1,
+        })
+    }
+
+    /// The release of a mutex of this crate's layout that no waiter marked, without a script,
+    /// on a server that has it (Valkey 9.0 and later): `DELIFEQ key owner`, 1 when it deleted
+    /// the lock, else 0 (marked by a waiter, another owner's, or free), which `release.lua`
+    /// then tells apart. `None` for every other scheme.
+    pub(crate) fn delete_if_equal(names: &LockNames, owner: &str) -> Option<Call> {
+        if names.scheme != Scheme::Mutex {
+            return None;
+        }
+        let mut cmd = Cmd::with_capacity(3, 8 + names.key.len() + owner.len());
+        cmd.arg("DELIFEQ").arg(&names.key).arg(owner);
         Some(Call {
             script: None,
             cmd,

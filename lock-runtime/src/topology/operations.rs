@@ -49,6 +49,9 @@ pub(crate) struct RedisBackend {
     fails_over: bool,
     /// Keys per renewal call, within the client's argument limit.
     renew_chunk: usize,
+    /// Releases of a mutex without an heir try `DELIFEQ` first (Valkey 9.0 and later); off
+    /// for good once the endpoint refuses it (a node of an older version, an ACL without it).
+    delete_if_equal: AtomicBool,
     /// Renew one slot per script call: the endpoint is a proxy in front of a cluster.
     per_slot: AtomicBool,
     /// Where the slots of the cluster live, for batching renewals per node.
@@ -67,6 +70,7 @@ impl RedisBackend {
         fails_over: bool,
         group_commit: bool,
         max_arguments: usize,
+        delete_if_equal: bool,
     ) -> RedisBackend {
         // One endpoint: one server, or the master behind Sentinel. Not a cluster (each call
         // goes to its slot's node, and a library would have to be on every master), nor the
@@ -105,6 +109,7 @@ impl RedisBackend {
             ack,
             fails_over,
             renew_chunk: renew_chunk(max_arguments),
+            delete_if_equal: AtomicBool::new(delete_if_equal),
             per_slot: AtomicBool::new(false),
             #[cfg(feature = "cluster")]
             slots: Default::default(),
@@ -118,6 +123,50 @@ impl RedisBackend {
             reply: Reply::from_redis_value(reply)?,
             shortfall,
         })
+    }
+
+    /// A release: of a mutex of this crate's layout without an heir, a `DELIFEQ` first where
+    /// the server has it, which deletes the lock when it is ours and no waiter marked it (the
+    /// common release, which `release.lua` would end the same way: deleted, nothing
+    /// published); otherwise, or when it deleted nothing, `release.lua`, which tells the other
+    /// cases apart (marked: deleted and the waiters woken; not ours; foreign data).
+    async fn release_one(
+        &self,
+        names: &LockNames,
+        owner: &str,
+        next: Option<HandOff<'_>>,
+    ) -> RedisResult<Acked<Reply>> {
+        if next.is_none()
+            && self.delete_if_equal.load(Ordering::Relaxed)
+            && let Some(call) = Call::delete_if_equal(names, owner)
+        {
+            match self.write_value(call).await {
+                Ok(Acked {
+                    reply: Value::Int(1),
+                    shortfall,
+                }) => {
+                    return Ok(Acked {
+                        reply: Reply::Done(0),
+                        shortfall,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.code() == Some("WRONGTYPE") => {}
+                Err(e)
+                    if e.code() == Some("NOPERM")
+                        || e.detail().is_some_and(|d| d.contains("unknown command")) =>
+                {
+                    // Unknown here (a node of an older version) or refused (an ACL without it):
+                    // the script from now on.
+                    tracing::warn!(error = %e, "DELIFEQ refused; releasing with the script from now on");
+                    self.delete_if_equal.store(false, Ordering::Relaxed);
+                }
+                // Anything else (no reply, a demoted master, …) is the release's own outcome.
+                Err(e) => return Err(e),
+            }
+        }
+        self.write(Call::release(self.publishing, names, owner, next.as_ref()))
+            .await
     }
 
     /// [`RedisBackend::write`], the reply as it came.
@@ -309,7 +358,7 @@ impl Backend for RedisBackend {
         owner: &'a str,
         next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::release(self.publishing, names, owner, next.as_ref())))
+        Box::pin(self.release_one(names, owner, next))
     }
 
     fn release_many<'a>(

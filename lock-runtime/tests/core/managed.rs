@@ -52,12 +52,18 @@ const LOCK_USER_RULES: &[&str] = &[
 /// whose ACL does not know the subcommand either).
 const LOCK_USER_RULES_SINCE_7_2: &[&str] = &["+client|setinfo"];
 
+/// What the crate docs add for Valkey 9.0 and later: `DELIFEQ`, a release without waiters.
+const LOCK_USER_RULES_SINCE_VALKEY_9: &[&str] = &["+delifeq"];
+
 /// The documented rules for `redis`'s server and version.
 fn documented_rules(redis: &RedisServer) -> Vec<&'static str> {
     let (name, version) = redis.server_version();
     let mut rules = LOCK_USER_RULES.to_vec();
     if name == "valkey" || version >= (7, 2, 0) {
         rules.extend_from_slice(LOCK_USER_RULES_SINCE_7_2);
+    }
+    if name == "valkey" && version >= (9, 0, 0) {
+        rules.extend_from_slice(LOCK_USER_RULES_SINCE_VALKEY_9);
     }
     rules
 }
@@ -493,4 +499,109 @@ async fn a_client_from_a_tls_redis_client_keeps_its_root_certificate() {
     let b = LockClient::builder_from_client(&app).build().await.unwrap();
     assert_eq!(a.deployment_id(), format!("127.0.0.1:{}/0", tls.tls_port()));
     common::contend_and_wake(&a, &b, "tls").await;
+}
+
+/// Whether `redis` has `DELIFEQ` (Valkey 9.0 and later), by its own account.
+fn deletes_if_equal(redis: &RedisServer) -> bool {
+    let (name, version) = redis.server_version();
+    name == "valkey" && version >= (9, 0, 0)
+}
+
+/// What a release sends, counted on the server: `(DELIFEQ calls, lock script calls)`.
+fn release_calls(redis: &RedisServer) -> (u64, u64) {
+    (redis.command_calls("delifeq"), redis.script_calls())
+}
+
+/// Where the server has `DELIFEQ` (Valkey 9.0 and later) a release that no waiter marked is
+/// that one command, no script; a release a waiter of another client marked still wakes it
+/// (the `DELIFEQ` deletes nothing, the script releases and publishes); a release of a lock lost
+/// meanwhile is still `NotOwner`. A user whose ACL lacks `+delifeq` is refused once and
+/// released by the script from then on. Elsewhere every release is the script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_without_waiters_is_a_delifeq_where_the_server_has_it() {
+    let redis = RedisServer::start();
+    let has = deletes_if_equal(&redis);
+    let locks = common::client(&redis).await;
+    let other = common::client(&redis).await;
+    // Loads the function library.
+    let warm = other.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+
+    let before = release_calls(&redis);
+    for _ in 0..5 {
+        let held = locks.lock("d").acquire().await.unwrap();
+        held.release().await.unwrap();
+    }
+    let after = release_calls(&redis);
+    if has {
+        assert_eq!((after.0 - before.0, after.1 - before.1), (5, 0));
+    } else {
+        assert_eq!((after.0, after.1 - before.1), (0, 5));
+    }
+
+    // Marked by a waiter of another client: released by the script, which wakes it.
+    let held = locks.lock("d").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let opts = lock_runtime::LockOptions::new().wait(Duration::from_secs(20));
+            other.lock("d").acquire_with(opts).await
+        }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(10), || redis
+            .cmd(&["GET", "lock:{d}"])
+            .text()
+            .is_some_and(|v| v.ends_with('!')))
+        .await,
+        "the waiter marked the lock"
+    );
+    let before = release_calls(&redis);
+    let published = redis.command_calls("publish");
+    held.release().await.unwrap();
+    let after = release_calls(&redis);
+    assert_eq!(after.0 - before.0, u64::from(has));
+    // (The waiter's own attempt, once woken, may be counted too.)
+    assert!(after.1 > before.1, "the script released the marked lock");
+    assert_eq!(
+        redis.command_calls("publish") - published,
+        1,
+        "and published the unlock message"
+    );
+    // Woken by the unlock message: the holder's lease (30 s) outlasts the wait.
+    let next = waiter.await.unwrap().unwrap();
+    next.release().await.unwrap();
+
+    // Lost meanwhile: not ours.
+    let held = locks.lock("d").acquire().await.unwrap();
+    redis.cmd(&["DEL", "lock:{d}"]);
+    let lost = held.release().await;
+    assert!(
+        matches!(
+            lost,
+            Err(LockError::NotOwner { .. } | LockError::Lost { .. })
+        ),
+        "{lost:?}"
+    );
+
+    if has {
+        // An ACL without `+delifeq`: refused once, then the script.
+        let mut rules = documented_rules(&redis);
+        rules.retain(|rule| *rule != "+delifeq");
+        create_user(&redis, "nodel", &rules);
+        let limited = LockClient::connect(&user_url(&redis, "nodel"))
+            .await
+            .unwrap();
+        let before = release_calls(&redis);
+        for _ in 0..3 {
+            let held = limited.lock("d").acquire().await.unwrap();
+            held.release().await.unwrap();
+        }
+        let after = release_calls(&redis);
+        // A refused command is not counted as a call: the ACL log shows the one attempt.
+        assert_eq!((after.0 - before.0, after.1 - before.1), (0, 3));
+        let log = acl_log(&redis);
+        assert_eq!(log.matches(r#"Bulk(Some("delifeq"))"#).count(), 1, "{log}");
+        assert!(log.contains(r#"Bulk(Some("count")), Int(1)"#), "{log}");
+    }
 }

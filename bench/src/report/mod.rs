@@ -129,7 +129,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Hot, Plan, Uncontended, Wake};
+    use crate::Plan;
+    use crate::hot::Hot;
+    use crate::uncontended::Uncontended;
+    use crate::wake::Wake;
 
     /// A run with the three Rust locks only (all figures 0).
     fn rust_only() -> Results {

@@ -36,9 +36,10 @@ pub fn check(
     check_with(records, store, wiped, &[])
 }
 
-/// [`check`], with `counted` windows `[from, to)` in which a token lower than one of a section
-/// that had ended before it was asked for is not judged here (for a section starting in them):
-/// the failover suites count those ([`failover_report`]) and judge them per deployment.
+/// [`check`], with `counted` windows `[from, to)` in which a token lower than one of a section that
+/// had ended before it was asked for is not judged here (for a section starting in them): the
+/// failover suites count those ([`failover_report`](super::failover_report)) and judge them per
+/// deployment.
 pub fn check_with(
     records: &[Record],
     store: &HashMap<String, StoreState>,
@@ -69,7 +70,7 @@ pub fn check_with(
 /// wiped then.
 fn exclusion(report: &mut Report, key: &str, recs: &[&Record], wiped: &[(u64, u64)]) {
     // Exclusion.
-    for (o, r) in overlapping(&recs) {
+    for (o, r) in overlapping(recs) {
         let in_wipe = wiped
             .iter()
             .any(|&(from, to)| o.start_ns < to && r.end_ns.max(o.end_ns) > from);

@@ -7,13 +7,13 @@
 //! lost and granted again carries a larger token, so the older holder is the one fenced off),
 //! *uses* the resource only while its token is still inside, and *exits*. Every step is logged
 //! (`+t` entered, `x t` evicted, `u t` used, `-t` exited), and
-//! [`check_semaphore_log`](family_store::check_semaphore_log) replays the
+//! [`check_semaphore_log`] replays the
 //! log: never more occupants than the capacity, no use by a token that was not inside.
 //!
-//! The read/write lock's counter: a reader is refused if a writer with a larger token was
-//! seen, a writer if any larger token was seen (readers' included, so a writer that lost its
-//! lock cannot write after a newer reader read); writers do the chaos store's read-modify-write
-//! and log their tokens (checked like [`check`]'s store: strictly increasing, no lost update).
+//! The read/write lock's counter: a reader is refused if a writer with a larger token was seen, a
+//! writer if any larger token was seen (readers' included, so a writer that lost its lock cannot
+//! write after a newer reader read); writers do the chaos store's read-modify-write and log their
+//! tokens (checked like [`check`](super::check)'s store: strictly increasing, no lost update).
 
 use std::sync::LazyLock;
 

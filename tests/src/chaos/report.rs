@@ -6,8 +6,8 @@ use super::check::{Ended, overlapping, sections_by_key};
 use super::{Outcome, Record};
 
 /// What a run with failovers showed, per fault window (the failover suite, `tests/failover.rs`).
-/// Counted, not judged: overlaps are expected without replica acknowledgement. The hard
-/// invariants stay [`check`]'s (and [`stale_writes_accepted`]).
+/// Counted, not judged: overlaps are expected without replica acknowledgement. The hard invariants
+/// stay [`check`](super::check)'s (and [`stale_writes_accepted`](super::stale_writes_accepted)).
 #[derive(Debug, Default, Clone)]
 pub struct FailoverReport {
     /// Fault windows given.

@@ -12,9 +12,10 @@ use crate::family::{FamilyReport, PERMITS, Section, check_family};
 use super::Setting;
 use super::workload::beside;
 
-/// What the lock family showed in one run ([`Workload::start_with_family`]): the sections the
-/// workers noted (`<out>.family`) checked against the fault windows, and the fenced resources'
-/// own logs on the Redis store replayed.
+/// What the lock family showed in one run
+/// ([`Workload::start_with_family`](super::Workload::start_with_family)): the sections the workers
+/// noted (`<out>.family`) checked against the fault windows, and the fenced resources' own logs on
+/// the Redis store replayed.
 #[derive(Debug)]
 pub struct FamilyFindings {
     /// The sections checked outside the fault windows: the promises (never more semaphore

@@ -15,14 +15,14 @@
 //! ([`Findings::rows`], printed by [`print_table`]; the lock family's by
 //! [`print_family_table`]).
 //!
-//! The workload: [`PROCESSES`] `lock-worker chaos` processes, [`TASKS`] tasks each, on
-//! [`KEYS`] lock names (`chaos:0`, `chaos:1`, `chaos:2`), each fenced in a store of its own
-//! (`chaos:<k>` in store `k mod 3` of [`Stores`]: every fault hits every store); half the
-//! sections take their token with the grant (fenced), half ask for it in the section; lease
-//! [`WATCHDOG_MS`]. With [`Workload::start_with_family`], each process adds two tasks on a
-//! semaphore of [`PERMITS`] permits and two on a read/write lock, each section using a fenced
-//! resource on the Redis store ([`crate::chaos::family_store`]). Through Sentinel, each worker
-//! notes which master its client used when, so every grant is attributed to a master
+//! The workload: [`PROCESSES`] `lock-worker chaos` processes, [`TASKS`] tasks each, on [`KEYS`]
+//! lock names (`chaos:0`, `chaos:1`, `chaos:2`), each fenced in a store of its own (`chaos:<k>` in
+//! store `k mod 3` of [`Stores`]: every fault hits every store); half the sections take their token
+//! with the grant (fenced), half ask for it in the section; lease [`WATCHDOG_MS`]. With
+//! [`Workload::start_with_family`], each process adds two tasks on a semaphore of
+//! [`PERMITS`](crate::family::PERMITS) permits and two on a read/write lock, each section using a
+//! fenced resource on the Redis store ([`crate::chaos::family_store`]). Through Sentinel, each
+//! worker notes which master its client used when, so every grant is attributed to a master
 //! ([`Findings::sides`]). See `src/bin/lock-worker/` and [`crate::chaos`].
 //!
 //! Here: the settings and the faults' records ([`Setting`], [`Window`], [`Promotion`], [`Cut`]);

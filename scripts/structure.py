@@ -1,40 +1,95 @@
 #!/usr/bin/env python3
-"""Structure report for the library crates: the in-crate import graph, its
-cycles, and the longest functions.
+"""Structure report and check for the workspace: the import graph by file, its cycles, function
+and file sizes, test binaries, and lock-runtime's branch sites on the key layout. Reads the sources
+as text; builds nothing.
 
-    python3 scripts/structure.py [N]     # N longest functions (default 15)
+    python3 scripts/structure.py [N]        # report: graphs, cycles, N longest functions (default 15)
+    python3 scripts/structure.py --check    # check the limits below; exit 1 with one line per violation
 
-It also counts lock-runtime's branch sites on the key layout outside `keys/`: each `match`,
+**Imports, by file.** Each `.rs` file is a node. Every path a file names (in a `use` tree, or inline as
+`crate::…`, `super::…` or `self::…`, or from `use child::…` in a folder's `mod.rs`) is resolved to the
+file that defines its item: the longest prefix of the path that is a module gives a file; if that file
+only imports the next name (`use`, `pub use`, a glob), the import is followed to where the name is
+defined, so `use crate::Name` where the crate root says `pub use module::Name` is an arrow to
+`module`'s file. A `pub use` is an arrow only when the file also names the item in its own code (a
+re-export alone is not a dependency). `mod x;` declarations are not arrows.
+
+**Sizes.** Function length runs from the `fn` line to its closing brace, by brace matching outside
+strings, chars and comments. A file's length is its line count. `tests.rs`, `fake.rs` and
+`#[cfg(test)] mod` blocks are left out, and so are integration tests (`<package>/tests/**`).
+
+**Layout branch sites.** lock-runtime's branch sites on the key layout outside `keys/`: each `match`,
 `if` or `matches!` whose arms or condition name `Layout::Native`, `Layout::Redisson` or a
 `Scheme::Redisson…` (or compare a layout), counted once however many of its arms do.
 
-Imports are read as text: every `crate::a::…` path, and every module named
-inside a `use crate::{…}` group, counts as an arrow from the file to module
-`a` (a folder module counts as one node). `super::` arrows inside a folder
-module are ignored. Function length runs from the `fn` line to its closing
-brace, by brace matching outside strings, chars and comments. `tests.rs`,
-`fake.rs` and `#[cfg(test)] mod` blocks are left out.
+**Test binaries.** Per package: `tests/*.rs`, `tests/*/main.rs` and any `[[test]]` target with a
+`path` elsewhere, each counted once.
 """
+import glob
 import os
 import re
 import sys
 
-CRATES = ["lock-runtime/src", "lock-tower/src", "lock-macros/src"]
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+# --- Limits of `--check` -------------------------------------------------------------------------
+# The only import cycle allowed, as a pair of files: the client's shared state and the watchdog it
+# starts, which reports losses back into it.
+ALLOWED_CYCLES = [
+    {"lock-runtime/src/client/inner.rs", "lock-runtime/src/watchdog.rs"},
+]
+# No function (outside tests) longer than this, in lines.
+MAX_FN_LINES = 90
+# No source file longer than this, in lines.
+MAX_FILE_LINES = 800
+# Test binaries across the workspace (each links the crates it tests: fewer is a faster suite).
+# The count when the check was written; lower it when binaries merge.
+MAX_TEST_BINARIES = 24
+# lock-runtime's branch sites on the key layout outside `keys/` (the layout is asked by name there).
+# The count when the check was written; lower it when sites move into `keys/`.
+MAX_LAYOUT_SITES = 8
+
+# Import cycles are checked in the library crates (CRATES); the report draws the others' graphs too.
+
+# --- What is read --------------------------------------------------------------------------------
+# The library crates: their source trees (graphs and sizes).
+CRATES = ["lock-runtime/src", "lock-tower/src", "lock-macros/src", "lock-fence/src", "lockctl/src"]
+# Held to the same sizes: the test harness (and its worker binary), the bench, the examples.
+OTHERS = ["tests/src", "bench/src"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "*", "src")))
 SKIP = {"tests.rs", "fake.rs"}
+IDENT = r"[A-Za-z_][A-Za-z_0-9]*"
 
 
-def sources(crate):
-    for d, _, files in os.walk(os.path.join(ROOT, crate)):
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def crate_roots(tree):
+    """The crates in a source tree: (root file, directory its modules live in, files)."""
+    base = os.path.join(ROOT, tree)
+    bins = os.path.join(base, "bin")
+    out = []
+    for root in ("lib.rs", "main.rs"):
+        if os.path.exists(os.path.join(base, root)):
+            files = [p for p in walk(base) if not p.startswith(bins + os.sep)]
+            out.append((os.path.join(base, root), base, files))
+    if os.path.isdir(bins):
+        for entry in sorted(os.listdir(bins)):
+            full = os.path.join(bins, entry)
+            if entry.endswith(".rs"):
+                out.append((full, bins, [full]))
+            elif os.path.exists(os.path.join(full, "main.rs")):
+                out.append((os.path.join(full, "main.rs"), full, list(walk(full))))
+    return out
+
+
+def walk(base):
+    for d, dirs, files in os.walk(base):
+        dirs.sort()
         for f in sorted(files):
             if f.endswith(".rs") and f not in SKIP:
                 yield os.path.join(d, f)
-
-
-def module_of(crate, path):
-    rel = os.path.relpath(path, os.path.join(ROOT, crate))
-    top = rel.split(os.sep)[0]
-    return top[:-3] if top.endswith(".rs") else top
 
 
 def strip(text):
@@ -91,31 +146,149 @@ def drop_test_mods(code):
     return "\n".join(keep)
 
 
-def imports(crate):
-    edges = {}
-    for path in sources(crate):
-        me = module_of(crate, path)
-        code = strip(open(path).read())
-        found = set(re.findall(r"crate::([a-z_][a-z_0-9]*)", code))
-        for group in re.findall(r"use crate::\{([^;]*)\}\s*;", code, re.S):
-            depth, word = 0, ""
-            for ch in group + ",":
-                if ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                elif ch == "," and depth == 0:
-                    head = re.match(r"\s*([a-z_][a-z_0-9]*)", word)
-                    if head and head.group(1) not in ("self",):
-                        found.add(head.group(1))
-                    word = ""
+_CODE = {}
+
+
+def code_of(path):
+    if path not in _CODE:
+        _CODE[path] = drop_test_mods(strip(open(path).read()))
+    return _CODE[path]
+
+
+# --- The import graph by file ---------------------------------------------------------------------
+
+def split_tree(tree):
+    """A `use` tree as (segments, local name or None for a glob) pairs."""
+    tree = re.sub(r"\s+as\s+", " as ", re.sub(r"\s*(::|[{},])\s*", r"\1", tree.strip()))
+    out = []
+
+    def walk_tree(prefix, t):
+        parts, depth, word = [], 0, ""
+        for ch in t + ",":
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            if ch == "," and depth == 0:
+                if word:
+                    parts.append(word)
+                word = ""
+                continue
+            word += ch
+        for part in parts:
+            m = re.match(r"^((?:" + IDENT + r"::)*)\{(.*)\}$", part)
+            if m:
+                walk_tree(prefix + [s for s in m.group(1).split("::") if s], m.group(2))
+                continue
+            alias = None
+            if " as " in part:
+                part, alias = part.split(" as ", 1)
+            segs = prefix + [s for s in part.split("::") if s]
+            if segs and segs[-1] == "*":
+                out.append((segs[:-1], None))
+            elif segs and segs[-1] == "self":
+                out.append((segs[:-1], alias or segs[-2] if len(segs) > 1 else None))
+            elif segs:
+                out.append((segs, alias or segs[-1]))
+
+    walk_tree([], tree)
+    return out
+
+
+class Crate:
+    def __init__(self, root, base, files):
+        self.root, self.base, self.files = root, base, files
+        self.mod_file, self.file_mod = {}, {}
+        for f in files:
+            if f == root:
+                mp = ()
+            else:
+                r = os.path.relpath(f, base)[:-3].split(os.sep)
+                if r[-1] == "mod":
+                    r = r[:-1]
+                mp = tuple(r)
+            self.mod_file[mp] = f
+            self.file_mod[f] = mp
+        self.uses = {f: self._uses(f) for f in files}
+
+    def _uses(self, f):
+        """Each `use` of the file: (absolute segments or None, local name or None, is pub)."""
+        code = code_of(f)
+        me = self.file_mod[f]
+        out = []
+        for m in re.finditer(r"(^|[;{}\n])\s*(#\[[^\]]*\]\s*)*(pub(\([^)]*\))?\s+)?use\s+([^;]*);", code):
+            for segs, local in split_tree(m.group(5)):
+                out.append((self.absolute(me, segs), local, bool(m.group(3)), m.start(5)))
+        return out
+
+    def absolute(self, me, segs):
+        if not segs:
+            return None
+        if segs[0] == "crate":
+            return tuple(segs[1:])
+        if segs[0] in ("self", "super"):
+            at = list(me)
+            i = 0
+            while i < len(segs) and segs[i] in ("self", "super"):
+                if segs[i] == "super":
+                    if not at:
+                        return None
+                    at.pop()
+                i += 1
+            return tuple(at) + tuple(segs[i:])
+        if me + (segs[0],) in self.mod_file:
+            return me + tuple(segs)
+        return None
+
+    def resolve(self, path, seen=()):
+        """The file defining the item `path` names (None outside the crate)."""
+        if path is None:
+            return None
+        for k in range(len(path), -1, -1):
+            if path[:k] in self.mod_file:
+                break
+        f = self.mod_file[path[:k]]
+        rest = path[k:]
+        if not rest or (f, rest[0]) in seen:
+            return f
+        name = rest[0]
+        if re.search(r"\bmod\s+" + name + r"\s*;", code_of(f)) and path[:k] + (name,) not in self.mod_file:
+            return None  # a module left out (tests.rs, fake.rs)
+        if re.search(r"\b(struct|enum|trait|type|fn|const|static|union|mod)\s+" + name + r"\b|macro_rules!\s*" + name + r"\b",
+                     code_of(f)):
+            return f
+        for segs, local, _, _ in self.uses[f]:
+            if local == name and segs is not None:
+                return self.resolve(segs + rest[1:], seen + ((f, name),))
+        for segs, local, _, _ in self.uses[f]:
+            if local is None and segs is not None and segs in self.mod_file:
+                target = self.resolve(segs + rest, seen + ((f, name),))
+                if target != self.mod_file[segs] or re.search(r"\b" + name + r"\b", code_of(target)):
+                    return target
+        return f
+
+    def edges(self):
+        out = {}
+        for f in self.files:
+            code = code_of(f)
+            me = self.file_mod[f]
+            body = re.sub(r"(^|[;{}\n])(\s*(#\[[^\]]*\]\s*)*(pub(\([^)]*\))?\s+)?use\s+[^;]*;)",
+                          lambda m: m.group(1) + re.sub(r"[^\n]", " ", m.group(2)), code)
+            targets = set()
+            for segs, local, public, _ in self.uses[f]:
+                if segs is None:
                     continue
-                word += ch
-        mods = {module_of(crate, p) for p in sources(crate)}
-        for m in found:
-            if m != me and m in mods and m != "lib":
-                edges.setdefault(me, set()).add(m)
-    return edges
+                if public and (local is None or not re.search(r"\b" + local + r"\b", body)):
+                    continue
+                targets.add(self.resolve(segs))
+            for m in re.finditer(r"(?<![A-Za-z0-9_:])((?:crate|super|self)(?:::(?:super|" + IDENT + r"))+)", body):
+                segs = m.group(1).split("::")
+                targets.add(self.resolve(self.absolute(me, segs)))
+            targets.discard(None)
+            targets.discard(f)
+            if targets:
+                out[rel(f)] = {rel(t) for t in targets}
+        return out
 
 
 def cycles(edges):
@@ -143,20 +316,27 @@ def cycles(edges):
             if len(comp) > 1:
                 out.append(sorted(comp))
 
+    sys.setrecursionlimit(10000)
     for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
         if v not in index:
             visit(v)
     return out
 
 
-def functions():
+def arrows_within(edges, comp):
+    comp = set(comp)
+    return [f"{a} -> {b}" for a in sorted(comp) for b in sorted(edges.get(a, ())) if b in comp]
+
+
+# --- Sizes -----------------------------------------------------------------------------------------
+
+def functions(trees):
     found = []
-    for crate in CRATES:
-        for path in sources(crate):
-            code = drop_test_mods(strip(open(path).read()))
-            lines = code.split("\n")
+    for tree in trees:
+        for path in walk(os.path.join(ROOT, tree)):
+            lines = code_of(path).split("\n")
             for i, line in enumerate(lines):
-                m = re.match(r"\s*(pub(\([a-z]+\))? )?(const )?(async )?fn (\w+)", line)
+                m = re.match(r"\s*(pub(\([a-z]+\))? )?(const )?(async )?(unsafe )?fn (\w+)", line)
                 if not m:
                     continue
                 depth, opened = 0, False
@@ -166,10 +346,49 @@ def functions():
                     depth += lines[j].count("{") - lines[j].count("}")
                     opened = opened or "{" in lines[j]
                     if opened and depth <= 0:
-                        found.append((j - i + 1, os.path.relpath(path, ROOT), i + 1, m.group(5)))
+                        found.append((j - i + 1, rel(path), i + 1, m.group(6)))
                         break
     return sorted(found, reverse=True)
 
+
+def files(trees):
+    found = []
+    for tree in trees:
+        for path in walk(os.path.join(ROOT, tree)):
+            with open(path) as fh:
+                found.append((sum(1 for _ in fh), rel(path)))
+    return sorted(found, reverse=True)
+
+
+# --- Test binaries ---------------------------------------------------------------------------------
+
+def packages():
+    text = open(os.path.join(ROOT, "Cargo.toml")).read()
+    members = re.search(r"members\s*=\s*\[([^\]]*)\]", text).group(1)
+    out = []
+    for pat in re.findall(r'"([^"]+)"', members):
+        out += sorted(p for p in glob.glob(os.path.join(ROOT, pat)) if os.path.exists(os.path.join(p, "Cargo.toml")))
+    return out
+
+
+def test_binaries():
+    found = []
+    for pkg in packages():
+        names = set()
+        for f in glob.glob(os.path.join(pkg, "tests", "*.rs")):
+            names.add(os.path.basename(f)[:-3])
+        for f in glob.glob(os.path.join(pkg, "tests", "*", "main.rs")):
+            names.add(os.path.basename(os.path.dirname(f)))
+        manifest = open(os.path.join(pkg, "Cargo.toml")).read()
+        for block in re.findall(r"\[\[test\]\]([^\[]*)", manifest):
+            name = re.search(r'name\s*=\s*"([^"]+)"', block)
+            if name:
+                names.add(name.group(1))
+        found += [f"{rel(pkg)}:{n}" for n in sorted(names)]
+    return found
+
+
+# --- Layout branch sites ----------------------------------------------------------------------------
 
 LAYOUT_TEST = re.compile(r"Layout::(Redisson|Native)|Scheme::Redisson|layout\(\) *[!=]=|\.layout *[!=]=")
 
@@ -177,11 +396,10 @@ LAYOUT_TEST = re.compile(r"Layout::(Redisson|Native)|Scheme::Redisson|layout\(\)
 def layout_branch_sites():
     """(file, line) of each branch on the layout in lock-runtime outside keys/ (see the docs)."""
     sites = set()
-    crate = "lock-runtime/src"
-    for path in sources(crate):
+    for path in walk(os.path.join(ROOT, "lock-runtime/src")):
         if os.sep + "keys" + os.sep in path:
             continue
-        lines = drop_test_mods(strip(open(path).read())).split("\n")
+        lines = code_of(path).split("\n")
         for i, line in enumerate(lines):
             if not LAYOUT_TEST.search(line):
                 continue
@@ -194,27 +412,74 @@ def layout_branch_sites():
                     site = j
                     break
             if site is not None:
-                sites.add((os.path.relpath(path, ROOT), site + 1))
+                sites.add((rel(path), site + 1))
     return sorted(sites)
 
 
-def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-    for crate in CRATES:
-        edges = imports(crate)
-        print(f"== {crate}: {sum(len(v) for v in edges.values())} module imports ==")
+# --- Report and check -----------------------------------------------------------------------------
+
+def graphs(trees):
+    for tree in trees:
+        for root, base, fs in crate_roots(tree):
+            yield rel(root), Crate(root, base, fs).edges()
+
+
+def report(n):
+    for root, edges in graphs(CRATES + OTHERS):
+        print(f"== {root}: {sum(len(v) for v in edges.values())} file imports ==")
         for a in sorted(edges):
             print(f"  {a} -> {', '.join(sorted(edges[a]))}")
         cyc = cycles(edges)
         print(f"  cycles: {len(cyc)}" + "".join(f"\n    {' <-> '.join(c)}" for c in cyc))
     sites = layout_branch_sites()
-    files = sorted({f for f, _ in sites})
-    print(f"\n== branch sites on the layout outside lock-runtime/src/keys/: {len(sites)} in {len(files)} files ==")
+    print(f"\n== branch sites on the layout outside lock-runtime/src/keys/: {len(sites)} in "
+          f"{len({f for f, _ in sites})} files ==")
     for f, line in sites:
         print(f"  {f}:{line}")
     print(f"\n== longest functions (top {n}) ==")
-    for length, path, line, name in functions()[:n]:
+    for length, path, line, name in functions(CRATES + OTHERS)[:n]:
         print(f"  {length:4}  {path}:{line}  {name}")
+    print("\n== largest files (top 10) ==")
+    for length, path in files(CRATES + OTHERS)[:10]:
+        print(f"  {length:4}  {path}")
+    bins = test_binaries()
+    print(f"\n== test binaries: {len(bins)} ==\n  " + ", ".join(bins))
+
+
+def check():
+    problems = []
+    for root, edges in graphs(CRATES):
+        for comp in cycles(edges):
+            if set(comp) in ALLOWED_CYCLES:
+                continue
+            problems.append(f"import cycle ({root}): {' <-> '.join(comp)}\n      "
+                            + "\n      ".join(arrows_within(edges, comp)))
+    for length, path, line, name in functions(CRATES + OTHERS):
+        if length > MAX_FN_LINES:
+            problems.append(f"function too long: {path}:{line} {name} is {length} lines (max {MAX_FN_LINES})")
+    for length, path in files(CRATES + OTHERS):
+        if length > MAX_FILE_LINES:
+            problems.append(f"file too long: {path} is {length} lines (max {MAX_FILE_LINES})")
+    bins = test_binaries()
+    if len(bins) > MAX_TEST_BINARIES:
+        problems.append(f"too many test binaries: {len(bins)} (max {MAX_TEST_BINARIES}): {', '.join(bins)}")
+    sites = layout_branch_sites()
+    if len(sites) > MAX_LAYOUT_SITES:
+        problems.append(f"too many branch sites on the layout outside lock-runtime/src/keys/: {len(sites)} "
+                        f"(max {MAX_LAYOUT_SITES}): " + ", ".join(f"{f}:{line}" for f, line in sites))
+    for p in problems:
+        print(f"structure: {p}", file=sys.stderr)
+    if problems:
+        print(f"structure: {len(problems)} violation(s)", file=sys.stderr)
+        return 1
+    print(f"structure: ok ({len(bins)} test binaries, {len(sites)} layout branch sites)")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(check())
+    report(int(sys.argv[1]) if len(sys.argv) > 1 else 15)
 
 
 if __name__ == "__main__":

@@ -426,7 +426,19 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
         s,
         "| scenario | primitive | mutex | ratio | peer | ours / peer |\n|---|---|---|---|---|---|"
     );
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    semaphore_rows(&mut s, f);
+    fair_rows(&mut s, f);
+    peer_notes(&mut s, f);
+    s
+}
+
+/// Ours over another figure, 0 when there is none.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// The semaphore's rows, and the read/write lock's.
+fn semaphore_rows(s: &mut String, f: &FamilyFigures) {
     let _ = writeln!(
         s,
         "| 16 tasks, one permit each (semaphore of 4) vs one mutex: acquisitions/s | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
@@ -468,6 +480,10 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
             None => "no uncontended grant | ".to_string(),
         }
     );
+}
+
+/// The fair lock's rows: hand-overs, order, waits; redisson's beside them when it ran.
+fn fair_rows(s: &mut String, f: &FamilyFigures) {
     let peer = f.peer_fair.as_ref().map(|(order, _)| order);
     let peer_cell = |value: Option<String>| value.unwrap_or_else(|| "not built |".to_string());
     let _ = writeln!(
@@ -496,6 +512,10 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
             ratio(f.fair.wait_p99_us, p.wait_p99_us)
         )))
     );
+}
+
+/// What the peers failed to do in their runs, or why they were not measured.
+fn peer_notes(s: &mut String, f: &FamilyFigures) {
     match &f.peer_fair {
         Some((_, failed)) if *failed > 0 => {
             let _ = writeln!(
@@ -531,5 +551,4 @@ pub(crate) fn markdown(f: &FamilyFigures) -> String {
         }
         Some(_) => {}
     }
-    s
 }

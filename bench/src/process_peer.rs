@@ -22,7 +22,10 @@ use lock_tests::mono_ns;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::{Hot, Uncontended, Wake, server_cost, stats, summarize_hot};
+use crate::hot::{Hot, summarize_hot};
+use crate::stats;
+use crate::uncontended::{Uncontended, server_cost};
+use crate::wake::Wake;
 
 /// A built driver: how to start it, and the name of its rows.
 #[derive(Debug, Clone)]

@@ -116,7 +116,76 @@ async fn main() {
     let kill = args.iter().any(|a| a == "--kill-master");
 
     let started = Instant::now();
-    let (mut topology, lockers) = match kind {
+    let (mut topology, lockers) = start(kind).await;
+    println!("{kind}: started in {:?}", started.elapsed());
+
+    let counter = Counter {
+        value: Arc::new(AtomicU32::new(0)),
+    };
+    let lockers = Arc::new(lockers);
+    let errors = Arc::new(AtomicU32::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for who in 0..TASKS {
+        let (lockers, counter, errors) = (lockers.clone(), counter.clone(), errors.clone());
+        tasks.push(tokio::spawn(add_rounds(who, lockers, counter, errors)));
+    }
+    if kill {
+        let total = TASKS as u32 * ROUNDS;
+        while counter.value.load(Ordering::SeqCst) < total / 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        println!("{}", topology.kill_master());
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let expected = TASKS as u32 * ROUNDS;
+    let got = counter.value.load(Ordering::SeqCst);
+    println!(
+        "{kind}: counter = {got} (expected {expected}), {} errors, {:?}",
+        errors.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    if got != expected && errors.load(Ordering::Relaxed) == 0 {
+        if kill && kind != "redlock" {
+            // Possible by design: the killed master may take a grant with it before its replica
+            // received it (replica_ack narrows that; fencing tokens stop the stale writer).
+            println!(
+                "{} increments lost to the failover: see TOPOLOGIES.md on replica_ack and fencing",
+                expected - got
+            );
+        } else {
+            eprintln!("lost updates without any reported error: that would be a bug");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// One task's [`ROUNDS`] locked increments; an error is counted, printed and retried (a lost
+/// lock's round counts as done: its increment may have landed).
+async fn add_rounds(who: usize, lockers: Arc<Lockers>, counter: Counter, errors: Arc<AtomicU32>) {
+    let mut done = 0;
+    while done < ROUNDS {
+        match lockers.locked_add(who, &counter).await {
+            Ok(()) => done += 1,
+            Err(e) => {
+                // Lost mid-way (the increment may or may not have landed) or Redis
+                // unavailable for longer than the failover grace: say so and retry.
+                errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("task {who}: {e}");
+                if e.is_lost() {
+                    done += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Starts the deployment `kind` names and two clients of it (or two RedLocks over five
+/// servers).
+async fn start(kind: &str) -> (Topology, Lockers) {
+    match kind {
         "single" => {
             let server = RedisServer::start();
             let url = server.url();
@@ -163,65 +232,6 @@ async fn main() {
         other => {
             eprintln!("unknown topology {other:?}: use single, cluster, sentinel or redlock");
             std::process::exit(2);
-        }
-    };
-    println!("{kind}: started in {:?}", started.elapsed());
-
-    let counter = Counter {
-        value: Arc::new(AtomicU32::new(0)),
-    };
-    let lockers = Arc::new(lockers);
-    let errors = Arc::new(AtomicU32::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for who in 0..TASKS {
-        let (lockers, counter, errors) = (lockers.clone(), counter.clone(), errors.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0;
-            while done < ROUNDS {
-                match lockers.locked_add(who, &counter).await {
-                    Ok(()) => done += 1,
-                    Err(e) => {
-                        // Lost mid-way (the increment may or may not have landed) or Redis
-                        // unavailable for longer than the failover grace: say so and retry.
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("task {who}: {e}");
-                        if e.is_lost() {
-                            done += 1;
-                        }
-                    }
-                }
-            }
-        }));
-    }
-    if kill {
-        let total = TASKS as u32 * ROUNDS;
-        while counter.value.load(Ordering::SeqCst) < total / 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        println!("{}", topology.kill_master());
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    let expected = TASKS as u32 * ROUNDS;
-    let got = counter.value.load(Ordering::SeqCst);
-    println!(
-        "{kind}: counter = {got} (expected {expected}), {} errors, {:?}",
-        errors.load(Ordering::Relaxed),
-        started.elapsed()
-    );
-    if got != expected && errors.load(Ordering::Relaxed) == 0 {
-        if kill && kind != "redlock" {
-            // Possible by design: the killed master may take a grant with it before its replica
-            // received it (replica_ack narrows that; fencing tokens stop the stale writer).
-            println!(
-                "{} increments lost to the failover: see TOPOLOGIES.md on replica_ack and fencing",
-                expected - got
-            );
-        } else {
-            eprintln!("lost updates without any reported error: that would be a bug");
-            std::process::exit(1);
         }
     }
 }

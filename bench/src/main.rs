@@ -8,7 +8,8 @@
 //!
 //! This file holds the command line and the order of the run; each scenario has a file of its
 //! own (`limit`, `uncontended`, `hot`, `wake`, `watchdog`, `memory`, `tower`, `family`), and
-//! `contenders` runs the common ones for each lock under comparison.
+//! `contenders` runs the common ones for each lock under comparison; `servers` runs the
+//! uncontended ones again on the compatibility table's newer servers.
 
 mod contenders;
 mod family;
@@ -20,6 +21,7 @@ mod process_peer;
 mod redisson_jvm;
 mod redsync;
 mod report;
+mod servers;
 mod stats;
 mod tower;
 mod uncontended;
@@ -72,6 +74,8 @@ pub(crate) struct Results {
     /// Per scenario: the bare handler, the handler locking itself, the handler under LockLayer.
     pub(crate) tower: Vec<(&'static str, tower::TowerRuns)>,
     pub(crate) family: family::FamilyFigures,
+    /// The uncontended runs again on the compatibility table's newer servers.
+    pub(crate) servers: Vec<servers::ServerRun>,
     /// The redsync driver's versions, when it was built (its rows say "not built" otherwise).
     pub(crate) redsync: Option<String>,
 }
@@ -149,6 +153,7 @@ async fn run_all(plan: Plan) -> Results {
     }
     r.tower = tower_runs(plan, &url).await;
     r.family = family::run(&url, plan.run, plan.wake_cycles).await;
+    r.servers = servers::run(plan).await;
     progress("watchdog: 10,000 locks, 1 s watchdog");
     r.watchdog = watchdog::watchdog(&redis, 10_000, plan.watchdog_hold).await;
     progress("memory: 10,000 waiting tasks, 10,000 held locks");

@@ -115,6 +115,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     tables::watchdog(&mut s, &run);
     tables::memory(&mut s, &run);
     s.push_str(&crate::family::markdown(&r.family));
+    s.push_str(&crate::servers::markdown(&r.servers));
     targets::table(&mut s, &run);
     reading::notes(&mut s, &run);
     if run.with_jvm {

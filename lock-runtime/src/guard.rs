@@ -327,7 +327,7 @@ impl LockGuard {
         }
         let held = self.held.clone();
         let inner = &held.client.inner;
-        if pass_in_memory(&held) {
+        if held.pass_in_memory() {
             // Another task of this client holds it now; this hold is over (declared so).
             self.released = true;
             return Ok(());
@@ -378,55 +378,6 @@ impl LockGuard {
         )
         .handing_off(self.held.streak)
     }
-}
-
-/// Passes the lock to the first task of this client waiting for it, in memory, without a
-/// round trip: the hold in Redis stays as it is (its owner id, its lease, renewed by the
-/// watchdog throughout) and the waiting task takes it over (`handoff.rs`, "In memory"). Only
-/// for a mutex held without a fencing token issued in Redis's own step for the next owner
-/// (the waiter wants none), within the turn's bound, while the hold is well within its lease.
-/// Returns whether it passed (this hold is then declared `Released`, before the next task is
-/// woken); if not, the caller releases as usual.
-fn pass_in_memory(held: &Held) -> bool {
-    let inner = &held.client.inner;
-    if held.names.scheme != crate::keys::Scheme::Mutex || held.signal.get().is_some() {
-        return false;
-    }
-    let Some(next) = inner
-        .handoffs
-        .choose_in_memory(&held.names.key, held.streak, held.lease)
-    else {
-        return false;
-    };
-    if !inner.watchdog.hand_over(held.acquisition, &held.group) {
-        // Too close to its deadline (or lost): the waiter looks for itself.
-        inner.handoffs.deliver(&held.names.key, next, None);
-        return false;
-    }
-    // This hold is over before the next task can hold: a token request of this hold still in
-    // flight (a `TokenHandle`, a re-entrant guard in another task) is answered `Lost`, never
-    // with a token Redis issues to the same owner id for the next holder (`Held::fencing_token`).
-    held.signal.declare(&held.names.name, LossReason::Released);
-    let grant = handoff::Grant {
-        token: 0,
-        sent: Instant::now(),
-        streak: next.streak(),
-        inherited: Some(handoff::Inherited {
-            owner: held.owner.clone(),
-            acquisition: held.acquisition,
-        }),
-    };
-    if let Some(orphan) = inner.handoffs.deliver(&held.names.key, next, Some(grant)) {
-        // The waiter left just now: the hold in Redis is released in the background.
-        if let Some(id) = orphan.acquisition {
-            inner.watchdog.deregister(id);
-        }
-        inner
-            .releaser
-            .submit(ReleaseJob::orphan(&held.names, orphan));
-    }
-    tracing::trace!(lock = %held.names.name, "passed in memory to a local waiter");
-    true
 }
 
 /// Releases the hold, handing the lock to a task of this client that waits for it when there
@@ -562,7 +513,7 @@ impl Drop for LockGuard {
         // Also reached when a `release()` future is dropped before its outcome was known (the
         // lock was not passed in memory then: that decision is made before any await).
         let inner = &self.held.client.inner;
-        if pass_in_memory(&self.held) {
+        if self.held.pass_in_memory() {
             return;
         }
         inner.watchdog.deregister(self.held.acquisition);

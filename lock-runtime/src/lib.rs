@@ -345,6 +345,7 @@ mod scope;
 mod script;
 mod semaphore;
 mod server;
+mod signal;
 mod stats;
 mod sync;
 mod topology;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
+use crate::error::Shortfall;
 use crate::keys::{LockNames, Scheme};
 
 #[cfg(any(test, feature = "memory"))]
@@ -123,14 +124,6 @@ pub(crate) struct Acked<T> {
     pub(crate) reply: T,
     /// `Some` when fewer replicas than required acknowledged the write in time.
     pub(crate) shortfall: Option<Shortfall>,
-}
-
-/// How a replica acknowledgement fell short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shortfall {
-    pub(crate) required: u32,
-    pub(crate) acknowledged: u32,
-    pub(crate) timeout: Duration,
 }
 
 /// A task of the releasing client that waits for the lock being released: the release grants

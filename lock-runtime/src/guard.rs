@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use crate::backend::Acked;
 use crate::backend::Reply;
-use crate::error::{FAILOVER_RETRY, RideOut, failover_symptom, outcome_unknown};
 use crate::handoff;
 use crate::hold::Held;
 use crate::releaser::ReleaseJob;
+use crate::retry::{ReleaseRetry, outcome_unknown};
 use crate::{LockError, LossReason, scope};
 
 /// Proof that this owner holds a lock.
@@ -451,38 +451,6 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 }
             }
         };
-    }
-}
-
-/// When an explicit release is tried again (with the same owner id: a repeat that finds the
-/// lock gone is [`LockError::ReleaseUnconfirmed`]).
-struct ReleaseRetry {
-    /// On a cluster or Sentinel: how long a failover in progress is ridden out (the failover
-    /// grace, never past the lease).
-    ride_out: RideOut,
-    tries: u32,
-}
-
-impl ReleaseRetry {
-    fn new(grace: Option<Duration>) -> ReleaseRetry {
-        ReleaseRetry {
-            ride_out: RideOut::new(grace),
-            tries: 0,
-        }
-    }
-
-    /// The pause before trying again after `e`; `None` to report it (the background releaser
-    /// then retries until the lease ends).
-    fn after(&mut self, e: &redis::RedisError) -> Option<Duration> {
-        self.tries += 1;
-        if self.ride_out.applies() && failover_symptom(e) {
-            // A failing-over deployment (a master being replaced, or one the sentinels have
-            // not confirmed yet): keep trying until it answers or the grace runs out, as an
-            // acquisition does.
-            return self.ride_out.allows_retry(None).then_some(FAILOVER_RETRY);
-        }
-        // One server: an unknown outcome is asked once more at once.
-        (outcome_unknown(e) && self.tries == 1).then_some(Duration::ZERO)
     }
 }
 

@@ -340,6 +340,7 @@ mod multi;
 mod options;
 mod redlock;
 mod releaser;
+mod retry;
 mod rwlock;
 mod scope;
 mod script;

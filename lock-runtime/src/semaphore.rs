@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
+use crate::backend::{Acked, CapacityOp, Reply};
+use crate::error::Shortfall;
 use crate::keys::{Family, Mode, redisson};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::backend::Reply;
 use crate::handoff::{Grant, Inherited, Streak};
-use crate::keys::{LockNames, Scheme};
+use crate::keys::LockNames;
 use crate::metrics::{self, Group};
 use crate::releaser::ReleaseJob;
 use crate::signal::LossSignal;
@@ -135,7 +135,7 @@ impl Held {
     /// `Released`, before the next task is woken); if not, the caller releases as usual.
     pub(crate) fn pass_in_memory(&self) -> bool {
         let inner = &self.client.inner;
-        if self.names.scheme != Scheme::Mutex || self.signal.get().is_some() {
+        if !self.names.scheme.passes_in_memory() || self.signal.get().is_some() {
             return false;
         }
         let Some(next) = inner

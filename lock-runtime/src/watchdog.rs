@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::LossReason;
 use crate::client::inner::{Config, Inner};
-use crate::keys::{LockNames, Mode, Scheme};
+use crate::keys::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
 use crate::signal::LossSignal;
@@ -96,8 +96,9 @@ impl Entry {
     /// A read hold of Redisson's read/write lock: its hash's TTL is also set by Java readers'
     /// renewals, to the Java watchdog timeout.
     fn shares_java_renewals(&self) -> bool {
-        self.names.scheme == Scheme::RedissonReadWrite
-            && self.names.mode_of(&self.owner) == Mode::Read
+        self.names
+            .scheme
+            .shares_java_renewals(self.names.mode_of(&self.owner))
     }
 
     /// The reason a hold past its deadline is lost with: the renewal was not confirmed in

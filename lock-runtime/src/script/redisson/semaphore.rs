@@ -56,7 +56,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use crate::backend::CapacityOp;
-use crate::keys::{LockNames, Scheme};
+use crate::keys::LockNames;
 use crate::script::call::Arg;
 use crate::script::{Call, Publishing, with_prelude};
 
@@ -86,7 +86,7 @@ pub(crate) static PLAIN_SHARDED: LazyLock<Script> = LazyLock::new(|| {
 
 /// Whether `names` is an `RPermitExpirableSemaphore` (rather than a plain `RSemaphore`).
 fn leases(names: &LockNames) -> bool {
-    matches!(names.scheme, Scheme::RedissonPermits { .. })
+    names.scheme.leases()
 }
 
 /// The script and keys of either kind: `[{N}:timeout, N, channel, fence]` (expirable) or

@@ -108,6 +108,12 @@ impl LockState {
     }
 }
 
+/// The most arguments (the command's name included) any request this client builds carries:
+/// ElastiCache Serverless's limit per request (3,999). Subscriptions go out in commands of at
+/// most this many channels less one, a watchdog renewal call covers at most 500 locks (about
+/// 1,000 arguments), a group commit at most 128 operations.
+pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;
+
 /// Where one `SCAN` runs: the one server (or the master behind Sentinel), or the cluster
 /// master that serves a slot (routed by the slot, so a failover is followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,8 +37,8 @@ use crate::metrics;
 use crate::sync;
 
 /// Channels per `SUBSCRIBE` command: with the command's name, at most
-/// [`MAX_REQUEST_ARGUMENTS`](crate::MAX_REQUEST_ARGUMENTS).
-const BATCH: usize = crate::MAX_REQUEST_ARGUMENTS - 1;
+/// [`MAX_REQUEST_ARGUMENTS`](crate::backend::MAX_REQUEST_ARGUMENTS).
+const BATCH: usize = crate::backend::MAX_REQUEST_ARGUMENTS - 1;
 
 #[derive(Clone)]
 pub(crate) struct Demux {

@@ -352,9 +352,10 @@ mod sync;
 mod topology;
 mod watchdog;
 
+pub use backend::MAX_REQUEST_ARGUMENTS;
 pub use client::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder, MAX_REQUEST_ARGUMENTS,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
 };
 pub use error::{LockError, LossReason};
 pub use guard::{LockGuard, TokenHandle};

@@ -75,6 +75,14 @@ pub struct Semaphore {
     leases: bool,
 }
 
+impl LockClient {
+    /// A counting semaphore by name with `capacity` permits (unless a capacity is stored in
+    /// Redis); see [`Semaphore`].
+    pub fn semaphore(&self, name: impl AsRef<str>, capacity: u32) -> Semaphore {
+        Semaphore::new(self, name.as_ref(), capacity)
+    }
+}
+
 impl Semaphore {
     pub(crate) fn new(client: &LockClient, name: &str, capacity: u32) -> Semaphore {
         let lock = Lock::of(

@@ -31,7 +31,7 @@ pub(crate) const RENEW_CHUNK: usize = 500;
 
 // A renewal call: `EVALSHA <sha> <numkeys>` (or `FCALL`), the keys, the lease and an owner per
 // key, within the client's argument limit.
-const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::MAX_REQUEST_ARGUMENTS);
+const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::backend::MAX_REQUEST_ARGUMENTS);
 
 /// The lock operations on a Redis deployment.
 pub(crate) struct RedisBackend {

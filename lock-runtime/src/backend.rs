@@ -11,8 +11,8 @@
 //! backend serves the schemes it can (the memory backend refuses Redisson's, see
 //! [`Backend::refuses`]).
 //!
-//! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
-//! failover symptom), and a backend that is not Redis reports its faults in the same terms.
+//! Errors are `redis::RedisError`: `retry.rs` classifies them (an unknown outcome, a failover
+//! symptom), and a backend that is not Redis reports its faults in the same terms.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -136,7 +136,7 @@ impl Scheme {
     /// Whether waiters hand on the one wake-up that a read unlock gives each process:
     /// Redisson's read/write lock publishes `0` when a read unlock frees it, which Java reads
     /// as "wake one waiter", so every other waiting reader of this process must be woken by
-    /// the one that got in (`acquire.rs`).
+    /// the one that got in (`acquire/mod.rs`).
     pub(crate) fn shares_read_wake_ups(self) -> bool {
         self == Scheme::RedissonReadWrite
     }

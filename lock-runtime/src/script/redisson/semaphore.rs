@@ -49,7 +49,7 @@
 //! the new total (`setPermits`, `trySetPermits`), the count released (expirable release of
 //! many, as Redisson's release-many), or the delta (`addPermits`). The demultiplexer wakes up
 //! to that many local waiters (`demux.rs`), so nobody who could get in sleeps, and a waiter
-//! for several permits that cannot get in passes its wake-up on (`acquire.rs`).
+//! for several permits that cannot get in passes its wake-up on (`acquire/mod.rs`).
 
 use std::sync::LazyLock;
 

@@ -9,10 +9,10 @@
 //!
 //! | failure | acquisition ([`AcquireRetry`]) | explicit release ([`ReleaseRetry`]) | background release ([`Backoff`]) |
 //! |---|---|---|---|
-//! | unknown outcome ([`outcome_unknown`]: a timeout, a connection dropped after sending) | retried 3 times, at 20·n ms; if it then gives up, the possible hold is released in the background | asked once more, at once | retried with the rest |
-//! | failover symptom ([`failover_symptom`]), on a cluster or Sentinel | ridden out: one try every [`FAILOVER_RETRY`] within the failover grace from the first failure, never past the wait | ridden out the same way, never past the lease | retried with the rest |
-//! | grant not acknowledged by enough replicas | rolled back, then tried again within the grace, the pause doubling from [`FAILOVER_RETRY`] up to 1 s | (reported: done on the master) | (reported) |
-//! | anything else | reported | reported (then handed to the background releaser if Redis is unavailable) | retried, the pause doubling from 20 ms up to 1 s, until the lease the release protects ends |
+//! | unknown outcome ([`outcome_unknown`]: a timeout, a connection dropped after sending) | retried 3 times, at 20·n ms; if it then gives up, the possible hold is released in the background | asked once more, at once | retried like any failure |
+//! | failover symptom ([`failover_symptom`]), on a cluster or Sentinel | ridden out: one try every [`FAILOVER_RETRY`] within the failover grace from the first failure, never past the wait | ridden out the same way, never past the lease | retried like any failure |
+//! | grant not acknowledged by enough replicas | rolled back, then tried again within the grace, the pause doubling from [`FAILOVER_RETRY`] up to 1 s | reported (done on the master) | — |
+//! | anything else | reported | reported, then handed to the background releaser if Redis is unavailable | retried until the lease the release protects ends; after a batch that failed whole, the pause doubles from 20 ms up to 1 s |
 
 use std::time::Duration;
 

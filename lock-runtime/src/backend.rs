@@ -11,8 +11,8 @@
 //! backend serves the schemes it can (the memory backend refuses Redisson's, see
 //! [`Backend::refuses`]).
 //!
-//! Errors are `redis::RedisError`: the acquire loop classifies them (an unknown outcome, a
-//! failover symptom), and a backend that is not Redis reports its faults in the same terms.
+//! Errors are `redis::RedisError`: `retry.rs` classifies them (an unknown outcome, a failover
+//! symptom), and a backend that is not Redis reports its faults in the same terms.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
+use crate::error::Shortfall;
 use crate::keys::{LockNames, Scheme};
 
 #[cfg(any(test, feature = "memory"))]
@@ -107,6 +108,19 @@ impl LockState {
     }
 }
 
+/// The most arguments (the command's name included) any request a client builds carries by
+/// default: ElastiCache Serverless's limit per request (3,999). Subscriptions go out in
+/// commands of at most this many channels less one, a watchdog renewal call covers at most 500
+/// locks (about 1,000 arguments), a group commit at most 128 operations within the limit.
+/// [`LockClientBuilder::max_request_arguments`](crate::LockClientBuilder::max_request_arguments)
+/// sets another limit, for a server or proxy with a lower one.
+pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;
+
+/// The lowest argument limit a client accepts
+/// ([`LockClientBuilder::max_request_arguments`](crate::LockClientBuilder::max_request_arguments)):
+/// room for the largest single-lock call.
+pub const MIN_REQUEST_ARGUMENTS: usize = 64;
+
 /// Where one `SCAN` runs: the one server (or the master behind Sentinel), or the cluster
 /// master that serves a slot (routed by the slot, so a failover is followed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,14 +137,6 @@ pub(crate) struct Acked<T> {
     pub(crate) reply: T,
     /// `Some` when fewer replicas than required acknowledged the write in time.
     pub(crate) shortfall: Option<Shortfall>,
-}
-
-/// How a replica acknowledgement fell short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shortfall {
-    pub(crate) required: u32,
-    pub(crate) acknowledged: u32,
-    pub(crate) timeout: Duration,
 }
 
 /// A task of the releasing client that waits for the lock being released: the release grants

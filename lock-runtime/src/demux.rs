@@ -128,7 +128,7 @@ pub(crate) enum WakeRule {
     /// Redisson's `RReadWriteLock` (`redisson_rwlock:{N}`): `1` is a write unlock (or a force
     /// unlock), after which every waiting reader can go, so it wakes every waiter, as it wakes
     /// every waiting Java thread; `0` (a read unlock that freed the lock) wakes one, as in
-    /// Redisson (a reader it wakes wakes the others once it is in: see `acquire.rs`).
+    /// Redisson (a reader it wakes wakes the others once it is in: see `acquire/mod.rs`).
     WriteUnlockWakesAll,
 }
 

@@ -348,7 +348,7 @@ impl LockError {
     /// What a release that `shortfall` replicas short of acknowledging reports: done on the
     /// master, so an [`UnacknowledgedRelease`](LockError::UnacknowledgedRelease), never a
     /// failed release.
-    pub(crate) fn unacknowledged_release(name: &str, shortfall: crate::backend::Shortfall) -> Self {
+    pub(crate) fn unacknowledged_release(name: &str, shortfall: Shortfall) -> Self {
         LockError::UnacknowledgedRelease {
             name: name.to_owned(),
             required: shortfall.required,
@@ -365,69 +365,11 @@ impl LockError {
     }
 }
 
-/// Whether a failed command may have run on the server anyway (a timeout or a connection
-/// dropped after sending), so its outcome is unknown and must be reconciled.
-pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
-    err.is_timeout() || err.is_connection_dropped() || err.is_io_error()
-}
-
-/// The pause between attempts (acquisitions, explicit releases) while a failing-over deployment
-/// is unavailable.
-pub(crate) const FAILOVER_RETRY: Duration = Duration::from_millis(100);
-
-/// How long an operation rides out a failing-over deployment: the failover grace, from its
-/// first failure, one attempt every [`FAILOVER_RETRY`]. Shared by acquisitions and explicit
-/// releases.
-pub(crate) struct RideOut {
-    /// `None` when the deployment cannot fail over (one server): nothing is ridden out.
-    grace: Option<Duration>,
-    since: Option<tokio::time::Instant>,
-}
-
-impl RideOut {
-    pub(crate) fn new(grace: Option<Duration>) -> RideOut {
-        RideOut { grace, since: None }
-    }
-
-    /// Whether the deployment can fail over (there is a grace to ride out).
-    pub(crate) fn applies(&self) -> bool {
-        self.grace.is_some()
-    }
-
-    /// Whether the grace (bounded by `deadline`) leaves time for another attempt; the first
-    /// call starts it.
-    pub(crate) fn allows_retry(&mut self, deadline: Option<tokio::time::Instant>) -> bool {
-        let Some(grace) = self.grace else {
-            return false;
-        };
-        let now = tokio::time::Instant::now();
-        let until = *self.since.get_or_insert(now) + grace;
-        let until = deadline.map_or(until, |d| d.min(until));
-        now + FAILOVER_RETRY < until
-    }
-}
-
-/// Whether an error is what a failing, restarting or demoted master looks like (worth riding out
-/// on a deployment that fails over). `NOREPLICAS` is one: a master with `min-replicas-to-write`
-/// (the recommended production setting) answers it while cut off from its replicas, which is
-/// how a failover starts (or a partition that heals); it changed nothing, so retrying is safe.
-pub(crate) fn failover_symptom(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_cluster_error()
-        || matches!(
-            e.kind(),
-            redis::ErrorKind::Server(
-                redis::ServerErrorKind::ReadOnly
-                    | redis::ServerErrorKind::MasterDown
-                    | redis::ServerErrorKind::ClusterDown
-                    | redis::ServerErrorKind::TryAgain
-                    | redis::ServerErrorKind::BusyLoading
-            )
-        )
-        || matches!(e.kind(), redis::ErrorKind::ClusterConnectionNotFound)
-        // redis-rs has no kind for it: the code, also when a script's write was refused.
-        || e.code() == Some("NOREPLICAS")
+/// How a replica acknowledgement fell short: the detail of [`LockError::ReplicaAck`] and
+/// [`LockError::UnacknowledgedRelease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shortfall {
+    pub(crate) required: u32,
+    pub(crate) acknowledged: u32,
+    pub(crate) timeout: Duration,
 }

@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use crate::backend::Acked;
 use crate::backend::Reply;
-use crate::error::{FAILOVER_RETRY, RideOut, failover_symptom, outcome_unknown};
 use crate::handoff;
 use crate::hold::Held;
 use crate::releaser::ReleaseJob;
+use crate::retry::{ReleaseRetry, outcome_unknown};
 use crate::{LockError, LossReason, scope};
 
 /// Proof that this owner holds a lock.
@@ -327,7 +327,7 @@ impl LockGuard {
         }
         let held = self.held.clone();
         let inner = &held.client.inner;
-        if pass_in_memory(&held) {
+        if held.pass_in_memory() {
             // Another task of this client holds it now; this hold is over (declared so).
             self.released = true;
             return Ok(());
@@ -378,55 +378,6 @@ impl LockGuard {
         )
         .handing_off(self.held.streak)
     }
-}
-
-/// Passes the lock to the first task of this client waiting for it, in memory, without a
-/// round trip: the hold in Redis stays as it is (its owner id, its lease, renewed by the
-/// watchdog throughout) and the waiting task takes it over (`handoff.rs`, "In memory"). Only
-/// for a mutex held without a fencing token issued in Redis's own step for the next owner
-/// (the waiter wants none), within the turn's bound, while the hold is well within its lease.
-/// Returns whether it passed (this hold is then declared `Released`, before the next task is
-/// woken); if not, the caller releases as usual.
-fn pass_in_memory(held: &Held) -> bool {
-    let inner = &held.client.inner;
-    if held.names.scheme != crate::keys::Scheme::Mutex || held.signal.get().is_some() {
-        return false;
-    }
-    let Some(next) = inner
-        .handoffs
-        .choose_in_memory(&held.names.key, held.streak, held.lease)
-    else {
-        return false;
-    };
-    if !inner.watchdog.hand_over(held.acquisition, &held.group) {
-        // Too close to its deadline (or lost): the waiter looks for itself.
-        inner.handoffs.deliver(&held.names.key, next, None);
-        return false;
-    }
-    // This hold is over before the next task can hold: a token request of this hold still in
-    // flight (a `TokenHandle`, a re-entrant guard in another task) is answered `Lost`, never
-    // with a token Redis issues to the same owner id for the next holder (`Held::fencing_token`).
-    held.signal.declare(&held.names.name, LossReason::Released);
-    let grant = handoff::Grant {
-        token: 0,
-        sent: Instant::now(),
-        streak: next.streak(),
-        inherited: Some(handoff::Inherited {
-            owner: held.owner.clone(),
-            acquisition: held.acquisition,
-        }),
-    };
-    if let Some(orphan) = inner.handoffs.deliver(&held.names.key, next, Some(grant)) {
-        // The waiter left just now: the hold in Redis is released in the background.
-        if let Some(id) = orphan.acquisition {
-            inner.watchdog.deregister(id);
-        }
-        inner
-            .releaser
-            .submit(ReleaseJob::orphan(&held.names, orphan));
-    }
-    tracing::trace!(lock = %held.names.name, "passed in memory to a local waiter");
-    true
 }
 
 /// Releases the hold, handing the lock to a task of this client that waits for it when there
@@ -503,38 +454,6 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     }
 }
 
-/// When an explicit release is tried again (with the same owner id: a repeat that finds the
-/// lock gone is [`LockError::ReleaseUnconfirmed`]).
-struct ReleaseRetry {
-    /// On a cluster or Sentinel: how long a failover in progress is ridden out (the failover
-    /// grace, never past the lease).
-    ride_out: RideOut,
-    tries: u32,
-}
-
-impl ReleaseRetry {
-    fn new(grace: Option<Duration>) -> ReleaseRetry {
-        ReleaseRetry {
-            ride_out: RideOut::new(grace),
-            tries: 0,
-        }
-    }
-
-    /// The pause before trying again after `e`; `None` to report it (the background releaser
-    /// then retries until the lease ends).
-    fn after(&mut self, e: &redis::RedisError) -> Option<Duration> {
-        self.tries += 1;
-        if self.ride_out.applies() && failover_symptom(e) {
-            // A failing-over deployment (a master being replaced, or one the sentinels have
-            // not confirmed yet): keep trying until it answers or the grace runs out, as an
-            // acquisition does.
-            return self.ride_out.allows_retry(None).then_some(FAILOVER_RETRY);
-        }
-        // One server: an unknown outcome is asked once more at once.
-        (outcome_unknown(e) && self.tries == 1).then_some(Duration::ZERO)
-    }
-}
-
 /// Resolves with the first of `losses` (never, when there are none): what a
 /// [`MultiLockGuard`](crate::MultiLockGuard) or a [`RedLockGuard`](crate::RedLockGuard) waits on.
 pub(crate) fn first_loss<'a>(
@@ -562,7 +481,7 @@ impl Drop for LockGuard {
         // Also reached when a `release()` future is dropped before its outcome was known (the
         // lock was not passed in memory then: that decision is made before any await).
         let inner = &self.held.client.inner;
-        if pass_in_memory(&self.held) {
+        if self.held.pass_in_memory() {
             return;
         }
         inner.watchdog.deregister(self.held.acquisition);

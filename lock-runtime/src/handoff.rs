@@ -4,12 +4,12 @@
 //! Without it, a hand-over between two tasks takes three sequential steps: the release script,
 //! the unlock message's delivery, the waiter's acquire script.
 //!
-//! **In memory** (`guard.rs`, `pass_in_memory`): when the waiter wants no fencing token with
-//! its grant (tokens on demand) and the same watchdog-renewed lease as the hold, nothing is sent
-//! at all. The hold in Redis stays as it is (its owner id, its lease); its watchdog entry keeps
-//! renewing it under a signal of its own until the waiter takes it over
-//! ([`Grant::inherited`], `Watchdog::hand_over` and `Watchdog::adopt`), and from then on every
-//! loss reaches that waiter. A token it asks for later comes from Redis as for any holder.
+//! **In memory** (`hold.rs`, both halves: `Held::pass_in_memory` and `Held::take_over`): when
+//! the waiter wants no fencing token with its grant (tokens on demand) and the same
+//! watchdog-renewed lease as the hold, nothing is sent at all. The hold in Redis stays as it is
+//! (its owner id, its lease); its watchdog entry keeps renewing it under a signal of its own
+//! until the waiter takes it over ([`Grant::inherited`]), and from then on every loss reaches
+//! that waiter. A token it asks for later comes from Redis as for any holder.
 //!
 //! **Through Redis** otherwise (a waiter that asked for its token eagerly, a different lease,
 //! the end of a turn): the release script removes the holder and, since the lock is left
@@ -159,7 +159,7 @@ pub(crate) struct Grant {
     pub(crate) sent: Instant,
     /// The turn that led to this hold, this hand-over included.
     pub(crate) streak: Streak,
-    /// Passed in memory ([`pass`]): the hold Redis knows, which the waiter takes over.
+    /// Passed in memory (`Held::pass_in_memory`): the hold Redis knows, which the waiter takes over.
     pub(crate) inherited: Option<Inherited>,
 }
 

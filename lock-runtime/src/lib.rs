@@ -343,20 +343,22 @@ mod multi;
 mod options;
 mod redlock;
 mod releaser;
+mod retry;
 mod rwlock;
 mod scope;
 mod script;
 mod semaphore;
 mod server;
+mod signal;
 mod stats;
 mod sync;
 mod topology;
 mod watchdog;
 
+pub use backend::{MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS};
 pub use client::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder, MAX_REQUEST_ARGUMENTS,
-    MIN_REQUEST_ARGUMENTS,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient, LockClientBuilder,
 };
 pub use error::{LockError, LossReason};
 pub use guard::{LockGuard, TokenHandle};

@@ -51,6 +51,51 @@ pub struct Lock {
     fenced: bool,
 }
 
+impl LockClient {
+    /// A lock by name. Nothing is sent to Redis until you use it; an invalid name (empty,
+    /// longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with control characters) is
+    /// reported by the first operation as [`LockError::InvalidName`].
+    pub fn lock(&self, name: impl AsRef<str>) -> Lock {
+        Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// A fair lock by name: granted in the order the waiters first asked for it, across every
+    /// process (first come, first served), with everything [`lock`](LockClient::lock) has.
+    ///
+    /// Waiters queue in Redis. A release wakes only the waiter whose turn it is, wherever it
+    /// waits. The queue heals itself: a waiter that gives up or is cancelled leaves it at once;
+    /// one that died (killed, its process frozen) is dropped within five seconds, the time its
+    /// place lasts unless the waiter refreshes it, which a live waiter does while it waits.
+    ///
+    /// The lock is the mutex's hash: a plain [`lock`](LockClient::lock) of the same name
+    /// excludes it too, but does not queue (it may take the lock ahead of the queue). Use one
+    /// kind per name:
+    ///
+    /// - *Within one client* it is enforced: while the client uses a name as a fair lock (a
+    ///   handle, guard or waiting task of it lives), acquiring it through
+    ///   [`lock`](LockClient::lock) (or a [`MultiLock`](crate::MultiLock) or
+    ///   `#[distributed_lock]` on it) is refused with [`LockError::Unsupported`], and the other
+    ///   way round; nothing is sent. Reading it ([`Lock::info`], [`Lock::is_locked`]) and
+    ///   [`Lock::force_unlock`] work through either handle.
+    /// - *Across processes* nothing can enforce it: Redis holds no record of how a name is
+    ///   meant to be used, only whether it is held, so a plain `lock(name)` in another process
+    ///   (or in this one once nothing of it uses the name as a fair lock) takes the lock
+    ///   whenever it is free, ahead of the fair lock's waiters. It still excludes them: only
+    ///   the order suffers. Keep every service's code on one kind per name (a naming
+    ///   convention such as a `fair:` prefix helps).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// // First come, first served when the drop opens.
+    /// let guard = locks.fair_lock("drop:sneaker-42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_lock(&self, name: impl AsRef<str>) -> Lock {
+        Lock::of(self.clone(), name.as_ref(), Family::Fair, Mode::Exclusive)
+    }
+}
+
 impl Lock {
     pub(crate) fn new(client: LockClient, name: &str) -> Lock {
         Lock::of(client, name, Family::Mutex, Mode::Exclusive)

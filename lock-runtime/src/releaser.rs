@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Release};
 use crate::handoff::{self, HandOffs, Next, Orphan, Streak};
 use crate::keys::LockNames;
+use crate::retry::Backoff;
 use crate::stats::Counters;
 
 /// Releases per pipeline.
@@ -159,7 +160,7 @@ async fn run(
     counters: Arc<Counters>,
 ) {
     let mut jobs: Vec<ReleaseJob> = Vec::new();
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::new();
     loop {
         if jobs.is_empty() {
             match rx.recv().await {
@@ -185,12 +186,12 @@ async fn run(
                 tracing::debug!(released, "background release done");
                 Counters::add(&counters.background_releases, released as u64);
                 crate::metrics::background_releases(released as u64);
-                backoff = Duration::from_millis(20);
+                backoff.reset();
             }
             Err(e) => {
-                tracing::warn!(error = %e, pending = jobs.len(), retry_in = ?backoff, "background release failed");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                tracing::warn!(error = %e, pending = jobs.len(), retry_in = ?backoff.pause(), "background release failed");
+                tokio::time::sleep(backoff.pause()).await;
+                backoff.failed();
             }
         }
     }

@@ -76,6 +76,13 @@ pub struct RwLock {
     write: Lock,
 }
 
+impl LockClient {
+    /// A read/write lock by name: many readers or one writer; see [`RwLock`].
+    pub fn rw_lock(&self, name: impl AsRef<str>) -> RwLock {
+        RwLock::new(self, name.as_ref())
+    }
+}
+
 impl RwLock {
     pub(crate) fn new(client: &LockClient, name: &str) -> RwLock {
         let read = Lock::of(client.clone(), name, Family::ReadWrite, Mode::Read);

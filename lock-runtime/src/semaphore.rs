@@ -3,8 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::backend::{Acked, CapacityOp, Reply, Shortfall};
-use crate::keys::{Family, Mode, redisson};
+use crate::backend::{Acked, CapacityOp, Reply};
+use crate::error::Shortfall;
+use crate::keys::{Family, Mode};
 use crate::{Lock, LockClient, LockError, LockGuard, LockOptions};
 
 /// Why a plain `RSemaphore` has no capacity calls.
@@ -72,6 +73,14 @@ pub struct Semaphore {
     capacity: u32,
     /// `false` after [`without_leases`](Semaphore::without_leases).
     leases: bool,
+}
+
+impl LockClient {
+    /// A counting semaphore by name with `capacity` permits (unless a capacity is stored in
+    /// Redis); see [`Semaphore`].
+    pub fn semaphore(&self, name: impl AsRef<str>, capacity: u32) -> Semaphore {
+        Semaphore::new(self, name.as_ref(), capacity)
+    }
 }
 
 impl Semaphore {
@@ -238,11 +247,11 @@ impl Semaphore {
                 capacity: self.capacity,
             });
         }
-        if self.lock.names()?.scheme.owner_grows_with_permits() {
+        if let Some(max) = self.lock.names()?.scheme.max_permits_per_hold() {
             // The owner id carries one 16-byte permit id per permit: refuse before building
             // and sending one above the cap per hold, or for more than the capacity in force.
-            let capacity = if permits > redisson::MAX_PERMITS_PER_HOLD {
-                redisson::MAX_PERMITS_PER_HOLD
+            let capacity = if permits > max {
+                max
             } else if permits > self.capacity {
                 self.capacity_call(CapacityOp::Capacity).await?
             } else {

@@ -32,10 +32,10 @@ use tokio::time::Instant;
 
 use crate::LossReason;
 use crate::client::inner::{Config, Inner};
-use crate::hold::LossSignal;
-use crate::keys::{LockNames, Mode, Scheme};
+use crate::keys::LockNames;
 use crate::options::loss_margin;
 use crate::releaser::ReleaseJob;
+use crate::signal::LossSignal;
 use crate::stats::Counters;
 use crate::sync;
 
@@ -96,8 +96,9 @@ impl Entry {
     /// A read hold of Redisson's read/write lock: its hash's TTL is also set by Java readers'
     /// renewals, to the Java watchdog timeout.
     fn shares_java_renewals(&self) -> bool {
-        self.names.scheme == Scheme::RedissonReadWrite
-            && self.names.mode_of(&self.owner) == Mode::Read
+        self.names
+            .scheme
+            .shares_java_renewals(self.names.mode_of(&self.owner))
     }
 
     /// The reason a hold past its deadline is lost with: the renewal was not confirmed in
@@ -183,7 +184,7 @@ impl Watchdog {
     }
 
     /// Readies the hold of acquisition `id` to pass in memory to another task of this client
-    /// (`guard.rs`, `pass_in_memory`): its entry keeps being renewed under a signal of its
+    /// (`hold.rs`, `Held::pass_in_memory`): its entry keeps being renewed under a signal of its
     /// own until the task takes it over ([`Watchdog::adopt`]), since the releasing guard's
     /// signal is declared released. `false` when it cannot pass: not renewed by the watchdog,
     /// lost, or within twice the safety margin of its loss deadline (the task might not take

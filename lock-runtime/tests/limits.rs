@@ -97,10 +97,10 @@ async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited
     })
     .await;
     assert!(resubscribed, "{}", redis.pubsub_channels("lock:*").len());
-    // At least one renewal round of all 10,000.
+    // At least one renewal round of all 10,000 (every second; a loaded machine may be slower).
     let rounds = holder.stats().renewal_round_trips;
     assert!(
-        common::eventually(Duration::from_secs(5), || holder
+        common::eventually(Duration::from_secs(30), || holder
             .stats()
             .renewal_round_trips
             > rounds)
@@ -170,7 +170,7 @@ async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
     );
     let rounds = holder.stats().renewal_round_trips;
     assert!(
-        common::eventually(Duration::from_secs(5), || holder
+        common::eventually(Duration::from_secs(30), || holder
             .stats()
             .renewal_round_trips
             > rounds)

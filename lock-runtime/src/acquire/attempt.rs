@@ -7,18 +7,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Acquire, Attempt, Busy};
-use crate::backend::{Acked, Approach, Reply, Shortfall};
-use crate::error::{FAILOVER_RETRY, RideOut, failover_symptom, outcome_unknown};
+use crate::backend::{Acked, Approach, Reply};
+use crate::error::Shortfall;
 use crate::keys::Mode;
 use crate::releaser::ReleaseJob;
+use crate::retry::AcquireRetry;
 use crate::{LockClient, LockError};
-
-/// How often an acquire whose outcome is unknown (timeout, dropped connection) is retried with
-/// the same owner id before giving up.
-const RECONCILE_TRIES: u32 = 3;
-
-/// The longest pause between retries of a grant that replicas did not acknowledge.
-const MAX_ACK_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Acquire<'_> {
     /// One acquire round trip, reconciled: an unknown outcome is retried with the same owner
@@ -39,7 +33,7 @@ impl Acquire<'_> {
             .backend
             .fails_over()
             .then_some(config.failover_grace);
-        let mut reconcile = Reconcile::new(grace, self.deadline);
+        let mut reconcile = AcquireRetry::new(grace, self.deadline);
         loop {
             let job = ReleaseJob::new(self.names, &self.owner, Instant::now() + self.lease);
             cleanup.job = Some(job);
@@ -128,7 +122,7 @@ impl Acquire<'_> {
     async fn unacknowledged(
         &self,
         shortfall: Shortfall,
-        reconcile: &mut Reconcile,
+        reconcile: &mut AcquireRetry,
     ) -> Result<(), LockError> {
         let Shortfall {
             required,
@@ -197,74 +191,6 @@ impl Acquire<'_> {
 /// timer would make every attempt's future (alive while its request is in flight) larger.
 async fn boxed_sleep(d: Duration) {
     Box::pin(tokio::time::sleep(d)).await;
-}
-
-/// The retry state of one attempt: unknown outcomes, an unavailable (failing-over) deployment,
-/// and grants the replicas did not acknowledge.
-struct Reconcile {
-    /// Retries after an unknown outcome so far.
-    tries: u32,
-    /// Some earlier request's outcome is still unknown (it may have taken the lock).
-    unresolved: bool,
-    /// How long a failing-over deployment may stay unavailable (or grants go unacknowledged),
-    /// from the first time it was.
-    ride_out: RideOut,
-    /// The next pause before retrying an unacknowledged grant.
-    ack_backoff: Duration,
-    deadline: Option<Instant>,
-}
-
-impl Reconcile {
-    fn new(grace: Option<Duration>, deadline: Option<Instant>) -> Reconcile {
-        Reconcile {
-            tries: 0,
-            unresolved: false,
-            ride_out: RideOut::new(grace),
-            ack_backoff: FAILOVER_RETRY,
-            deadline,
-        }
-    }
-
-    /// How long to pause before retrying after `e`; `None` to give up.
-    fn retry_after(&mut self, e: &redis::RedisError) -> Option<Duration> {
-        if outcome_unknown(e) && self.tries < RECONCILE_TRIES {
-            self.unresolved = true;
-            self.tries += 1;
-            tracing::warn!(error = %e, tries = self.tries, "acquire outcome unknown; reconciling");
-            return Some(Duration::from_millis(20 * u64::from(self.tries)));
-        }
-        if self.ride_out(e) {
-            // A cluster or Sentinel failover in progress: keep trying with the same owner id
-            // (idempotent) until the grace period or the wait runs out.
-            self.unresolved |= outcome_unknown(e);
-            tracing::debug!(error = %e, "redis unavailable; waiting for failover");
-            return Some(FAILOVER_RETRY);
-        }
-        None
-    }
-
-    /// Whether giving up after `e` leaves nothing that may hold the lock.
-    fn settled_by(&self, e: &redis::RedisError) -> bool {
-        !outcome_unknown(e) && !self.unresolved
-    }
-
-    /// Whether to retry an acquire error because the deployment may be failing over.
-    fn ride_out(&mut self, e: &redis::RedisError) -> bool {
-        failover_symptom(e) && self.within_grace()
-    }
-
-    /// Whether a failing-over deployment's grace period (bounded by the wait) leaves time for
-    /// another attempt.
-    fn within_grace(&mut self) -> bool {
-        self.ride_out.allows_retry(self.deadline)
-    }
-
-    /// The pause before retrying an unacknowledged grant; doubles each time, up to a second.
-    fn next_ack_backoff(&mut self) -> Duration {
-        let pause = self.ack_backoff;
-        self.ack_backoff = (pause * 2).min(MAX_ACK_BACKOFF);
-        pause
-    }
 }
 
 /// Releases a hold that an interrupted acquire may have taken.

@@ -23,11 +23,12 @@ use tokio::time::{Instant, Sleep};
 
 use crate::backend::Approach;
 use crate::demux::{Subscription, WakeRule};
-use crate::handoff::{Delivery, Grant, Inherited, Streak};
-use crate::hold::{Held, LossSignal};
+use crate::handoff::{Delivery, Grant, Streak};
+use crate::hold::Held;
 use crate::keys::{LockNames, Mode, PLACE_TTL, Waking};
 use crate::metrics::{self, Group};
 use crate::releaser::ReleaseJob;
+use crate::signal::LossSignal;
 use crate::stats::Counters;
 use crate::watchdog::Entry;
 use crate::{LockClient, LockError, LockGuard, LockOptions};
@@ -411,24 +412,19 @@ impl<'a> Acquire<'a> {
     /// same owner id (idempotent while it is still ours); if another owner holds the lock by
     /// then, the grant has ended and the waiter queues again ([`Settled::Busy`]).
     async fn take_grant(&self, grant: Grant) -> Result<Settled, LockError> {
-        if let Some(inherited) = grant.inherited {
+        if grant.inherited.is_some() {
             // Passed in memory: take over the hold Redis knows, if it is still live.
-            let inner = &self.client.inner;
-            let signal = Arc::new(LossSignal::new(self.group.clone()));
-            let max_hold_until = self.opts.max_hold.map(|m| Instant::now() + m);
             return Ok(
-                match inner
-                    .watchdog
-                    .adopt(inherited.acquisition, &signal, max_hold_until)
-                {
-                    true => {
-                        metrics::handed_over(&self.group, grant.sent.elapsed());
-                        Settled::Taken(self.adopted(inherited, signal, grant.streak))
-                    }
-                    false => {
-                        tracing::debug!("the hold passed in memory ended before it was taken");
-                        Settled::Busy(Busy::Vanished)
-                    }
+                match Held::take_over(
+                    self.client,
+                    self.names,
+                    self.lease,
+                    self.opts.max_hold,
+                    &self.group,
+                    grant,
+                ) {
+                    Some(held) => Settled::Taken(LockGuard::new(held)),
+                    None => Settled::Busy(Busy::Vanished),
                 },
             );
         }
@@ -505,28 +501,6 @@ impl<'a> Acquire<'a> {
             signal,
             group: self.group.clone(),
             granted: sent,
-        })
-    }
-
-    /// The guard of a hold passed in memory by another task of this client: Redis's hold
-    /// (owner id, lease, watchdog entry) taken over as it is, without a token yet.
-    fn adopted(&self, inherited: Inherited, signal: Arc<LossSignal>, streak: Streak) -> LockGuard {
-        let inner = &self.client.inner;
-        Counters::add(&inner.counters.acquisitions, 1);
-        Counters::add(&inner.counters.handoffs, 1);
-        metrics::hold_started(&self.group);
-        LockGuard::new(Held {
-            client: self.client.clone(),
-            names: self.names.clone(),
-            owner: inherited.owner,
-            acquisition: inherited.acquisition,
-            token: AtomicU64::new(0),
-            lease: self.lease,
-            streak,
-            signal,
-            group: self.group.clone(),
-            // This task's hold time counts from the hand-over.
-            granted: Instant::now(),
         })
     }
 }

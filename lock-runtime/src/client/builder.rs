@@ -8,10 +8,10 @@ use std::time::Duration;
 use super::inner::{Config, Inner, NameCache};
 use super::{
     DEFAULT_FAILOVER_GRACE, DEFAULT_PREFIX, DEFAULT_REDISSON_WATCHDOG_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT, LockClient, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS,
+    DEFAULT_WATCHDOG_TIMEOUT, LockClient,
 };
 use crate::LockError;
-use crate::backend::{Backend, Channels};
+use crate::backend::{Backend, Channels, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS};
 use crate::demux::Demux;
 use crate::handoff::HandOffs;
 use crate::keys::Layout;

@@ -16,22 +16,10 @@ use std::time::Duration;
 
 pub use self::builder::LockClientBuilder;
 use self::inner::Inner;
+use crate::LockError;
 use crate::stats::ClientStats;
 use crate::sync;
 use crate::topology::Topology;
-use crate::{Lock, LockError};
-
-/// The most arguments (the command's name included) any request a client builds carries by
-/// default: ElastiCache Serverless's limit per request (3,999). Subscriptions go out in
-/// commands of at most this many channels less one, a watchdog renewal call covers at most 500
-/// locks (about 1,000 arguments), a group commit at most 128 operations within the limit.
-/// [`LockClientBuilder::max_request_arguments`] sets another limit, for a server or proxy with
-/// a lower one.
-pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;
-
-/// The lowest argument limit a client accepts
-/// ([`LockClientBuilder::max_request_arguments`]): room for the largest single-lock call.
-pub const MIN_REQUEST_ARGUMENTS: usize = 64;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lock";
@@ -198,65 +186,6 @@ impl LockClient {
 }
 
 impl LockClient {
-    /// A lock by name. Nothing is sent to Redis until you use it; an invalid name (empty,
-    /// longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with control characters) is
-    /// reported by the first operation as [`LockError::InvalidName`].
-    pub fn lock(&self, name: impl AsRef<str>) -> Lock {
-        Lock::new(self.clone(), name.as_ref())
-    }
-
-    /// A fair lock by name: granted in the order the waiters first asked for it, across every
-    /// process (first come, first served), with everything [`lock`](LockClient::lock) has.
-    ///
-    /// Waiters queue in Redis. A release wakes only the waiter whose turn it is, wherever it
-    /// waits. The queue heals itself: a waiter that gives up or is cancelled leaves it at once;
-    /// one that died (killed, its process frozen) is dropped within five seconds, the time its
-    /// place lasts unless the waiter refreshes it, which a live waiter does while it waits.
-    ///
-    /// The lock is the mutex's hash: a plain [`lock`](LockClient::lock) of the same name
-    /// excludes it too, but does not queue (it may take the lock ahead of the queue). Use one
-    /// kind per name:
-    ///
-    /// - *Within one client* it is enforced: while the client uses a name as a fair lock (a
-    ///   handle, guard or waiting task of it lives), acquiring it through
-    ///   [`lock`](LockClient::lock) (or a [`MultiLock`](crate::MultiLock) or
-    ///   `#[distributed_lock]` on it) is refused with [`LockError::Unsupported`], and the other
-    ///   way round; nothing is sent. Reading it ([`Lock::info`], [`Lock::is_locked`]) and
-    ///   [`Lock::force_unlock`] work through either handle.
-    /// - *Across processes* nothing can enforce it: Redis holds no record of how a name is
-    ///   meant to be used, only whether it is held, so a plain `lock(name)` in another process
-    ///   (or in this one once nothing of it uses the name as a fair lock) takes the lock
-    ///   whenever it is free, ahead of the fair lock's waiters. It still excludes them: only
-    ///   the order suffers. Keep every service's code on one kind per name (a naming
-    ///   convention such as a `fair:` prefix helps).
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
-    /// // First come, first served when the drop opens.
-    /// let guard = locks.fair_lock("drop:sneaker-42").acquire().await?;
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn fair_lock(&self, name: impl AsRef<str>) -> Lock {
-        Lock::of(
-            self.clone(),
-            name.as_ref(),
-            crate::keys::Family::Fair,
-            crate::keys::Mode::Exclusive,
-        )
-    }
-
-    /// A read/write lock by name: many readers or one writer; see [`RwLock`](crate::RwLock).
-    pub fn rw_lock(&self, name: impl AsRef<str>) -> crate::RwLock {
-        crate::RwLock::new(self, name.as_ref())
-    }
-
-    /// A counting semaphore by name with `capacity` permits (unless a capacity is stored in
-    /// Redis); see [`Semaphore`](crate::Semaphore).
-    pub fn semaphore(&self, name: impl AsRef<str>, capacity: u32) -> crate::Semaphore {
-        crate::Semaphore::new(self, name.as_ref(), capacity)
-    }
-
     /// This client's random id, the first part of every owner id it writes to Redis.
     pub fn id(&self) -> &str {
         &self.inner.id

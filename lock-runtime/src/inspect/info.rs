@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::LockState;
+use crate::keys::LockNames;
 use crate::keys::{Family, Mode};
-use crate::keys::{LockNames, Scheme};
 use crate::{Lock, LockError};
 
 /// At most this many holders are listed by [`Lock::info`]; [`LockInfo::holder_count`] counts
@@ -104,18 +104,7 @@ impl Holder {
     /// # drop(guard); Ok(()) }
     /// ```
     pub fn client_id(&self) -> Option<&str> {
-        let base = match self.owner.rsplit_once('#') {
-            Some((base, "r" | "w")) => base,
-            Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
-            _ => &self.owner,
-        };
-        // A writer of Redisson's read/write lock: `<client>:<n>:write`.
-        let base = base
-            .strip_suffix(crate::keys::redisson::WRITER)
-            .unwrap_or(base);
-        base.rsplit_once(':')
-            .map(|(client, _)| client)
-            .filter(|c| !c.is_empty())
+        crate::keys::owner::client_id(&self.owner)
     }
 }
 
@@ -210,14 +199,13 @@ impl LockInfo {
             state.holders.retain(|(field, _)| field != "mode");
             state.holder_count = state.holder_count.saturating_sub(1);
         }
-        let kind =
-            if foreign_rw || (names.scheme == Scheme::RedissonReadWrite && state.kind == "hash") {
-                // (Read through its own handle, its script lists the holders with the milliseconds
-                // left of each, `mode` left out.)
-                LockKind::ReadWrite
-            } else {
-                kind_of(&state, names.family())
-            };
+        let kind = if foreign_rw || names.scheme.holds_rw_hash(&state.kind) {
+            // (Read through its own handle, its script lists the holders with the milliseconds
+            // left of each, `mode` left out.)
+            LockKind::ReadWrite
+        } else {
+            kind_of(&state, names.family())
+        };
         let remaining = (state.pttl > 0).then(|| Duration::from_millis(state.pttl as u64));
         let holders = state
             .holders
@@ -226,7 +214,7 @@ impl LockInfo {
                 let (mode, remaining) = match kind {
                     LockKind::Mutex | LockKind::Fair => (HoldMode::Exclusive, remaining),
                     LockKind::ReadWrite if foreign_rw => {
-                        let mode = match crate::keys::redisson::rw_mode_of(&owner) {
+                        let mode = match crate::keys::owner::rw_mode_of(&owner) {
                             Mode::Write => HoldMode::Write,
                             _ => HoldMode::Read,
                         };

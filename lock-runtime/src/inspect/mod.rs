@@ -2,7 +2,7 @@
 //! fencing token, who waits) and [`LockClient::scan`] (the names of the locks under the
 //! client's prefix, found with `SCAN`). What `lockctl` shows is read through these.
 //!
-//! Both read the layout the lock family writes (see `family.rs` and `names.rs`) and nothing
+//! Both read the layout the lock family writes (see `keys/`) and nothing
 //! else: a key under the prefix that is not a lock's is reported, never touched, and data of
 //! another type at a lock's key is [`LockError::ForeignData`].
 //!

@@ -6,7 +6,7 @@ use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 use crate::backend::ScanNode;
-use crate::keys::LockNames;
+use crate::keys::{KeyRole, LockNames};
 use crate::{LockClient, LockError};
 
 /// How many keys one `SCAN` call looks at by default (its `COUNT`).
@@ -132,7 +132,7 @@ impl LockScan {
                 self.note_unknown(None);
                 continue;
             };
-            match classify(prefix, &key) {
+            match LockNames::parse(prefix, &key) {
                 KeyRole::Lock(name) => {
                     if glob_match(&self.pattern, &name) && self.seen.insert(name.clone()) {
                         names.push(name);
@@ -202,77 +202,6 @@ impl fmt::Debug for LockScan {
             .field("done", &self.is_done())
             .finish_non_exhaustive()
     }
-}
-
-/// What a key under the prefix is.
-#[derive(Debug, PartialEq, Eq)]
-enum KeyRole {
-    /// The main key of the lock with this name.
-    Lock(String),
-    /// Another key of a lock (fencing counter, queue, places, waiting writers, capacity).
-    Companion,
-    /// No lock's.
-    Unknown,
-}
-
-/// The keys a lock has besides its main key (`names.rs`, `family.rs`).
-const ROLES: [&str; 6] = ["fence", "unlock", "queue", "places", "writers", "capacity"];
-
-fn classify(prefix: &str, key: &str) -> KeyRole {
-    if let Some(name) = lock_name_of(prefix, key) {
-        return KeyRole::Lock(name);
-    }
-    let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix(':')) else {
-        return KeyRole::Unknown;
-    };
-    for role in ROLES {
-        // `P:{N}:role` and `P:%{E}:role`.
-        if let Some(base) = key.strip_suffix(role).and_then(|b| b.strip_suffix(':'))
-            && let Some(name) = lock_name_of(prefix, base)
-            && LockNames::new(prefix, &name).is_ok_and(|n| n.role(role) == key)
-        {
-            return KeyRole::Companion;
-        }
-        // `P:role:#N`.
-        if let Some(name) = rest.strip_prefix(role).and_then(|r| r.strip_prefix(":#"))
-            && LockNames::new(prefix, name).is_ok_and(|n| n.role(role) == key)
-        {
-            return KeyRole::Companion;
-        }
-    }
-    KeyRole::Unknown
-}
-
-/// The lock name whose main key is `key`, if any: the inverse of `LockNames::new`, checked by
-/// deriving the key again (so no other key of any name is mistaken for a lock).
-fn lock_name_of(prefix: &str, key: &str) -> Option<String> {
-    let rest = key.strip_prefix(prefix)?.strip_prefix(':')?;
-    let name = if let Some(escaped) = rest.strip_prefix("%{").and_then(|r| r.strip_suffix('}')) {
-        unescape(escaped)?
-    } else if let Some(wrapped) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
-        wrapped.to_owned()
-    } else {
-        rest.strip_prefix('#')?.to_owned()
-    };
-    (LockNames::new(prefix, &name).ok()?.key == key).then_some(name)
-}
-
-/// Undoes `names.rs`' escape (`%25` → `%`, `%7D` → `}`); `None` for any other `%`.
-fn unescape(escaped: &str) -> Option<String> {
-    let mut out = String::with_capacity(escaped.len());
-    let mut rest = escaped;
-    while let Some(at) = rest.find('%') {
-        out.push_str(&rest[..at]);
-        let code = rest.get(at + 1..at + 3)?;
-        out.push(match code {
-            "25" => '%',
-            "7D" => '}',
-            _ => return None,
-        });
-        rest = &rest[at + 3..];
-    }
-    out.push_str(rest);
-    Some(out)
 }
 
 /// `text` with every glob metacharacter escaped, for `SCAN … MATCH`.
@@ -396,62 +325,8 @@ mod tests {
         }
     }
 
-    /// Names that imitate the layout, as in `names.rs`' tests.
-    fn tricky_names() -> Vec<String> {
-        const PIECES: [&str; 12] = [
-            "a", "{", "}", ":", "#", "%", "{u}", "fence", ":queue", "%7D", "%25", "lock:",
-        ];
-        let mut names: Vec<String> = PIECES.iter().map(|p| p.to_string()).collect();
-        let mut last = names.clone();
-        for _ in 1..3 {
-            last = last
-                .iter()
-                .flat_map(|n| PIECES.iter().map(move |p| format!("{n}{p}")))
-                .collect();
-            names.extend(last.iter().cloned());
-        }
-        names
-    }
-
     #[test]
-    fn every_key_maps_back_to_its_name_or_role() {
-        for name in tricky_names() {
-            let n = LockNames::new("lock", &name).unwrap();
-            assert_eq!(
-                classify("lock", &n.key),
-                KeyRole::Lock(name.clone()),
-                "{name:?}: {:?}",
-                n.key
-            );
-            for role in ROLES {
-                assert_eq!(
-                    classify("lock", &n.role(role)),
-                    KeyRole::Companion,
-                    "{name:?}: {role}"
-                );
-            }
-            assert_eq!(classify("lock", &n.fence), KeyRole::Companion);
-        }
-    }
-
-    #[test]
-    fn keys_of_no_lock_are_unknown() {
-        for key in [
-            "lock:plain",
-            "lock:",
-            "lock:{",
-            "lock:{}x}",
-            "lock:#no-tag",
-            "lock:%{bad%zz}",
-            "lock:%{x}",
-            "lock:{a}:other",
-            "lock:fence:#no-tag",
-            "lockx:{a}",
-            "other:{a}",
-        ] {
-            assert_eq!(classify("lock", key), KeyRole::Unknown, "{key:?}");
-        }
-        // A prefix with glob characters is matched literally by SCAN.
+    fn a_prefix_with_glob_characters_is_matched_literally() {
         assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

@@ -88,27 +88,6 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    /// The owner id of an acquisition: `base` (`<client>:<n>`) with what the scripts need to
-    /// know about the hold.
-    pub(crate) fn owner(self, base: String) -> String {
-        match self {
-            Mode::Exclusive => base,
-            Mode::Read => base + "#r",
-            Mode::Write => base + "#w",
-            Mode::Permits(n) => format!("{base}#{n}"),
-        }
-    }
-
-    /// The mode an owner id was written with.
-    pub(crate) fn of_owner(owner: &str) -> Mode {
-        match owner.rsplit_once('#') {
-            Some((_, "r")) => Mode::Read,
-            Some((_, "w")) => Mode::Write,
-            Some((_, n)) => n.parse().map_or(Mode::Exclusive, Mode::Permits),
-            None => Mode::Exclusive,
-        }
-    }
-
     /// Whether a hold of mode `self` covers a nested acquisition of mode `nested` in its
     /// scope: a writer may read, anything may take what it already holds; a reader may not
     /// write (the upgrade would wait for itself).
@@ -120,20 +99,6 @@ impl Mode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn owner_ids_round_trip_their_mode() {
-        for mode in [
-            Mode::Exclusive,
-            Mode::Read,
-            Mode::Write,
-            Mode::Permits(1),
-            Mode::Permits(40),
-        ] {
-            assert_eq!(Mode::of_owner(&mode.owner("abc:7".into())), mode);
-        }
-        assert_eq!(Mode::Permits(3).owner("c:1".into()), "c:1#3");
-    }
 
     #[test]
     fn a_reader_cannot_upgrade_in_its_scope() {

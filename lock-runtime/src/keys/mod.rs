@@ -4,6 +4,7 @@
 //!   family's role keys), and why no two names meet;
 //! - [`redisson`]: Redisson's layout, key by key, for every primitive (the wire contract);
 //! - [`family`]: the primitives ([`Family`]) and what an acquisition asks for ([`Mode`]);
+//! - [`owner`]: the owner ids of both layouts, written and read back;
 //! - [`scheme`]: the pair (layout, family) resolved once per name into a [`Scheme`], which the
 //!   scripts, the wake-up rules and the owner ids match on;
 //! - [`layout`]: the public [`Layout`] and what it decides for a whole client.
@@ -14,11 +15,13 @@
 pub(crate) mod family;
 pub(crate) mod layout;
 pub(crate) mod native;
+pub(crate) mod owner;
 pub(crate) mod redisson;
 pub(crate) mod scheme;
 
 pub(crate) use family::{Family, Mode, PLACE_TTL};
 pub use layout::Layout;
+pub(crate) use native::{KeyRole, Role};
 pub(crate) use scheme::{Scheme, Waking};
 
 use crate::LockError;

@@ -72,11 +72,12 @@ impl LockNames {
         self
     }
 
-    /// Another key of this name, for `role` (a fair lock's `queue`, a semaphore's stored
-    /// `capacity`, …): in the same slot, and no other name can produce it, by the same rule as
+    /// Another key of this name, for `role` (a fair lock's queue, a semaphore's stored
+    /// capacity, …): in the same slot, and no other name can produce it, by the same rule as
     /// the fencing counter and the channel (the role follows the closing brace, or goes in
     /// front of a name with its own hash tag).
-    pub(crate) fn role(&self, role: &str) -> String {
+    pub(crate) fn role(&self, role: Role) -> String {
+        let role = role.as_str();
         if hash_tag(&self.name).is_some() {
             // `P:#N`: the role goes before the user's text.
             let prefix = &self.key[..self.key.len() - self.name.len() - 2];
@@ -85,6 +86,122 @@ impl LockNames {
             format!("{}:{role}", self.key)
         }
     }
+
+    /// What `key`, found under `prefix`, is: the main key of a lock (with its name), another
+    /// key of one (its fencing counter, channel or a role key), or no lock's. The inverse of
+    /// [`LockNames::new`] and [`LockNames::role`], checked by deriving the key again, so no
+    /// key of any name is mistaken for another.
+    pub(crate) fn parse(prefix: &str, key: &str) -> KeyRole {
+        if let Some(name) = lock_name_of(prefix, key) {
+            return KeyRole::Lock(name);
+        }
+        let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix(':')) else {
+            return KeyRole::Unknown;
+        };
+        for role in Role::ALL {
+            let suffix = role.as_str();
+            // `P:{N}:role` and `P:%{E}:role`.
+            if let Some(base) = key.strip_suffix(suffix).and_then(|b| b.strip_suffix(':'))
+                && let Some(name) = lock_name_of(prefix, base)
+                && LockNames::new(prefix, &name).is_ok_and(|n| n.role(role) == key)
+            {
+                return KeyRole::Companion;
+            }
+            // `P:role:#N`.
+            if let Some(name) = rest.strip_prefix(suffix).and_then(|r| r.strip_prefix(":#"))
+                && LockNames::new(prefix, name).is_ok_and(|n| n.role(role) == key)
+            {
+                return KeyRole::Companion;
+            }
+        }
+        KeyRole::Unknown
+    }
+}
+
+/// A key of a native lock besides its main key, named by its role: every key but the lock's
+/// own ends (or, for a name with its own hash tag, starts) with one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The fencing counter (`LockNames::fence`).
+    Fence,
+    /// The unlock channel (`LockNames::channel`).
+    Unlock,
+    /// A fair lock's queue of waiters.
+    Queue,
+    /// A fair lock's waiters' places (when each ends).
+    Places,
+    /// A read/write lock's waiting writers.
+    Writers,
+    /// A semaphore's stored capacity.
+    Capacity,
+}
+
+impl Role {
+    /// Every role, the fence and the channel included.
+    pub(crate) const ALL: [Role; 6] = [
+        Role::Fence,
+        Role::Unlock,
+        Role::Queue,
+        Role::Places,
+        Role::Writers,
+        Role::Capacity,
+    ];
+
+    /// The role as the key spells it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Fence => "fence",
+            Role::Unlock => "unlock",
+            Role::Queue => "queue",
+            Role::Places => "places",
+            Role::Writers => "writers",
+            Role::Capacity => "capacity",
+        }
+    }
+}
+
+/// What a key under the prefix is ([`LockNames::parse`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyRole {
+    /// The main key of the lock with this name.
+    Lock(String),
+    /// Another key of a lock (fencing counter, channel, queue, places, waiting writers,
+    /// capacity).
+    Companion,
+    /// No lock's.
+    Unknown,
+}
+
+/// The lock name whose main key is `key`, if any: the inverse of `LockNames::new`, checked by
+/// deriving the key again (so no other key of any name is mistaken for a lock).
+fn lock_name_of(prefix: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix(':')?;
+    let name = if let Some(escaped) = rest.strip_prefix("%{").and_then(|r| r.strip_suffix('}')) {
+        unescape(escaped)?
+    } else if let Some(wrapped) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        wrapped.to_owned()
+    } else {
+        rest.strip_prefix('#')?.to_owned()
+    };
+    (LockNames::new(prefix, &name).ok()?.key == key).then_some(name)
+}
+
+/// Undoes [`escape`] (`%25` → `%`, `%7D` → `}`); `None` for any other `%`.
+fn unescape(escaped: &str) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 3)?;
+        out.push(match code {
+            "25" => '%',
+            "7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 /// `name` without `}` (which would end the hash tag) and with `%` escaped, so the mapping
@@ -168,6 +285,20 @@ mod tests {
         assert!(LockNames::new("p", &"x".repeat(MAX_NAME_LEN)).is_ok());
     }
 
+    /// Every string of 1 to `most` of `pieces` joined.
+    fn joined(pieces: &[&str], most: usize) -> Vec<String> {
+        let mut names: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+        let mut last = names.clone();
+        for _ in 1..most {
+            last = last
+                .iter()
+                .flat_map(|n| pieces.iter().map(move |p| format!("{n}{p}")))
+                .collect();
+            names.extend(last.iter().cloned());
+        }
+        names
+    }
+
     /// Names built from pieces that imitate the layout: braces anywhere, role words, the
     /// separators and markers. Every sequence of up to four pieces.
     fn adversarial_names() -> Vec<String> {
@@ -175,15 +306,7 @@ mod tests {
             "a", "{", "}", ":", "#", "%", "{u}", "fence", "unlock", ":fence", ":unlock", "%7D",
             "lock:",
         ];
-        let mut names: Vec<String> = PIECES.iter().map(|p| p.to_string()).collect();
-        let mut last = names.clone();
-        for _ in 1..4 {
-            last = last
-                .iter()
-                .flat_map(|n| PIECES.iter().map(move |p| format!("{n}{p}")))
-                .collect();
-            names.extend(last.iter().cloned());
-        }
+        let mut names = joined(&PIECES, 4);
         names.sort();
         names.dedup();
         names
@@ -220,7 +343,7 @@ mod tests {
     }
 
     /// The extra keys of the lock family (see `family.rs`).
-    const ROLES: [&str; 4] = ["queue", "places", "writers", "capacity"];
+    const ROLES: [Role; 4] = [Role::Queue, Role::Places, Role::Writers, Role::Capacity];
 
     /// Property: across many adversarial names, every derived key (lock, fence, channel, the
     /// family's extra keys) is
@@ -234,9 +357,9 @@ mod tests {
         for name in &names {
             let n = LockNames::new("lock", name)
                 .unwrap_or_else(|e| panic!("{name:?} must be laid out, not rejected: {e}"));
-            assert_eq!(n.role("fence"), n.fence, "{name:?}");
-            assert_eq!(n.role("unlock"), n.channel, "{name:?}");
-            let roles = ROLES.map(|role| (role, n.role(role)));
+            assert_eq!(n.role(Role::Fence), n.fence, "{name:?}");
+            assert_eq!(n.role(Role::Unlock), n.channel, "{name:?}");
+            let roles = ROLES.map(|role| (role.as_str(), n.role(role)));
             for (role, key) in [
                 ("key", &n.key),
                 ("fence", &n.fence),
@@ -288,7 +411,7 @@ mod tests {
                 n.channel
             );
             for role in ROLES {
-                assert_eq!(tag, hashed_part(&n.role(role)), "{name:?}: {role}");
+                assert_eq!(tag, hashed_part(&n.role(role)), "{name:?}: {role:?}");
             }
             if hashed_part(name) != name.as_bytes() {
                 assert_eq!(
@@ -305,5 +428,53 @@ mod tests {
         assert!(validate_prefix("lock").is_ok());
         assert!(validate_prefix("a{b").is_err());
         assert!(validate_prefix("").is_err());
+    }
+
+    /// Names that imitate the layout, as in the tests above.
+    fn tricky_names() -> Vec<String> {
+        const PIECES: [&str; 12] = [
+            "a", "{", "}", ":", "#", "%", "{u}", "fence", ":queue", "%7D", "%25", "lock:",
+        ];
+        joined(&PIECES, 3)
+    }
+
+    #[test]
+    fn every_key_maps_back_to_its_name_or_role() {
+        for name in tricky_names() {
+            let n = LockNames::new("lock", &name).unwrap();
+            assert_eq!(
+                LockNames::parse("lock", &n.key),
+                KeyRole::Lock(name.clone()),
+                "{name:?}: {:?}",
+                n.key
+            );
+            for role in Role::ALL {
+                assert_eq!(
+                    LockNames::parse("lock", &n.role(role)),
+                    KeyRole::Companion,
+                    "{name:?}: {role:?}"
+                );
+            }
+            assert_eq!(LockNames::parse("lock", &n.fence), KeyRole::Companion);
+        }
+    }
+
+    #[test]
+    fn keys_of_no_lock_are_unknown() {
+        for key in [
+            "lock:plain",
+            "lock:",
+            "lock:{",
+            "lock:{}x}",
+            "lock:#no-tag",
+            "lock:%{bad%zz}",
+            "lock:%{x}",
+            "lock:{a}:other",
+            "lock:fence:#no-tag",
+            "lockx:{a}",
+            "other:{a}",
+        ] {
+            assert_eq!(LockNames::parse("lock", key), KeyRole::Unknown, "{key:?}");
+        }
     }
 }

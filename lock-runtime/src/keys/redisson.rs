@@ -20,7 +20,7 @@
 //! hold `permits:<id>[,<id>…]#<n>` (the 16-byte permit ids Java's `release(id)` takes, in hex);
 //! a plain semaphore's hold `plain:<client>:<n>#<n>`.
 
-use super::{Family, LockNames, Mode, Scheme, hash_tag, validate_name};
+use super::{Family, LockNames, Scheme, hash_tag, validate_name};
 use crate::LockError;
 
 /// `RLock`'s unlock channel prefix.
@@ -37,9 +37,6 @@ const QUEUE: &str = "redisson_lock_queue";
 const TIMEOUT: &str = "redisson_lock_timeout";
 /// Redisson 4's unlock latch of a lock (`redisson_unlock_latch:{N}:<request id>`).
 const UNLOCK_LATCH: &str = "redisson_unlock_latch";
-
-/// The suffix of a writer's field in Redisson's `RReadWriteLock` (`<owner>:write`).
-pub(crate) const WRITER: &str = ":write";
 
 /// The `wait` of every Rust waiter of a fair lock, in ms: Redisson's default
 /// `fairLockWaitTimeout`.
@@ -168,26 +165,6 @@ pub(crate) fn fair_waiter_channel(names: &LockNames, owner: &str) -> String {
     format!("{}:{owner}", names.channel)
 }
 
-/// The owner id of an `RReadWriteLock` acquisition: a reader is `base` itself (`<client
-/// uuid>:<n>`, as a Java reader's `<client uuid>:<thread id>`), the writer `base` with
-/// Redisson's `:write`.
-pub(crate) fn rw_owner(mode: Mode, base: String) -> String {
-    match mode {
-        Mode::Write => base + WRITER,
-        _ => base,
-    }
-}
-
-/// The mode of an `RReadWriteLock` field: the writer's `:write` suffix, or else a reader
-/// (Java's fields included).
-pub(crate) fn rw_mode_of(owner: &str) -> Mode {
-    if owner.ends_with(WRITER) {
-        Mode::Write
-    } else {
-        Mode::Read
-    }
-}
-
 /// The base of a reader's timeout keys, `{N}:<owner>:rwlock_timeout` (Redisson's
 /// `suffixName(N, owner)` and `:rwlock_timeout`); hold `k` is `<base>:<k>`.
 pub(crate) fn rw_timeouts(names: &LockNames, owner: &str) -> String {
@@ -202,25 +179,6 @@ pub(crate) fn rw_timeout_prefix(names: &LockNames) -> String {
     } else {
         format!("{{{}}}", names.name)
     }
-}
-
-/// The most permits one `RPermitExpirableSemaphore` hold may take: its owner id carries one
-/// 33-byte id per permit (33 KiB at this cap).
-pub(crate) const MAX_PERMITS_PER_HOLD: u32 = 1024;
-
-/// The owner id of an `RPermitExpirableSemaphore` acquisition of `n` permits:
-/// `permits:<id>[,<id>…]#<n>`, one fresh id per permit, each 32 lower-case hex chars (16
-/// random bytes, a v4 UUID's, decoded to the 16 raw bytes Redisson stores by the scripts).
-pub(crate) fn permits_owner(n: u32) -> String {
-    let ids: Vec<String> = (0..n)
-        .map(|_| uuid::Uuid::new_v4().simple().to_string())
-        .collect();
-    format!("permits:{}#{n}", ids.join(","))
-}
-
-/// The owner id of a plain `RSemaphore` acquisition of `n` permits: `plain:<base>#<n>`.
-pub(crate) fn plain_owner(base: String, n: u32) -> String {
-    format!("plain:{base}#{n}")
 }
 
 #[cfg(test)]
@@ -396,13 +354,8 @@ mod tests {
     }
 
     #[test]
-    fn read_write_owners_read_like_redissons() {
+    fn read_holds_time_out_under_redissons_keys() {
         let base = "0a3e7a38-7f55-4e6c-9d8a-6b1f0e2d4c11:7".to_owned();
-        assert_eq!(rw_owner(Mode::Read, base.clone()), base);
-        let writer = rw_owner(Mode::Write, base.clone());
-        assert_eq!(writer, format!("{base}:write"));
-        assert_eq!(rw_mode_of(&writer), Mode::Write);
-        assert_eq!(rw_mode_of(&base), Mode::Read);
         let names = Layout::Redisson
             .names("p", "stock:42", Family::ReadWrite)
             .unwrap();
@@ -442,26 +395,5 @@ mod tests {
         assert!(semaphore("x:{t}:timeout", true).is_err());
         assert!(semaphore("{x}:timeout", false).is_err());
         assert!(semaphore("x:timeout", true).is_ok());
-    }
-
-    #[test]
-    fn permit_owner_ids_carry_one_permit_id_each() {
-        let owner = permits_owner(3);
-        let ids: Vec<&str> = owner
-            .strip_prefix("permits:")
-            .and_then(|rest| rest.rsplit_once('#'))
-            .map(|(ids, _)| ids.split(',').collect())
-            .unwrap_or_default();
-        assert_eq!(ids.len(), 3);
-        assert!(ids.iter().all(|id| {
-            id.len() == 32
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        }));
-        assert_eq!(Mode::of_owner(&owner), Mode::Permits(3));
-        let plain = plain_owner("c:1".into(), 2);
-        assert_eq!(plain, "plain:c:1#2");
-        assert_eq!(Mode::of_owner(&plain), Mode::Permits(2));
     }
 }

@@ -19,8 +19,8 @@
 
 use std::time::Duration;
 
-use super::redisson;
 use super::{Family, Layout, Mode, PLACE_TTL};
+use super::{owner, redisson};
 
 /// See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl Scheme {
     /// Whether waiters hand on the one wake-up that a read unlock gives each process:
     /// Redisson's read/write lock publishes `0` when a read unlock frees it, which Java reads
     /// as "wake one waiter", so every other waiting reader of this process must be woken by
-    /// the one that got in (`acquire.rs`).
+    /// the one that got in (`acquire/mod.rs`).
     pub(crate) fn shares_read_wake_ups(self) -> bool {
         self == Scheme::RedissonReadWrite
     }
@@ -169,9 +169,9 @@ impl Scheme {
     /// the ids, they are Redisson's (see [`redisson`]).
     pub(crate) fn owner(self, mode: Mode, base: String) -> String {
         match (self, mode) {
-            (Scheme::RedissonReadWrite, _) => redisson::rw_owner(mode, base),
-            (Scheme::RedissonPermits { .. }, Mode::Permits(n)) => redisson::permits_owner(n),
-            (Scheme::RedissonPlain { .. }, Mode::Permits(n)) => redisson::plain_owner(base, n),
+            (Scheme::RedissonReadWrite, _) => owner::rw_owner(mode, base),
+            (Scheme::RedissonPermits { .. }, Mode::Permits(n)) => owner::permits_owner(n),
+            (Scheme::RedissonPlain { .. }, Mode::Permits(n)) => owner::plain_owner(base, n),
             _ => mode.owner(base),
         }
     }
@@ -182,16 +182,47 @@ impl Scheme {
         self.layout() == Layout::Native
     }
 
-    /// Whether an owner id carries one permit id per permit (Redisson's
-    /// `RPermitExpirableSemaphore`): a request is then capped before its id is built.
-    pub(crate) fn owner_grows_with_permits(self) -> bool {
+    /// The most permits one hold may take, where the owner id carries one permit id per
+    /// permit (Redisson's `RPermitExpirableSemaphore`): a request is then capped before its id
+    /// is built. `None`: no cap but the capacity.
+    pub(crate) fn max_permits_per_hold(self) -> Option<u32> {
+        matches!(self, Scheme::RedissonPermits { .. }).then_some(owner::MAX_PERMITS_PER_HOLD)
+    }
+
+    /// Whether a permit-holding semaphore's holds have leases (Redisson's
+    /// `RPermitExpirableSemaphore`, rather than a plain `RSemaphore`).
+    pub(crate) fn leases(self) -> bool {
         matches!(self, Scheme::RedissonPermits { .. })
+    }
+
+    /// Whether a hold may pass in memory to another task of its client (`Held::pass_in_memory`):
+    /// only this crate's mutex, whose hold in Redis is its owner id alone.
+    pub(crate) fn passes_in_memory(self) -> bool {
+        self == Scheme::Mutex
+    }
+
+    /// Whether the lock is stored as a string holding its owner id (this crate's mutex); every
+    /// other scheme keeps a hash, a sorted set or a count.
+    pub(crate) fn stores_a_string(self) -> bool {
+        self == Scheme::Mutex
+    }
+
+    /// Whether a hold in `mode` shares its key's TTL with Java's renewals: a read hold of
+    /// Redisson's read/write lock, whose hash's TTL Java readers' watchdogs also set.
+    pub(crate) fn shares_java_renewals(self, mode: Mode) -> bool {
+        self == Scheme::RedissonReadWrite && mode == Mode::Read
+    }
+
+    /// Whether data of type `kind` found at the key is a Redisson read/write lock's hash read
+    /// through its own handle.
+    pub(crate) fn holds_rw_hash(self, kind: &str) -> bool {
+        self == Scheme::RedissonReadWrite && kind == "hash"
     }
 
     /// The mode an owner id of a lock of this scheme was written with (Java's ids included).
     pub(crate) fn mode_of(self, owner: &str) -> Mode {
         match self {
-            Scheme::RedissonReadWrite => redisson::rw_mode_of(owner),
+            Scheme::RedissonReadWrite => owner::rw_mode_of(owner),
             _ => Mode::of_owner(owner),
         }
     }

@@ -13,7 +13,7 @@ use super::{
     functions, redisson,
 };
 use crate::backend::{CapacityOp, HandOff};
-use crate::keys::{LockNames, PLACE_TTL, Scheme};
+use crate::keys::{LockNames, PLACE_TTL, Role, Scheme};
 
 /// One script invocation: the script (to reload it), and its command: the `FCALL` of the
 /// library function that runs the same script (`functions.rs`) if there is one, else its
@@ -227,19 +227,19 @@ impl Call {
                 &[
                     &names.key,
                     &names.fence,
-                    &names.role("queue"),
-                    &names.role("places"),
+                    &names.role(Role::Queue),
+                    &names.role(Role::Places),
                 ],
                 args.into_iter().chain([place_ms]),
             ),
             Scheme::ReadWrite => Call::new(
                 &RW_ACQUIRE,
-                &[&names.key, &names.fence, &names.role("writers")],
+                &[&names.key, &names.fence, &names.role(Role::Writers)],
                 args.into_iter().chain([place_ms]),
             ),
             Scheme::Semaphore { capacity } => Call::new(
                 &SEMAPHORE_ACQUIRE,
-                &[&names.key, &names.fence, &names.role("capacity")],
+                &[&names.key, &names.fence, &names.role(Role::Capacity)],
                 args.into_iter().chain([Arg::Int(capacity.into())]),
             ),
             Scheme::RedissonFair => redisson::fair::acquire(names, owner, lease_ms, retention_ms),
@@ -321,13 +321,17 @@ impl Call {
                 let keys = [
                     names.key.as_str(),
                     &names.channel,
-                    &names.role("queue"),
-                    &names.role("places"),
+                    &names.role(Role::Queue),
+                    &names.role(Role::Places),
                 ];
                 Call::new(publishing.fair_release, &keys, owner_arg)
             }
             Scheme::ReadWrite => {
-                let keys = [names.key.as_str(), &names.channel, &names.role("writers")];
+                let keys = [
+                    names.key.as_str(),
+                    &names.channel,
+                    &names.role(Role::Writers),
+                ];
                 Call::new(publishing.holders_release, &keys, owner_arg)
             }
             Scheme::Semaphore { .. } => {
@@ -447,7 +451,11 @@ impl Call {
             }
             _ => {}
         }
-        let keys = [names.key.as_str(), &names.role("capacity"), &names.channel];
+        let keys = [
+            names.key.as_str(),
+            &names.role(Role::Capacity),
+            &names.channel,
+        ];
         let (op, value) = match op {
             CapacityOp::Free => ("free", 0),
             CapacityOp::Capacity => ("capacity", 0),
@@ -486,10 +494,10 @@ impl Call {
                     names.key.as_str(),
                     &names.fence,
                     &names.channel,
-                    &names.role("queue"),
-                    &names.role("places"),
-                    &names.role("writers"),
-                    &names.role("capacity"),
+                    &names.role(Role::Queue),
+                    &names.role(Role::Places),
+                    &names.role(Role::Writers),
+                    &names.role(Role::Capacity),
                 ];
                 Call::new(publishing.inspect, &keys, [Arg::Int(max_holders.into())])
             }
@@ -699,10 +707,10 @@ mod tests {
                 names.key.clone(),
                 names.fence.clone(),
                 names.channel.clone(),
-                names.role("queue"),
-                names.role("places"),
-                names.role("writers"),
-                names.role("capacity"),
+                names.role(Role::Queue),
+                names.role(Role::Places),
+                names.role(Role::Writers),
+                names.role(Role::Capacity),
                 "100".into()
             ]
         );

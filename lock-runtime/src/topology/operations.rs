@@ -37,7 +37,7 @@ fn renew_chunk(max_arguments: usize) -> usize {
 }
 
 // The default limit keeps the largest renewal call.
-const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::MAX_REQUEST_ARGUMENTS);
+const _: () = assert!(3 + RENEW_CHUNK + 1 + RENEW_CHUNK <= crate::backend::MAX_REQUEST_ARGUMENTS);
 
 /// The lock operations on a Redis deployment.
 pub(crate) struct RedisBackend {
@@ -204,7 +204,7 @@ impl RedisBackend {
                 if holder == owner.as_bytes() {
                     // A retried request of ours had taken it.
                     Reply::Done(0)
-                } else if is_owner_id(holder) {
+                } else if crate::keys::owner::is_owner_id(holder) {
                     Reply::NotDone(-2)
                 } else {
                     // A string that is not a lock: the script names it.
@@ -299,18 +299,6 @@ impl RedisBackend {
         query_reloading(&mut self.conn.clone(), &self.dialect, &calls, None).await?;
         Ok(Vec::new())
     }
-}
-
-/// Whether `value` is an owner id of this crate's layout, `<client hex>:<n>` (as
-/// `is_owner_id` in `prelude.lua`).
-fn is_owner_id(value: &[u8]) -> bool {
-    let text = std::str::from_utf8(value).unwrap_or_default();
-    text.split_once(':').is_some_and(|(client, n)| {
-        !client.is_empty()
-            && client.bytes().all(|b| b.is_ascii_hexdigit())
-            && !n.is_empty()
-            && n.bytes().all(|b| b.is_ascii_digit())
-    })
 }
 
 impl Backend for RedisBackend {

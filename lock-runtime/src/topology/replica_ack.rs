@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use redis::{ErrorKind, Pipeline, RedisError, Value};
 
-use crate::backend::{Acked, Shortfall};
+use crate::backend::Acked;
+use crate::error::Shortfall;
 
 /// Require `replicas` acknowledgements within `timeout` after each lock write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use super::{Conn, Settings};
 use crate::LockError;
 use crate::demux::Demux;
-use crate::error::failover_symptom;
+use crate::retry::failover_symptom;
 use crate::sync;
 
 /// The shortest interval between two questions to the sentinels.

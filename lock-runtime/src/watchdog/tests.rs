@@ -384,7 +384,7 @@ async fn a_hold_registered_past_its_deadline_is_lost_at_once() {
         granting(|c| async move { Ok(renewed(&c)) }),
         Duration::from_secs(3),
     );
-    let signal = Arc::new(crate::hold::LossSignal::new(
+    let signal = Arc::new(crate::signal::LossSignal::new(
         crate::metrics::Group::resolve(None, "x"),
     ));
     let names = Arc::new(crate::keys::LockNames::new("lock", "late").unwrap());
@@ -468,7 +468,7 @@ async fn a_check_past_the_deadline_reports_the_loss_before_the_watchdog_runs() {
 /// a confirmed renewal (`extend`) moves that wake-up forward.
 #[tokio::test(start_paused = true)]
 async fn lost_wakes_at_the_deadline_by_its_own_timer() {
-    let signal = crate::hold::LossSignal::new(crate::metrics::Group::resolve(None, "x"));
+    let signal = crate::signal::LossSignal::new(crate::metrics::Group::resolve(None, "x"));
     let names = Arc::new(crate::keys::LockNames::new("lock", "alone").unwrap());
     let start = Instant::now();
     signal.arm(

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{Members, State, first_end, live, live_set, next_token};
 use crate::backend::Reply;
 use crate::keys::LockNames;
-use crate::keys::{Family, PLACE_TTL};
+use crate::keys::{Family, PLACE_TTL, owner};
 
 /// Adds (or renews) `owner` among the holders of a read/write lock or semaphore, with a fresh
 /// token (`grant_member` in `prelude.lua`).
@@ -32,9 +32,8 @@ pub(super) fn grant_member(
 
 /// The permits an owner id carries: `#<permits>` at its end, else 1.
 pub(super) fn permits_of(owner: &str) -> u64 {
-    owner
-        .rsplit_once('#')
-        .and_then(|(_, n)| n.parse().ok())
+    owner::suffix(owner)
+        .and_then(|n| n.parse().ok())
         .unwrap_or(1)
 }
 
@@ -170,7 +169,7 @@ pub(super) fn release_member(
         }
     }
     let wake = if removed {
-        match owner.rsplit_once('#').map(|(_, n)| n) {
+        match owner::suffix(owner) {
             Some(n) if n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty() => Some(n.to_owned()),
             _ => (remaining == 0).then(|| "*".to_owned()),
         }

@@ -265,7 +265,7 @@ impl Backend for MemoryBackend {
         if let Some(hold) = live(&mut state, &names.key) {
             // As on Redis: this crate's mutex is a string, a fair lock a hash (below: also
             // once someone queues for it).
-            lock.kind = if names.scheme == Scheme::Mutex {
+            lock.kind = if names.scheme.stores_a_string() {
                 "string".into()
             } else {
                 "hash".into()

@@ -34,7 +34,7 @@
 //! - **Wake-ups.** A write unlock publishes `1`, which wakes every Java waiter; the client reads a
 //!   `1` on this channel as "wake every waiter" too (`demux::WakeRule`). A read unlock publishes
 //!   `0`, which wakes one waiter per process; a reader of ours that gets in after it wakes the
-//!   other local waiters (`acquire.rs`).
+//!   other local waiters (`acquire/mod.rs`).
 //! - **No writer preference**, as in Redisson: a reader gets in whenever the lock is in read
 //!   mode, so readers can starve a writer. (The native layout lets waiting writers go first.)
 //! - **Force unlock** deletes the hash in either mode and publishes `1`.

@@ -49,14 +49,14 @@
 //! the new total (`setPermits`, `trySetPermits`), the count released (expirable release of
 //! many, as Redisson's release-many), or the delta (`addPermits`). The demultiplexer wakes up
 //! to that many local waiters (`demux.rs`), so nobody who could get in sleeps, and a waiter
-//! for several permits that cannot get in passes its wake-up on (`acquire.rs`).
+//! for several permits that cannot get in passes its wake-up on (`acquire/mod.rs`).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 use crate::backend::CapacityOp;
-use crate::keys::{LockNames, Scheme};
+use crate::keys::LockNames;
 use crate::script::call::Arg;
 use crate::script::{Call, Publishing, with_prelude};
 
@@ -86,7 +86,7 @@ pub(crate) static PLAIN_SHARDED: LazyLock<Script> = LazyLock::new(|| {
 
 /// Whether `names` is an `RPermitExpirableSemaphore` (rather than a plain `RSemaphore`).
 fn leases(names: &LockNames) -> bool {
-    matches!(names.scheme, Scheme::RedissonPermits { .. })
+    names.scheme.leases()
 }
 
 /// The script and keys of either kind: `[{N}:timeout, N, channel, fence]` (expirable) or

@@ -47,9 +47,12 @@ MAX_FILE_LINES = 800
 MAX_TEST_BINARIES = 24
 # lock-runtime's branch sites on the key layout outside `keys/` (the layout is asked by name there).
 # The count when the check was written; lower it when sites move into `keys/`.
-MAX_LAYOUT_SITES = 8
+MAX_LAYOUT_SITES = 6
 
 # Import cycles are checked in the library crates (CRATES); the report draws the others' graphs too.
+# A cycle among the files of one folder module (e.g. `acquire/mod.rs` and `acquire/place.rs`, whose
+# files share the module's types through `super::`) is that room's own business: reported, not
+# failed. A cycle that crosses modules fails, as one between two modules at the crate root does.
 
 # --- What is read --------------------------------------------------------------------------------
 # The library crates: their source trees (graphs and sizes).
@@ -446,11 +449,17 @@ def report(n):
     print(f"\n== test binaries: {len(bins)} ==\n  " + ", ".join(bins))
 
 
+def within_one_folder(root, comp):
+    """Whether every file of a cycle lies in one folder module (not the crate root's folder)."""
+    folders = {os.path.dirname(f) for f in comp}
+    return len(folders) == 1 and folders != {os.path.dirname(root)}
+
+
 def check():
     problems = []
     for root, edges in graphs(CRATES):
         for comp in cycles(edges):
-            if set(comp) in ALLOWED_CYCLES:
+            if set(comp) in ALLOWED_CYCLES or within_one_folder(root, comp):
                 continue
             problems.append(f"import cycle ({root}): {' <-> '.join(comp)}\n      "
                             + "\n      ".join(arrows_within(edges, comp)))

@@ -50,6 +50,24 @@ fn largest_command(redis: &RedisServer) -> (usize, String) {
     (most, command)
 }
 
+/// A task of `waiters` waiting (up to a minute) for each of `names`.
+fn wait_on_each(
+    waiters: &LockClient,
+    names: &[String],
+) -> Vec<tokio::task::JoinHandle<Result<lock_runtime::LockGuard, LockError>>> {
+    names
+        .iter()
+        .map(|name| {
+            let waiters = waiters.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let opts = LockOptions::new().wait(Duration::from_secs(60));
+                waiters.lock(&name).acquire_with(opts).await
+            })
+        })
+        .collect()
+}
+
 /// A server that logs every command with its arguments.
 fn logging_server() -> RedisServer {
     RedisServer::start_with(&[
@@ -74,17 +92,7 @@ async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited
         guards.extend(taken.into_iter().map(Result::unwrap));
     }
     // A waiter on each.
-    let tasks: Vec<_> = names
-        .iter()
-        .map(|name| {
-            let waiters = waiters.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                let opts = LockOptions::new().wait(Duration::from_secs(60));
-                waiters.lock(&name).acquire_with(opts).await
-            })
-        })
-        .collect();
+    let tasks = wait_on_each(&waiters, &names);
     let subscribed = common::eventually(Duration::from_secs(30), || {
         waiters.subscribed_channels() == LOCKS
     })
@@ -145,17 +153,7 @@ async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    let tasks: Vec<_> = names
-        .iter()
-        .map(|name| {
-            let waiters = waiters.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                let opts = LockOptions::new().wait(Duration::from_secs(60));
-                waiters.lock(&name).acquire_with(opts).await
-            })
-        })
-        .collect();
+    let tasks = wait_on_each(&waiters, &names);
     assert!(
         common::eventually(Duration::from_secs(30), || waiters.subscribed_channels()
             == SOME)

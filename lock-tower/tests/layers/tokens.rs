@@ -33,16 +33,21 @@ struct Seen {
     owners: Mutex<Vec<String>>,
 }
 
+/// The owner id Redis holds the request's lock under (without the mark a waiter leaves).
+async fn owner_in_redis(redis: &redis::Client, held: &HeldLock) -> String {
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let value: String = redis::cmd("GET")
+        .arg(format!("lock:{{{}}}", held.name()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    value.strip_suffix('!').unwrap_or(&value).to_owned()
+}
+
 /// Answers `<issued before asking> <token> <issued after asking>`, keeping its `HeldLock`.
 async fn save(State(seen): State<Arc<Seen>>, Extension(held): Extension<HeldLock>) -> String {
     if let Some(redis) = &seen.redis {
-        let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-        let value: String = redis::cmd("GET")
-            .arg(format!("lock:{{{}}}", held.name()))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let owner = value.strip_suffix('!').unwrap_or(&value).to_owned();
+        let owner = owner_in_redis(redis, &held).await;
         seen.owners.lock().unwrap().push(owner);
     }
     let before = held.issued_token();
@@ -179,17 +184,7 @@ async fn keep_asking(
     State(flight): State<Arc<InFlight>>,
     Extension(held): Extension<HeldLock>,
 ) -> String {
-    let mut conn = flight
-        .redis
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let value: String = redis::cmd("GET")
-        .arg(format!("lock:{{{}}}", held.name()))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let owner = value.strip_suffix('!').unwrap_or(&value).to_owned();
+    let owner = owner_in_redis(&flight.redis, &held).await;
     flight.entered.send(owner).unwrap();
     let go = flight.go.lock().unwrap().take();
     let Some(go) = go else {

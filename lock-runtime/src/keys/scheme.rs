@@ -202,7 +202,8 @@ impl Scheme {
     }
 
     /// Whether the lock is stored as a string holding its owner id (this crate's mutex); every
-    /// other scheme keeps a hash, a sorted set or a count.
+    /// other scheme keeps a hash, a sorted set or a count. (Asked by the in-memory backend.)
+    #[cfg(any(test, feature = "memory"))]
     pub(crate) fn stores_a_string(self) -> bool {
         self == Scheme::Mutex
     }

@@ -67,6 +67,11 @@ def cargo_jobs(features, build_messages):
     packages = {p["id"]: p for p in meta["packages"]}
     target_dir = meta["target_directory"]
     cargo = shutil.which("cargo")
+    sysroot = subprocess.run(["rustc", "--print", "sysroot"], cwd=ROOT, check=True, text=True,
+                             stdout=subprocess.PIPE).stdout.strip()
+    target_libdir = subprocess.run(["rustc", "--print", "target-libdir"], cwd=ROOT, check=True, text=True,
+                                   stdout=subprocess.PIPE).stdout.strip()
+    toolchain_libs = [os.path.join(sysroot, "lib"), target_libdir]
     if build_messages:
         build, messages = None, open(build_messages)
     else:
@@ -88,7 +93,9 @@ def cargo_jobs(features, build_messages):
         manifest_dir = os.path.dirname(p["manifest_path"])
         kind = "/".join(m["target"]["kind"])
         name = p["name"] + "/" + m["target"]["name"] + ("" if kind == "test" else " (" + kind + ")")
-        library_path = [os.path.join(target_dir, "debug", "deps"), os.path.join(target_dir, "debug")]
+        # As cargo: the build's libraries, and the toolchain's (a proc-macro crate's unit tests
+        # link the standard library dynamically).
+        library_path = [os.path.join(target_dir, "debug", "deps"), os.path.join(target_dir, "debug")] + toolchain_libs
         if os.environ.get("LD_LIBRARY_PATH"):
             library_path.append(os.environ["LD_LIBRARY_PATH"])
         jobs.append({

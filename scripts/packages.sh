@@ -47,8 +47,9 @@ for c in "${crates[@]}"; do tar -xzmf target/package/"$c"-[0-9]*.crate -C "$veri
 # versions of the dependencies as the tests ran with (packages of their own drop what they
 # don't use).
 cp Cargo.lock "$verify/"
-# Each alone (its own features, not unified with the others'), in dependency order.
+# Each alone (its own features, not unified with the others'), in dependency order: its library
+# and binaries, as `cargo package` builds them.
 for c in "${crates[@]}"; do
-  (cd "$verify" && cargo check -q -p "$c" --lib --bins --target-dir ../..)
+  (cd "$verify" && cargo check -q -p "$c" --target-dir ../..)
 done
 echo "packages: ${crates[*]}: packaged and checked from their packages"

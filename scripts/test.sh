@@ -68,9 +68,13 @@ bash scripts/compat.sh --jobs "$features" > target/compat-jobs.jsonl
 step "tests and the compatibility stage; doc tests, MSRV and packages alongside"
 alongside() {
   local status=0
+  echo "== doc tests ($((SECONDS - started)) s)"
   cargo test --workspace --doc --features "$features" || status=1
+  echo "== MSRV ($((SECONDS - started)) s)"
   bash scripts/msrv.sh || status=1
+  echo "== packages ($((SECONDS - started)) s)"
   bash scripts/packages.sh || status=1
+  echo "== doc tests, MSRV and packages done ($((SECONDS - started)) s)"
   return $status
 }
 alongside > target/alongside.log 2>&1 &

@@ -13,16 +13,21 @@
 # TLS tests are left out by name (`--skip tls`, counted as "filtered out" in the output): none
 # of these servers is built with TLS, so TLS stays on Debian's server.
 #
-# It runs the test binaries the suite's test step built (same features): no build of its own.
+# It runs the test binaries the suite's test step built (same features): no build of its own,
+# through scripts/run-tests.py, the servers and their binaries at once (a summary line per run,
+# the totals per server, the whole output of a failing run, exit status 1 when any fails).
 #
 #   bash scripts/compat.sh FEATURES            # after `cargo test --workspace --all-targets --features FEATURES`
 #   COMPAT_SERVERS=valkey-9.1.2 bash scripts/compat.sh FEATURES   # one server
+#   bash scripts/compat.sh --jobs FEATURES    # the runs as jobs for scripts/run-tests.py, which
+#                                             # the test step runs along with the test binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
-features=${1:?usage: compat.sh FEATURES}
-started=$SECONDS
+mode=run
+if [ "${1:-}" = --jobs ]; then mode=jobs; shift; fi
+features=${1:?usage: compat.sh [--jobs] FEATURES}
 
-bash scripts/ensure-deps.sh servers
+bash scripts/ensure-deps.sh servers >&2
 servers_cache=${LOCK_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-runtime-servers}
 
 # The test binaries, from cargo's own account of the build (nothing is compiled when the test
@@ -68,34 +73,38 @@ redisson_tests=(
   interop::semaphore::semaphores_share_capacity_and_wake_each_other
 )
 
-failed=()
-# Runs a test binary on $server (and $cli) from its package's directory, as under `cargo test`.
-run() {
+# One run of a test binary on $server (and $cli), from its package's directory as under `cargo
+# test`, as a job for scripts/run-tests.py (one JSON object a line).
+job() {
   local what=$1
   shift
-  (cd lock-runtime && REDIS_SERVER_BIN="$server" REDIS_CLI_BIN="$cli" "$@" --skip tls -q </dev/null) \
-    || failed+=("$name: $what")
+  python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "group": sys.argv[2], "cwd": sys.argv[3],
+      "env": {"REDIS_SERVER_BIN": sys.argv[4], "REDIS_CLI_BIN": sys.argv[5]},
+      "argv": sys.argv[7:] + ["--skip", "tls", "-q"], "seconds": float(sys.argv[6])}))' \
+    "$what" "compatibility: $label" "$PWD/lock-runtime" "$server" "$cli" "${seconds[$what]:-1}" "$@"
 }
-while IFS=$'\t' read -r name use server cli; do
-  if [ -n "${COMPAT_SERVERS:-}" ] && [[ " $COMPAT_SERVERS " != *" $name "* ]]; then continue; fi
-  at=$SECONDS
-  echo "== compatibility: $name ($("$server" --version | cut -d' ' -f1-3))"
-  if [ "$use" = refused ]; then
-    # A server the client must refuse at build (older than Redis 7.0).
-    run "refused" "$core" --ignored --exact managed::a_server_older_than_redis_7_is_refused_at_connect
-    continue
-  fi
-  run behaviour_redis "$behaviour"
-  run family "$family"
-  run "core managed::" "$core" managed::
-  run "redisson layout::" "$redisson" layout::
-  run "topology" "$topology" --exact "${topology_tests[@]}"
-  if [ "$name" = valkey-9.1.2 ]; then run "redisson interop" "$redisson" --exact "${redisson_tests[@]}"; fi
-  echo "== $name: $((SECONDS - at)) s"
-done < "$servers_cache/servers.tsv"
-
-echo "== compatibility stage: $((SECONDS - started)) s"
-if [ ${#failed[@]} -gt 0 ]; then
-  printf 'compat: failed: %s\n' "${failed[@]}" >&2
-  exit 1
+# The order of starting (seconds each took on two cores: the longest first).
+declare -A seconds=([redisson interop]=70 [topology]=45 [behaviour_redis]=10 [family]=8 ["core managed::"]=6)
+jobs() {
+  while IFS=$'\t' read -r name use server cli; do
+    if [ -n "${COMPAT_SERVERS:-}" ] && [[ " $COMPAT_SERVERS " != *" $name "* ]]; then continue; fi
+    label="$name, $("$server" --version | cut -d' ' -f1-3)"
+    if [ "$use" = refused ]; then
+      # A server the client must refuse at build (older than Redis 7.0).
+      job "refused" "$core" --ignored --exact managed::a_server_older_than_redis_7_is_refused_at_connect
+      continue
+    fi
+    job behaviour_redis "$behaviour"
+    job family "$family"
+    job "core managed::" "$core" managed::
+    job "redisson layout::" "$redisson" layout::
+    job "topology" "$topology" --exact "${topology_tests[@]}"
+    if [ "$name" = valkey-9.1.2 ]; then job "redisson interop" "$redisson" --exact "${redisson_tests[@]}"; fi
+  done < "$servers_cache/servers.tsv"
+}
+if [ "$mode" = jobs ]; then
+  jobs
+else
+  # The servers at once, and their binaries (the tests wait on servers, as in the test step).
+  jobs | python3 scripts/run-tests.py -
 fi

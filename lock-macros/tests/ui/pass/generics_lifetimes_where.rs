@@ -1,4 +1,17 @@
 //! Generics, lifetimes and where-clauses survive, and placeholders may have generic types.
+// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
+// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// dead code allowed, no clippy.
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 use std::fmt::Display;
 
@@ -14,7 +27,10 @@ impl From<LockError> for AppError {
 }
 
 #[distributed_lock(name = "item:<id>")]
-async fn generic<T: Display + Send + Sync, const N: usize>(id: T, buf: [u8; N]) -> Result<usize, AppError> {
+async fn generic<T: Display + Send + Sync, const N: usize>(
+    id: T,
+    buf: [u8; N],
+) -> Result<usize, AppError> {
     Ok(buf.len())
 }
 

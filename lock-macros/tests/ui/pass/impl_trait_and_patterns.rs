@@ -1,5 +1,18 @@
 //! `impl Trait` arguments (and an `impl Trait` inside the `Result`), and patterns in
 //! parameters whose bindings the name can use.
+// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
+// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// dead code allowed, no clippy.
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 use std::fmt::Display;
 
@@ -13,7 +26,10 @@ struct Point {
 struct Wrapper(u32, &'static str);
 
 #[distributed_lock(name = "impl:<id>")]
-async fn impl_trait_arg(id: impl Display, items: impl IntoIterator<Item = u8>) -> Result<usize, LockError> {
+async fn impl_trait_arg(
+    id: impl Display,
+    items: impl IntoIterator<Item = u8>,
+) -> Result<usize, LockError> {
     Ok(items.into_iter().count())
 }
 
@@ -33,7 +49,11 @@ async fn struct_pattern(Point { x, y }: Point) -> Result<i32, LockError> {
 }
 
 #[distributed_lock(name = "wrapped:<n>:<name>:<rest.0>")]
-async fn tuple_struct_pattern(Wrapper(n, name): Wrapper, mut rest: (u8, u8), _: u8) -> Result<u8, LockError> {
+async fn tuple_struct_pattern(
+    Wrapper(n, name): Wrapper,
+    mut rest: (u8, u8),
+    _: u8,
+) -> Result<u8, LockError> {
     rest.1 += 1;
     let _ = (n, name);
     Ok(rest.1)

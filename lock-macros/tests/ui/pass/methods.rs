@@ -1,5 +1,18 @@
 //! Methods: `&self`, `&mut self`, `self: Arc<Self>`, `self` by value, `Self` in the body,
 //! `self` fields in the name and `client = self.locks`; also in a trait impl.
+// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
+// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// dead code allowed, no clippy.
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 use std::sync::Arc;
 

@@ -1,5 +1,18 @@
 //! Every option and duration form; the client as `LockClient`, `&LockClient`, `Arc<LockClient>`
 //! or a method call; `crate = "…"` through a re-export; a `Result` alias as the return type.
+// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
+// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// dead code allowed, no clippy.
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 use std::sync::Arc;
 
@@ -47,6 +60,7 @@ async fn reexported() -> Result<(), LockError> {
     Ok(())
 }
 
+#[rustfmt::skip] // the trailing comma is the case
 #[distributed_lock(
     name = "literal <<braces>> {and} \"quotes\"",
     crate = "::lock_runtime",
@@ -57,7 +71,9 @@ async fn trailing_comma_and_escapes() -> std::result::Result<(), LockError> {
 
 #[distributed_lock(name = "f:<id>")]
 async fn question_mark(id: &str) -> Result<u32, LockError> {
-    let n: u32 = id.parse().map_err(|_| LockError::InvalidConfig("not a number".into()))?;
+    let n: u32 = id
+        .parse()
+        .map_err(|_| LockError::InvalidConfig("not a number".into()))?;
     if n == 0 {
         return Err(LockError::InvalidConfig("zero".into()));
     }

@@ -26,6 +26,11 @@ cargo fmt --all -- --check
 python3 scripts/module-map.py --check
 python3 scripts/promise-map.py
 python3 scripts/audit.py
+# The structure: no import cycle across modules but the one allowed (names reached through
+# re-exports followed), no function over 90 lines or file over 800 in the libraries, the harness,
+# the bench and the examples, no more test binaries or layout branch sites than today (the
+# limits at the top of the script).
+python3 scripts/structure.py --check
 
 # Every crate with every optional feature, in one feature set, so that the lints, the docs and
 # the tests all reuse one build of the workspace (each feature set is a build of its own: the

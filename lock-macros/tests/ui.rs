@@ -1,6 +1,6 @@
 //! Compile-time behaviour of `#[distributed_lock]`: the errors for misuse (`ui/fail`, with
-//! checked-in `.stderr`). The forms that must keep compiling (`ui/pass`) are test targets of
-//! their own (lock-macros/Cargo.toml) built with the workspace's tests: here, with trybuild,
+//! checked-in `.stderr`). The forms that must keep compiling (`ui/pass`) are modules of the
+//! `behaviour` test binary, built with the workspace's tests: here, with trybuild,
 //! every dependency would be built again in a target directory of trybuild's own (minutes on a
 //! cold CI machine), where compile-fail cases alone only need it checked (`cargo check`).
 //!

@@ -2,12 +2,16 @@
 //! renewal, loss, release on drop and panic, key formatting and the tracing span (the tests in
 //! this file stay at the root of the binary: the span's target is the module path,
 //! `behaviour`). The modules were test binaries of their own: lock names over a collection
-//! (`many`), the lock kinds (`modes`) and the process-wide default client (`default_client`).
+//! (`many`), the lock kinds (`modes`) and the process-wide default client (`default_client`);
+//! and `ui_pass`, the forms of the macro that must keep compiling.
 
 mod common;
 mod default_client;
 mod many;
 mod modes;
+/// The forms that must keep compiling (`ui/pass`), each run once.
+#[path = "../ui/pass/mod.rs"]
+mod ui_pass;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};

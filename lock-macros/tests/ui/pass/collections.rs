@@ -3,8 +3,8 @@
 //! placeholders, with every kind that can be taken together and every option; the futures
 //! stay `Send` whenever the body's is, and non-`Send` bodies still compile. No warnings.
 #![deny(warnings)]
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -115,7 +115,7 @@ async fn not_send(locks: &LockClient, ids: &[u8]) -> Result<usize, LockError> {
     Ok(*rc)
 }
 
-fn main() {
+pub(super) fn main() {
     let _ = |locks: LockClient, cart: Cart, warehouse: Warehouse| {
         let _ = require_send(checkout(&locks, &cart));
         let _ = require_send(slice(&locks, &[]));

@@ -1,7 +1,7 @@
 //! `key = "…"`, the spelling of `name = "…"` before 0.2.0, still compiles (with a deprecation
 //! warning, silenced here as a caller would while migrating).
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -33,7 +33,7 @@ impl Stock {
     }
 }
 
-fn main() {
+pub(super) fn main() {
     let _ = reserve(1);
     let _ = Stock.take("a");
 }

@@ -1,6 +1,6 @@
 //! Generics, lifetimes and where-clauses survive, and placeholders may have generic types.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -51,7 +51,7 @@ where
     Ok(id.clone())
 }
 
-fn main() {
+pub(super) fn main() {
     let _ = generic::<u64, 4>(1, [0; 4]);
     let _ = where_clause::<String, AppError>("x".into());
 }

@@ -1,7 +1,7 @@
 //! `impl Trait` arguments (and an `impl Trait` inside the `Result`), and patterns in
 //! parameters whose bindings the name can use.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -64,7 +64,7 @@ async fn reference_pattern(&v: &u32) -> Result<u32, LockError> {
     Ok(v)
 }
 
-fn main() {
+pub(super) fn main() {
     let _ = impl_trait_arg("x", vec![1, 2]);
     let _ = impl_trait_in_result(1);
     let _ = tuple_pattern((1, "s".into()));

@@ -1,8 +1,8 @@
 //! Placeholders through keyword-named fields (written plainly or raw), raw parameters, Unicode
 //! identifiers and tuple indices.
 #![allow(non_snake_case)]
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -40,4 +40,4 @@ async fn unicode_parameter(café: u8) -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {}
+pub(super) fn main() {}

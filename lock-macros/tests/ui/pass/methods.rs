@@ -1,7 +1,7 @@
 //! Methods: `&self`, `&mut self`, `self: Arc<Self>`, `self` by value, `Self` in the body,
 //! `self` fields in the name and `client = self.locks`; also in a trait impl.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -75,4 +75,4 @@ async fn call(mut inv: Inventory) -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {}
+pub(super) fn main() {}

@@ -1,7 +1,7 @@
 //! Every lock kind (`mode`, `permits`/`capacity`) and `max_hold`, alone and with the other
 //! options, in any order; the futures stay `Send`.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -88,4 +88,4 @@ fn futures_are_send(locks: LockClient) {
     let _ = tokio::spawn(fair(locks));
 }
 
-fn main() {}
+pub(super) fn main() {}

@@ -1,8 +1,8 @@
 //! More odd but valid names (see also keyword_and_unicode_fields.rs): an edition-2024 keyword
 //! field (`<item.gen>` is `item.r#gen`), a raw non-keyword (`<r#x>` is `x`), a raw keyword
 //! parameter written plainly, a leading underscore, names bound by patterns.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -40,4 +40,4 @@ async fn call(locks: &LockClient) -> Result<(), LockError> {
     odd(locks, &item, 1, 2, true, (3, 4)).await
 }
 
-fn main() {}
+pub(super) fn main() {}

@@ -1,7 +1,7 @@
 //! Every option and duration form; the client as `LockClient`, `&LockClient`, `Arc<LockClient>`
 //! or a method call; `crate = "…"` through a re-export; a `Result` alias as the return type.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -92,4 +92,4 @@ async fn call(locks: &LockClient, state: State) -> AppResult<()> {
     Ok(())
 }
 
-fn main() {}
+pub(super) fn main() {}

@@ -1,7 +1,7 @@
 //! The returned future is `Send` (and `'static` when the arguments are) whenever the body's is:
 //! it can be given to `tokio::spawn` and used as an axum-style handler.
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -53,4 +53,4 @@ fn borrowed_futures_are_send(locks: LockClient, service: &Service) {
     let _ = require_send(service.handle(1));
 }
 
-fn main() {}
+pub(super) fn main() {}

@@ -1,8 +1,8 @@
 //! Visibility, attributes and doc comments survive: `missing_docs` is denied, so a lost doc
 //! comment fails the build, and `pub` items must stay reachable from outside their module.
 #![deny(missing_docs)]
-// A test target of its own (lock-macros/Cargo.toml, no harness: `main` runs), a crate as
-// trybuild made it: the lints at rustc's defaults (the workspace's are for the crates' code),
+// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
+// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
 // dead code allowed, no clippy.
 #![allow(
     dead_code,
@@ -51,7 +51,7 @@ pub mod api {
 }
 
 #[allow(deprecated)]
-fn main() {
+pub(super) fn main() {
     let _ = api::public();
     let _ = api::crate_visible();
     let _ = api::old();

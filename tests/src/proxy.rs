@@ -115,7 +115,12 @@ impl TcpProxy {
     /// Listens on `listen` (a port chosen beforehand, e.g. one a Redis node announces) and
     /// forwards to `upstream`.
     pub async fn start_on(listen: SocketAddr, upstream: SocketAddr) -> io::Result<TcpProxy> {
-        let listener = TcpListener::bind(listen).await?;
+        TcpProxy::start_with(TcpListener::bind(listen).await?, upstream)
+    }
+
+    /// Forwards what `listener` accepts to `upstream`: a port bound before the upstream was
+    /// known (announced by a node started after it), so nobody else can take it meanwhile.
+    pub fn start_with(listener: TcpListener, upstream: SocketAddr) -> io::Result<TcpProxy> {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             upstream,

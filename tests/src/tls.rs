@@ -38,10 +38,10 @@ impl TlsRedisServer {
             "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext",
         );
         let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
-        let tls_port = free_port();
+        // Chosen afresh with the server's own port on every try of `start_with`, then read back.
         let server = RedisServer::start_with(&[
             "--tls-port",
-            &tls_port.to_string(),
+            RedisServer::FREE_PORT,
             "--tls-cert-file",
             &path("server.crt"),
             "--tls-key-file",
@@ -51,6 +51,13 @@ impl TlsRedisServer {
             "--tls-auth-clients",
             "no",
         ]);
+        let tls_port = server
+            .cmd(&["CONFIG", "GET", "tls-port"])
+            .items()
+            .get(1)
+            .and_then(crate::Resp::text)
+            .and_then(|p| p.parse().ok())
+            .expect("CONFIG GET tls-port");
         let ca = std::fs::read(dir.join("ca.crt")).unwrap();
         TlsRedisServer {
             _server: server,

@@ -141,9 +141,18 @@ impl RedisCluster {
         let mut proxies = Vec::new();
         for i in 0..count {
             let source = IpAddr::from([127, 0, 0, 20 + u8::try_from(i).expect("few nodes")]);
-            // The announced ports are chosen first (the node must know them when it starts);
-            // the proxies listen on them once the node's own ports are known.
-            let (client_port, bus_port) = (crate::free_port(), crate::free_port());
+            // The announced ports are bound first (the node must know them when it starts, and
+            // a port only probed free could be taken by another process before the proxy
+            // listens); the proxies forward from them once the node's own ports are known.
+            let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let bind = || async {
+                tokio::net::TcpListener::bind(loopback(0))
+                    .await
+                    .unwrap_or_else(|e| panic!("a proxy's port: {e}"))
+            };
+            let (client_listener, bus_listener) = (bind().await, bind().await);
+            let port_of = |l: &tokio::net::TcpListener| l.local_addr().expect("bound").port();
+            let (client_port, bus_port) = (port_of(&client_listener), port_of(&bus_listener));
             let (client_arg, bus_arg, source_arg) = (
                 client_port.to_string(),
                 bus_port.to_string(),
@@ -169,12 +178,9 @@ impl RedisCluster {
                     .and_then(|p| p.parse().ok())
                     .expect("CONFIG GET cluster-port")
             });
-            let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
-            let client = TcpProxy::start_on(loopback(client_port), loopback(node.port()))
-                .await
+            let client = TcpProxy::start_with(client_listener, loopback(node.port()))
                 .unwrap_or_else(|e| panic!("client proxy on port {client_port}: {e}"));
-            let bus = TcpProxy::start_on(loopback(bus_port), loopback(real_bus))
-                .await
+            let bus = TcpProxy::start_with(bus_listener, loopback(real_bus))
                 .unwrap_or_else(|e| panic!("bus proxy on port {bus_port}: {e}"));
             nodes.push(node);
             proxies.push(NodeProxies {

@@ -11,10 +11,15 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockError};
 use lock_tests::topology::SentinelGroup;
 
+/// How long the failover tests' clients ride out a failover, and their waiters wait.
+const FAILOVER_WAIT: Duration = Duration::from_secs(120);
+
 async fn sentinel_client(group: &SentinelGroup, watchdog: Duration) -> LockClient {
+    // Rides out the failover however long the sentinels take: on a loaded machine their
+    // elections can fail and be tried again (`failover-timeout` apart), and one took 35 s.
     LockClient::sentinel_builder(group.sentinel_urls(), group.master_name())
         .watchdog_timeout(watchdog)
-        .failover_grace(Duration::from_secs(30))
+        .failover_grace(FAILOVER_WAIT)
         .build()
         .await
         .expect("connect through the sentinels")
@@ -49,7 +54,7 @@ async fn waiters_recover_after_a_master_failover() {
         tasks.push(tokio::spawn(async move {
             let guard = waiters
                 .lock("order:7")
-                .try_acquire(Duration::from_secs(40))
+                .try_acquire(FAILOVER_WAIT)
                 .await
                 .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
             assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
@@ -347,7 +352,7 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
     let late = sentinel_client(&group, Duration::from_secs(10)).await;
     let late_guard = late
         .lock("restart:2")
-        .try_acquire(Duration::from_secs(40))
+        .try_acquire(FAILOVER_WAIT)
         .await
         .expect("granted once the sentinels know the restarted master (or another one)");
     let late_master = group.current_master_port();
@@ -362,7 +367,7 @@ async fn a_master_restarted_empty_is_not_granted_on_before_the_sentinels_see_it(
 
     let rival_guard = rival
         .lock("restart:1")
-        .try_acquire(Duration::from_secs(40))
+        .try_acquire(FAILOVER_WAIT)
         .await
         .expect("granted once the sentinels know the restarted master (or another one)");
     let granted_after = restarted_at.elapsed();

@@ -9,9 +9,9 @@ mod common;
 mod default_client;
 mod many;
 mod modes;
-/// The forms that must keep compiling (`ui/pass`), each run once.
+/// The forms that must keep compiling (`ui/pass`), each run once (public: see its docs).
 #[path = "../ui/pass/mod.rs"]
-mod ui_pass;
+pub mod ui_pass;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};

@@ -3,19 +3,6 @@
 //! placeholders, with every kind that can be taken together and every option; the futures
 //! stay `Send` whenever the body's is, and non-`Send` bodies still compile. No warnings.
 #![deny(warnings)]
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;

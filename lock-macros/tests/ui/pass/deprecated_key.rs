@@ -1,18 +1,5 @@
 //! `key = "…"`, the spelling of `name = "…"` before 0.2.0, still compiles (with a deprecation
 //! warning, silenced here as a caller would while migrating).
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use lock_runtime::{LockError, distributed_lock};
 

@@ -1,18 +1,5 @@
 //! `impl Trait` arguments (and an `impl Trait` inside the `Result`), and patterns in
 //! parameters whose bindings the name can use.
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use std::fmt::Display;
 

@@ -1,19 +1,6 @@
 //! Placeholders through keyword-named fields (written plainly or raw), raw parameters, Unicode
 //! identifiers and tuple indices.
 #![allow(non_snake_case)]
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 use lock_runtime::{LockError, distributed_lock};
 
 struct Config {

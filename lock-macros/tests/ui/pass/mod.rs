@@ -3,6 +3,21 @@
 //! of the `behaviour` test binary, built with the workspace's tests (trybuild, which builds every
 //! dependency again in a target directory of its own, keeps only the cases that must fail:
 //! `tests/ui.rs`).
+//!
+//! The cases are linted as trybuild's crates were: at rustc's defaults (the workspace's lints are
+//! for the crates' code), dead code allowed, no clippy; a case that holds itself to more says so
+//! (`collections` denies every warning, `visibility_attributes_docs` denies `missing_docs`, and is
+//! public, from the binary's root down, so that the lint sees its public items).
+#![allow(
+    dead_code,
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    elided_lifetimes_in_paths,
+    explicit_outlives_requirements,
+    unused_extern_crates,
+    clippy::all
+)]
 
 mod collections;
 mod deprecated_key;
@@ -14,7 +29,7 @@ mod modes;
 mod odd_names;
 mod options;
 mod send_future;
-mod visibility_attributes_docs;
+pub mod visibility_attributes_docs;
 
 #[test]
 fn every_form_compiles_and_runs() {

@@ -1,19 +1,6 @@
 //! More odd but valid names (see also keyword_and_unicode_fields.rs): an edition-2024 keyword
 //! field (`<item.gen>` is `item.r#gen`), a raw non-keyword (`<r#x>` is `x`), a raw keyword
 //! parameter written plainly, a leading underscore, names bound by patterns.
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
 

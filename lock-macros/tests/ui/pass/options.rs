@@ -1,18 +1,5 @@
 //! Every option and duration form; the client as `LockClient`, `&LockClient`, `Arc<LockClient>`
 //! or a method call; `crate = "…"` through a re-export; a `Result` alias as the return type.
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use std::sync::Arc;
 

@@ -1,18 +1,5 @@
 //! The returned future is `Send` (and `'static` when the arguments are) whenever the body's is:
 //! it can be given to `tokio::spawn` and used as an axum-style handler.
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,18 +1,6 @@
 //! Visibility, attributes and doc comments survive: `missing_docs` is denied, so a lost doc
 //! comment fails the build, and `pub` items must stay reachable from outside their module.
 #![deny(missing_docs)]
-// A module of the `behaviour` test binary (`ui/pass/mod.rs` runs its `main`), linted as
-// trybuild's crates were: the lints at rustc's defaults (the workspace's are for the crates' code),
-// dead code allowed, no clippy.
-#![allow(
-    dead_code,
-    missing_debug_implementations,
-    unreachable_pub,
-    elided_lifetimes_in_paths,
-    explicit_outlives_requirements,
-    unused_extern_crates,
-    clippy::all
-)]
 
 use lock_runtime::{LockError, distributed_lock};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use lock_runtime::{
-    LockClient, LockError, LockOptions, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS,
+    LockClient, LockError, LockGuard, LockOptions, MAX_REQUEST_ARGUMENTS, MIN_REQUEST_ARGUMENTS,
 };
 use lock_tests::{RedisServer, Resp};
 
@@ -50,12 +50,19 @@ fn largest_command(redis: &RedisServer) -> (usize, String) {
     (most, command)
 }
 
-/// A task of `waiters` waiting (up to a minute) for each of `names`.
-fn wait_on_each(
+/// The load both tests put on the client's requests, once `holder` holds every one of `names`
+/// (`guards`): a waiter of `waiters` on each (their channels subscribed), the waiters'
+/// connection dropped (every channel subscribed again at once), a renewal round of every hold,
+/// then every hold released and every waiter served.
+async fn wait_resubscribe_renew_and_release(
+    redis: &RedisServer,
+    holder: &LockClient,
     waiters: &LockClient,
     names: &[String],
-) -> Vec<tokio::task::JoinHandle<Result<lock_runtime::LockGuard, LockError>>> {
-    names
+    guards: Vec<LockGuard>,
+) {
+    let count = names.len();
+    let tasks: Vec<_> = names
         .iter()
         .map(|name| {
             let waiters = waiters.clone();
@@ -65,7 +72,32 @@ fn wait_on_each(
                 waiters.lock(&name).acquire_with(opts).await
             })
         })
-        .collect()
+        .collect();
+    let subscribed = common::eventually(Duration::from_secs(30), || {
+        waiters.subscribed_channels() == count
+    })
+    .await;
+    assert!(subscribed, "{} subscribed", waiters.subscribed_channels());
+    // Their connection lost: the client subscribes every channel again at once.
+    assert_eq!(redis.kill_clients("pubsub"), 1);
+    let resubscribed = common::eventually(Duration::from_secs(30), || {
+        redis.pubsub_channels("lock:*").len() == count
+    })
+    .await;
+    assert!(resubscribed, "{}", redis.pubsub_channels("lock:*").len());
+    // At least one renewal round of every hold (every second; a loaded machine may be slower).
+    let rounds = holder.stats().renewal_round_trips;
+    assert!(
+        common::eventually(Duration::from_secs(30), || holder
+            .stats()
+            .renewal_round_trips
+            > rounds)
+        .await
+    );
+    join_all(guards.into_iter().map(|g| g.release())).await;
+    for task in tasks {
+        drop(task.await.unwrap().unwrap());
+    }
 }
 
 /// A server that logs every command with its arguments.
@@ -91,34 +123,7 @@ async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited
         let taken = join_all(locks.iter().map(|lock| lock.acquire())).await;
         guards.extend(taken.into_iter().map(Result::unwrap));
     }
-    // A waiter on each.
-    let tasks = wait_on_each(&waiters, &names);
-    let subscribed = common::eventually(Duration::from_secs(30), || {
-        waiters.subscribed_channels() == LOCKS
-    })
-    .await;
-    assert!(subscribed, "{} subscribed", waiters.subscribed_channels());
-    // Their connection lost: the client subscribes all 10,000 again at once.
-    assert_eq!(redis.kill_clients("pubsub"), 1);
-    let resubscribed = common::eventually(Duration::from_secs(30), || {
-        redis.pubsub_channels("lock:*").len() == LOCKS
-    })
-    .await;
-    assert!(resubscribed, "{}", redis.pubsub_channels("lock:*").len());
-    // At least one renewal round of all 10,000 (every second; a loaded machine may be slower).
-    let rounds = holder.stats().renewal_round_trips;
-    assert!(
-        common::eventually(Duration::from_secs(30), || holder
-            .stats()
-            .renewal_round_trips
-            > rounds)
-        .await
-    );
-    join_all(guards.into_iter().map(|g| g.release())).await;
-    for task in tasks {
-        let guard = task.await.unwrap().unwrap();
-        drop(guard);
-    }
+    wait_resubscribe_renew_and_release(&redis, &holder, &waiters, &names, guards).await;
 
     let (most, command) = largest_command(&redis);
     assert!(
@@ -153,31 +158,7 @@ async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    let tasks = wait_on_each(&waiters, &names);
-    assert!(
-        common::eventually(Duration::from_secs(30), || waiters.subscribed_channels()
-            == SOME)
-        .await
-    );
-    assert_eq!(redis.kill_clients("pubsub"), 1);
-    assert!(
-        common::eventually(Duration::from_secs(30), || {
-            redis.pubsub_channels("lock:*").len() == SOME
-        })
-        .await
-    );
-    let rounds = holder.stats().renewal_round_trips;
-    assert!(
-        common::eventually(Duration::from_secs(30), || holder
-            .stats()
-            .renewal_round_trips
-            > rounds)
-        .await
-    );
-    join_all(guards.into_iter().map(|g| g.release())).await;
-    for task in tasks {
-        drop(task.await.unwrap().unwrap());
-    }
+    wait_resubscribe_renew_and_release(&redis, &holder, &waiters, &names, guards).await;
     let (most, command) = largest_command(&redis);
     assert!(
         most <= MIN_REQUEST_ARGUMENTS,

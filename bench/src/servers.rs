@@ -3,11 +3,9 @@
 //! On Valkey 9 a release that no waiter marked is a `DELIFEQ`, no script: its rows show what
 //! that costs the server against rslock and the naive lock on the same server.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use lock_tests::RedisServer;
 
 use crate::impls::Kind;
 use crate::uncontended::{Uncontended, uncontended};
@@ -49,69 +47,21 @@ fn listed() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// A server of the cache on a free loopback port; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    /// Starts `bin` without persistence and waits until it answers `PING`.
-    fn start(bin: &PathBuf) -> Option<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new(bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if server.pong() {
-                return Some(server);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut conn) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let mut reply = [0u8; 7];
-        conn.write_all(b"PING\r\n").is_ok()
-            && conn.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Ours, rslock and the naive lock, 1 and 64 workers, on each listed server.
 pub(crate) async fn run(plan: Plan) -> Vec<ServerRun> {
     let mut out = Vec::new();
     for (name, bin) in listed() {
-        let Some(server) = Server::start(&bin) else {
-            eprintln!(
-                "\nbench: {name} ({}) did not start; its rows are left out",
-                bin.display()
-            );
-            continue;
+        let server = match RedisServer::try_start_binary(&bin, &[]) {
+            Ok(server) => server,
+            Err(e) => {
+                eprintln!(
+                    "\nbench: {name} ({}) did not start ({e}); its rows are left out",
+                    bin.display()
+                );
+                continue;
+            }
         };
-        let url = format!("redis://127.0.0.1:{}/", server.port);
+        let url = server.url();
         let mut rows = Vec::new();
         for workers in [1, 64] {
             for kind in Kind::ALL {

@@ -86,6 +86,9 @@ pub struct RedisServer {
     args: Vec<String>,
     /// From `--requirepass`: [`cmd`](RedisServer::cmd) authenticates with it.
     password: Option<String>,
+    /// The server binary, when not `$REDIS_SERVER_BIN` or `redis-server`
+    /// ([`try_start_binary`](RedisServer::try_start_binary)).
+    bin: Option<std::ffi::OsString>,
 }
 
 impl std::ops::Deref for RedisServer {
@@ -120,6 +123,23 @@ impl RedisServer {
     /// (e.g. `["--maxmemory", "10mb"]`; [`FREE_PORT`](RedisServer::FREE_PORT) for another free
     /// port).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::try_start(None, args).unwrap_or_else(|last_err| {
+            panic!(
+                "could not start redis-server ({last_err}); install it (Debian: apt-get install -y redis-server) or set REDIS_SERVER_BIN"
+            )
+        })
+    }
+
+    /// Like [`start_with`](RedisServer::start_with), with another server binary (a newer server
+    /// of the compatibility cache, for the bench); the last error when it cannot be started.
+    pub fn try_start_binary(
+        bin: impl AsRef<std::ffi::OsStr>,
+        args: &[&str],
+    ) -> Result<RedisServer, String> {
+        RedisServer::try_start(Some(bin.as_ref().to_owned()), args)
+    }
+
+    fn try_start(bin: Option<std::ffi::OsString>, args: &[&str]) -> Result<RedisServer, String> {
         let dir = ChildProcess::temp_dir("redis-server");
         let mut last_err = String::new();
         // A free port can be taken by someone else between our probe and the server's bind:
@@ -139,15 +159,14 @@ impl RedisServer {
                     .windows(2)
                     .find(|w| w[0] == "--requirepass")
                     .map(|w| w[1].to_string()),
+                bin: bin.clone(),
             };
             match server.spawn() {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 Err(e) => last_err = e.to_string(),
             }
         }
-        panic!(
-            "could not start redis-server ({last_err}); install it (Debian: apt-get install -y redis-server) or set REDIS_SERVER_BIN"
-        );
+        Err(last_err)
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -157,7 +176,9 @@ impl RedisServer {
     /// [`spawn`](RedisServer::spawn) with `env` added to the server's environment (a clock
     /// shim preloaded: `topology::clock_skew`).
     pub(crate) fn spawn_with_env(&mut self, env: &[(&str, &std::ffi::OsStr)]) -> io::Result<()> {
-        let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let bin = self.bin.clone().unwrap_or_else(|| {
+            std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into())
+        });
         let child = Command::new(bin)
             .envs(env.iter().copied())
             .args(["--port", &self.process.port.to_string()])
@@ -482,4 +503,17 @@ fn read_reply(r: &mut impl BufRead) -> io::Result<Resp> {
         }
         _ => return Err(bad("reply type")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisServer;
+
+    #[test]
+    fn a_server_binary_of_ones_own_is_the_one_started() {
+        let server = RedisServer::try_start_binary("redis-server", &[]).expect("redis-server");
+        assert_eq!(server.cmd(&["PING"]), super::Resp::Simple("PONG".into()));
+        let missing = RedisServer::try_start_binary("/nonexistent/redis-server", &[]);
+        assert!(missing.is_err(), "{missing:?}");
+    }
 }

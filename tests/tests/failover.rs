@@ -242,6 +242,28 @@ async fn inject(
     }
 }
 
+/// The workers' connection spec for `group`'s master under `setting`.
+fn worker_spec(group: &PartitionedSentinel, setting: Setting) -> String {
+    format!(
+        "sentinel:{}@{}{}",
+        group.master_name(),
+        group.sentinel_urls().join(","),
+        setting.url_suffix()
+    )
+}
+
+/// Every node but `new` made a replica of it, until the topology is whole (at most
+/// `WHOLE_LIMIT`); whether it became whole.
+async fn until_whole(group: &mut PartitionedSentinel, new: usize) -> bool {
+    until(WHOLE_LIMIT, || {
+        (0..group.len())
+            .filter(|&i| i != new)
+            .for_each(|i| drop(group.reattach(i, new)));
+        group.is_whole(new)
+    })
+    .await
+}
+
 /// `failovers` faults (in turn) under load with `setting`: the findings, and why the rounds
 /// ended early, if they did.
 async fn failovers_under_load(
@@ -250,12 +272,7 @@ async fn failovers_under_load(
     postgres: &PostgresServer,
 ) -> (Findings, Option<String>) {
     let mut group = PartitionedSentinel::start_with(setting.server_args()).await;
-    let spec = format!(
-        "sentinel:{}@{}{}",
-        group.master_name(),
-        group.sentinel_urls().join(","),
-        setting.url_suffix()
-    );
+    let spec = worker_spec(&group, setting);
     let run = format!("failover-{setting:?}");
     let workload = Workload::start_with_family(WORKER, &run, &spec, postgres).await;
     let mut windows = Vec::new();
@@ -275,14 +292,7 @@ async fn failovers_under_load(
         // FAILOVER`: the old master re-attached, then found replicating from the other
         // replica); `REPLICAOF` of the master a node already follows changes nothing.
         let reattached = until(WHOLE_LIMIT, || group.reattach(old, new).is_ok()).await;
-        let whole = reattached
-            && until(WHOLE_LIMIT, || {
-                (0..group.len())
-                    .filter(|&i| i != new)
-                    .for_each(|i| drop(group.reattach(i, new)));
-                group.is_whole(new)
-            })
-            .await;
+        let whole = reattached && until_whole(&mut group, new).await;
         if !whole {
             incomplete = Some(format!(
                 "round {round} ({fault:?}): not whole after {WHOLE_LIMIT:?}: {}",
@@ -518,12 +528,7 @@ async fn skewed_failovers_under_load(
     postgres: &PostgresServer,
 ) -> (Findings, Option<String>) {
     let mut group = PartitionedSentinel::start_with(setting.server_args()).await;
-    let spec = format!(
-        "sentinel:{}@{}{}",
-        group.master_name(),
-        group.sentinel_urls().join(","),
-        setting.url_suffix()
-    );
+    let spec = worker_spec(&group, setting);
     let workload = Workload::start(
         WORKER,
         &format!("skew-{skew:?}-{setting:?}"),
@@ -543,13 +548,7 @@ async fn skewed_failovers_under_load(
             promoted,
             ..
         } = inject_skewed(&mut group, &mut clocks, skew).await;
-        let whole = until(WHOLE_LIMIT, || {
-            (0..group.len())
-                .filter(|&i| i != new)
-                .for_each(|i| drop(group.reattach(i, new)));
-            group.is_whole(new)
-        })
-        .await;
+        let whole = until_whole(&mut group, new).await;
         if !whole {
             incomplete = Some(format!(
                 "round {round} ({skew:?}): not whole after {WHOLE_LIMIT:?}: {}",

@@ -150,7 +150,7 @@ fn text(value: &Value) -> Option<String> {
 
 /// Whether the server said it does not know the command (Redis: "unknown command 'x', with
 /// args beginning with: …"; also a renamed-away command).
-fn unknown_command(err: &RedisError) -> bool {
+pub(crate) fn unknown_command(err: &RedisError) -> bool {
     err.detail()
         .is_some_and(|d| d.to_ascii_lowercase().starts_with("unknown command"))
 }

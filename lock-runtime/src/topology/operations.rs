@@ -152,10 +152,7 @@ impl RedisBackend {
                 }
                 Ok(_) => {}
                 Err(e) if e.code() == Some("WRONGTYPE") => {}
-                Err(e)
-                    if e.code() == Some("NOPERM")
-                        || e.detail().is_some_and(|d| d.contains("unknown command")) =>
-                {
+                Err(e) if e.code() == Some("NOPERM") || crate::server::unknown_command(&e) => {
                     // Unknown here (a node of an older version) or refused (an ACL without it):
                     // the script from now on.
                     tracing::warn!(error = %e, "DELIFEQ refused; releasing with the script from now on");

@@ -218,8 +218,12 @@ impl RedisCluster {
                 panic!("could not run {cli} (install redis-tools or set REDIS_CLI_BIN): {e}")
             });
         let stdout = String::from_utf8_lossy(&output.stdout);
+        // The slots assigned and the configuration sent. Whether all 16,384 are covered is
+        // judged below, on every node, once gossip has spread: redis-cli's own last check reads
+        // one node's view as soon as the nodes' epochs agree, and behind the bus proxies that
+        // view once still lacked two masters ("Not all 16384 slots are covered", exit status 0).
         assert!(
-            output.status.success() && stdout.contains("All 16384 slots covered"),
+            output.status.success() && stdout.contains("Nodes configuration updated"),
             "`{cli} --cluster create {}` failed ({}):\n{stdout}\n{}",
             addrs.join(" "),
             output.status,

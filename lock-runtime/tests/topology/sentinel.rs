@@ -141,6 +141,13 @@ async fn waiters_recover_after_a_master_failover() {
 /// timeout the client stops trusting the master until the sentinels and the master confirm it,
 /// and the release is tried again (same owner id) until then, instead of failing with "not
 /// confirmed" while the lock stays held.
+///
+/// The outcome is `Ok(())` when the timed-out request had no effect, and
+/// `ReleaseUnconfirmed` when it ran once the master answered again (the retry then finds the
+/// lock no longer ours, which a restart without persistence would look like too): on Valkey 9
+/// the first request is a `DELIFEQ`, which runs; elsewhere it is the release function, which
+/// here finds its library not loaded yet (the grant was a plain `SET`) and does nothing. Both
+/// leave nothing held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_explicit_release_rides_out_a_master_that_stops_answering() {
     let group = SentinelGroup::start(3);
@@ -160,7 +167,10 @@ async fn an_explicit_release_rides_out_a_master_that_stops_answering() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     master.thaw();
     let outcome = release.await.expect("the release task");
-    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(
+        matches!(outcome, Ok(()) | Err(LockError::ReleaseUnconfirmed { .. })),
+        "{outcome:?}"
+    );
     // Gone on the master of the moment (the same one, unless the machine was slow enough for
     // the sentinels to fail it over meanwhile).
     assert!(
@@ -204,7 +214,7 @@ async fn the_lock_family_follows_a_master_failover() {
         "waiters never subscribed"
     );
     let killed = group.kill_master();
-    let new_master = group.wait_for_failover(killed);
+    group.wait_for_failover(killed);
     group.server_mut(killed).restart();
     tokio::time::sleep(Duration::from_secs(1)).await;
     for guard in [permit, reader, fair] {
@@ -214,26 +224,31 @@ async fn the_lock_family_follows_a_master_failover() {
         let release = guard.release().await;
         assert!(lost || release.is_ok(), "{release:?}");
     }
+    // "The master" from here on is the one the sentinels name at the time of each look: the
+    // new one, or, if a starved machine made them fail over once more, the next.
     for task in tasks {
         let guard = task
             .await
             .expect("waiter")
             .expect("the waiter got its turn");
-        // Granted on the new master, or (retried against the restarted old master before the
-        // sentinels demoted it) reported lost right after the switch, never silently stale.
-        let on_new = || group.server(new_master).cmd(&["EXISTS", guard.key()]).int() == Some(1);
-        let lost = guard.lost();
-        let told = tokio::time::timeout(Duration::from_secs(5), lost)
-            .await
-            .is_ok();
-        assert!(
-            told || on_new(),
-            "{}: held nowhere and not told",
-            guard.key()
-        );
+        // Held on the master, or (granted on the restarted old master before the sentinels
+        // demoted it, or lost in a second failover) told of the loss before its lease (10 s)
+        // ends: never silently stale.
+        let held = || group.current_master().cmd(&["EXISTS", guard.key()]).int() == Some(1);
+        if !held() {
+            let told = tokio::time::timeout(Duration::from_secs(20), guard.lost())
+                .await
+                .is_ok();
+            assert!(
+                told || held(),
+                "{}: held nowhere and not told; {}",
+                guard.key(),
+                group.describe()
+            );
+        }
         let _ = guard.release().await;
     }
-    // Once the dust settles, every primitive is taken on the new master.
+    // Once the dust settles, every primitive is taken on the master.
     let fresh = [
         waiters.semaphore("sem", 1).try_acquire(wait).await,
         waiters.rw_lock("rw").write().try_acquire(wait).await,
@@ -243,10 +258,11 @@ async fn the_lock_family_follows_a_master_failover() {
         let guard = guard.expect("taken after the failover");
         assert!(!guard.is_lost());
         assert_eq!(
-            group.server(new_master).cmd(&["EXISTS", guard.key()]).int(),
+            group.current_master().cmd(&["EXISTS", guard.key()]).int(),
             Some(1),
-            "{} is held on the new master",
-            guard.key()
+            "{} is held on the master; {}",
+            guard.key(),
+            group.describe()
         );
         guard.release().await.expect("release");
     }
@@ -254,14 +270,14 @@ async fn the_lock_family_follows_a_master_failover() {
     assert!(
         common::eventually(Duration::from_secs(12), || {
             group
-                .server(new_master)
+                .current_master()
                 .keys("lock:*")
                 .iter()
                 .all(|k| k.ends_with(":fence"))
         })
         .await,
         "{:?}",
-        group.server(new_master).keys("lock:*")
+        group.current_master().keys("lock:*")
     );
 }
 

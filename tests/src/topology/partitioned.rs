@@ -25,7 +25,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::sentinel::Sentinel;
+use super::sentinel::{Sentinel, tilts};
 use super::*;
 use crate::{RedisServer, TcpProxy};
 
@@ -379,7 +379,7 @@ impl PartitionedSentinel {
         Err(errors.join("; "))
     }
 
-    /// Waits (at most 45 s, blocking) until every running sentinel names the same master, other
+    /// Waits (at most 90 s, blocking) until every running sentinel names the same master, other
     /// than node `old`, and that node says `role:master`; returns its index.
     ///
     /// # Panics
@@ -401,7 +401,10 @@ impl PartitionedSentinel {
                 }
                 let &new = named.first().ok_or("no sentinel is running")?;
                 if new == old || named.iter().any(|&n| n != new) {
-                    return Err(format!("sentinels name nodes {named:?}"));
+                    return Err(format!(
+                        "sentinels name nodes {named:?}{}",
+                        tilts(&self.sentinels)
+                    ));
                 }
                 let now = role(&self.nodes[new].server)?;
                 if now != "master" {

@@ -133,6 +133,25 @@ impl Sentinel {
         }
     }
 
+    /// Since when (seconds) this sentinel is in TILT mode (`INFO sentinel`), if it is: it then
+    /// watches but takes no part in a failover, for 30 s after its timer was held up for more
+    /// than 2 s.
+    pub fn tilt(&self) -> io::Result<Option<u64>> {
+        let reply = self.try_cmd(&["INFO", "sentinel"])?;
+        let text = reply
+            .text()
+            .ok_or_else(|| io::Error::other(format!("INFO sentinel: {reply:?}")))?;
+        let info = parse_info(text);
+        Ok(match info.get("sentinel_tilt").map(String::as_str) {
+            Some("1") => Some(
+                info.get("sentinel_tilt_since_seconds")
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
+            ),
+            _ => None,
+        })
+    }
+
     /// The master's port per `SENTINEL GET-MASTER-ADDR-BY-NAME <name>`.
     pub fn master_port(&self, name: &str) -> io::Result<u16> {
         let reply = self.try_cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name])?;
@@ -289,7 +308,34 @@ impl SentinelGroup {
         port
     }
 
-    /// Waits (at most 45 s) until every running sentinel names the same master, other than
+    /// What each sentinel names as master, which sentinels are in TILT mode, and each data
+    /// server's role (for messages when a test goes wrong).
+    pub fn describe(&self) -> String {
+        let named: Vec<String> = self
+            .sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .map(|s| match s.master_port(SENTINEL_MASTER_NAME) {
+                Ok(port) => port.to_string(),
+                Err(e) => format!("({e})"),
+            })
+            .collect();
+        let roles: Vec<String> = self
+            .servers()
+            .into_iter()
+            .map(|s| {
+                let role = role(s).unwrap_or_else(|e| format!("({e})"));
+                format!("port {}: {role}", s.port())
+            })
+            .collect();
+        format!(
+            "sentinels name master ports {named:?}{}; {}",
+            tilts(&self.sentinels),
+            roles.join(", ")
+        )
+    }
+
+    /// Waits (at most 90 s) until every running sentinel names the same master, other than
     /// `old_port`, and that server says `role:master`; returns its port.
     ///
     /// # Panics
@@ -308,7 +354,10 @@ impl SentinelGroup {
                 }
                 let &new = ports.first().ok_or("no sentinel is running")?;
                 if new == old_port || ports.iter().any(|&p| p != new) {
-                    return Err(format!("sentinels name master ports {ports:?}"));
+                    return Err(format!(
+                        "sentinels name master ports {ports:?}{}",
+                        tilts(&self.sentinels)
+                    ));
                 }
                 let server = self
                     .servers()
@@ -322,5 +371,21 @@ impl SentinelGroup {
                 Ok(new)
             },
         )
+    }
+}
+
+/// `"; in TILT: sentinel <port> for <n> s, …"` for the sentinels in TILT mode (nothing when none
+/// is, or none answers): why a failover can be late, for a wait's message.
+pub(super) fn tilts(sentinels: &[Sentinel]) -> String {
+    let tilted: Vec<String> = sentinels
+        .iter()
+        .filter(|s| s.is_running())
+        .filter_map(|s| Some((s.port(), s.tilt().ok()??)))
+        .map(|(port, since)| format!("sentinel {port} for {since} s"))
+        .collect();
+    if tilted.is_empty() {
+        String::new()
+    } else {
+        format!("; in TILT: {}", tilted.join(", "))
     }
 }

@@ -138,9 +138,16 @@ impl Findings {
                 let first = report.late_unaware.first()?;
                 Some(format!(
                     "window {i}: worker {} started {} sections more than a lease into its cut, \
-                     not told of a loss, the first {first}",
+                     not told of a loss, the first {first} (cut {}..{}; {} sections in the cut, \
+                     {} told lost, {} granted by the deposed master; masters {:?})",
                     cut.worker,
-                    report.late_unaware.len()
+                    report.late_unaware.len(),
+                    cut.from,
+                    cut.to,
+                    report.cut_sections,
+                    report.cut_told_lost,
+                    report.on_deposed,
+                    self.workers[cut.worker].masters
                 ))
             })
             .collect();
@@ -188,6 +195,13 @@ impl Findings {
     /// What `cut` did to the workers' sections (see [`Cut`]).
     pub fn cut_report(&self, cut: Cut) -> CutReport {
         let during = |r: &&Record| (cut.from..cut.to).contains(&r.start_ns);
+        // The master deposed by the failover the cut followed: a client that has not switched
+        // yet is granted there, the split brain Redis gives up (counted in the sides), not a
+        // hold on the master it is cut from.
+        let deposed = (self.windows.iter())
+            .find(|w| w.cut.is_some_and(|c| c.from == cut.from))
+            .and_then(|w| w.promotion.as_ref())
+            .map(|p| p.deposed.as_str());
         let mut report = CutReport::default();
         for (i, worker) in self.workers.iter().enumerate() {
             let started: Vec<&Record> = worker.records.iter().filter(during).collect();
@@ -197,7 +211,12 @@ impl Findings {
             }
             report.cut_sections = started.len();
             report.cut_told_lost = started.iter().filter(|r| r.lost).count();
-            report.late_unaware = (started.into_iter())
+            let (on_deposed, on_cut): (Vec<&Record>, Vec<&Record>) = (started.into_iter())
+                .partition(|r| {
+                    deposed.is_some() && chaos::master_at(&worker.masters, r.start_ns) == deposed
+                });
+            report.on_deposed = on_deposed.len();
+            report.late_unaware = (on_cut.into_iter())
                 .filter(|r| r.start_ns > cut.from + WATCHDOG_MS * 1_000_000 && !r.lost)
                 .cloned()
                 .collect();

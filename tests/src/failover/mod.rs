@@ -123,7 +123,9 @@ pub struct Promotion {
 /// than a lease after the cut began, before it ended, was told of the loss by its end (its
 /// holds cannot be renewed, and in-memory hand-offs stop at the lease's deadline; one that was
 /// not means the cut missed a connection, or a hold outlived its lease). Counted
-/// ([`Findings::cut_report`]): the other workers' grants meanwhile.
+/// ([`Findings::cut_report`]): the other workers' grants meanwhile, and the cut worker's
+/// sections granted by the master the failover deposed (its client had not switched yet: the
+/// split brain of "What Redis gives up", which the sides count).
 #[derive(Debug, Clone, Copy)]
 pub struct Cut {
     /// The worker (index in the order of [`Workload::worker_pid`]).
@@ -141,8 +143,11 @@ pub struct CutReport {
     pub cut_sections: usize,
     /// Of them, those told of the loss by their end.
     pub cut_told_lost: usize,
+    /// Of them, those granted by the master the failover before the cut deposed (the worker's
+    /// client had not switched yet: the split brain Redis gives up, not judged here).
+    pub on_deposed: usize,
     /// Sections the cut worker started more than a lease into the cut without being told of a
-    /// loss (each a broken promise).
+    /// loss, not granted by the deposed master (each a broken promise).
     pub late_unaware: Vec<Record>,
     /// Sections the other workers started during the cut.
     pub others_granted: usize,

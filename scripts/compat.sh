@@ -54,13 +54,15 @@ core=$(bin core)
 redisson=$(bin redisson)
 
 # What runs on each server, besides the whole behaviour suite, the family and the managed tests:
-# a cluster, Sentinel failovers (a mutex's waiters, then the family), replica_ack (acquire,
-# renew and release acknowledged, and rolled back without the replica). On one server, the
+# a cluster, Sentinel failovers (a mutex's waiters, then the family), a release riding out a
+# frozen master (on Valkey 9 a DELIFEQ), replica_ack (acquire, renew and release acknowledged,
+# and rolled back without the replica). On one server, the
 # Redisson interop: mutex, fencing tokens, fair lock, read/write lock, semaphore and a cluster.
 topology_tests=(
   cluster::locks_on_a_cluster
   sentinel::waiters_recover_after_a_master_failover
   sentinel::the_lock_family_follows_a_master_failover
+  sentinel::an_explicit_release_rides_out_a_master_that_stops_answering
   replica_ack::writes_wait_for_the_replica_and_fail_cleanly_without_it
   replica_ack::the_lock_family_waits_for_the_replica_and_rolls_back_without_it
 )

@@ -63,6 +63,7 @@ topology_tests=(
   sentinel::waiters_recover_after_a_master_failover
   sentinel::the_lock_family_follows_a_master_failover
   sentinel::an_explicit_release_rides_out_a_master_that_stops_answering
+  sentinel::fenced_tokens_follow_the_failover_epoch
   replica_ack::writes_wait_for_the_replica_and_fail_cleanly_without_it
   replica_ack::the_lock_family_waits_for_the_replica_and_rolls_back_without_it
 )

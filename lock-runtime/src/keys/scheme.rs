@@ -122,6 +122,13 @@ impl Scheme {
         }
     }
 
+    /// Whether its tokens are ordered by the failover epoch of the master that granted them
+    /// (see "Fencing epochs" in `prelude.lua`): this crate's layout. Redisson's is left as it
+    /// was (Java's `RFencedLock` increments the same counter).
+    pub(crate) fn orders_tokens_by_epoch(self) -> bool {
+        self.layout() == Layout::Native
+    }
+
     /// Whether a waiter in `mode` holds a place in Redis (a fair lock's queue entry, a native
     /// waiting writer's claim) that must be refreshed while it waits and removed when it stops
     /// waiting. Redisson's read/write lock keeps none: its writers do not go first.

@@ -6,7 +6,8 @@
 -- KEYS[3]  unlock channel (counted when clients take turns: see "Turns" in prelude.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  fencing counter retention in milliseconds
+-- ARGV[3]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[4]  '1' when the owner's client waits for the lock (is subscribed to its channel);
 --          anything else (or nothing): it does not
 -- ARGV[5]  '0' to take it without a fencing token (tokens on demand: `token.lua`); anything

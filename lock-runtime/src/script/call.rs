@@ -46,6 +46,13 @@ pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
 pub(super) enum Arg<'a> {
     Str(&'a str),
     Int(u64),
+    /// The fencing argument of the scripts that issue tokens in this crate's layout: the
+    /// counter's retention in milliseconds, followed by `:<epoch>` when the call goes to a
+    /// master with a failover epoch (see "Fencing epochs" in `prelude.lua`).
+    Fencing {
+        retention_ms: u64,
+        epoch: Option<u64>,
+    },
 }
 
 impl Arg<'_> {
@@ -54,6 +61,7 @@ impl Arg<'_> {
         match self {
             Arg::Str(s) => s.len(),
             Arg::Int(_) => 20,
+            Arg::Fencing { .. } => 41,
         }
     }
 }
@@ -83,6 +91,14 @@ impl Call {
             match arg {
                 Arg::Str(s) => cmd.arg(s),
                 Arg::Int(n) => cmd.arg(n),
+                Arg::Fencing {
+                    retention_ms,
+                    epoch: None,
+                } => cmd.arg(retention_ms),
+                Arg::Fencing {
+                    retention_ms,
+                    epoch: Some(epoch),
+                } => cmd.arg(format!("{retention_ms}:{epoch}")),
             };
         }
         Call {
@@ -188,16 +204,26 @@ impl Call {
     ///
     /// The script is the name's scheme's: a fair lock's also keeps the waiter's place in its
     /// queue, a read/write lock's a waiting writer's place, a semaphore's checks the capacity.
+    ///
+    /// `epoch`: the failover epoch of the master the call goes to, if it has one; the tokens of
+    /// this crate's layout are ordered by it first (see "Fencing epochs" in `prelude.lua`).
+    /// Redisson's layout keeps its counter as Redisson does.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire(
         publishing: Publishing,
         names: &LockNames,
         owner: &str,
         lease_ms: u64,
         retention_ms: u64,
+        epoch: Option<u64>,
         waiting: bool,
         fenced: bool,
     ) -> Call {
-        let args = [Arg::Str(owner), Arg::Int(lease_ms), Arg::Int(retention_ms)];
+        let fencing = Arg::Fencing {
+            retention_ms,
+            epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
+        };
+        let args = [Arg::Str(owner), Arg::Int(lease_ms), fencing];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.scheme {
             // Redisson's `RLock` hash, or this crate's mutex string.
@@ -305,17 +331,18 @@ impl Call {
     ///
     /// For the other families: release `owner`'s hold *and* its place among the waiters (a
     /// fair lock's queue, a read/write lock's waiting writers), waking the waiters that can
-    /// now go. `next` is for the mutex only.
+    /// now go. `next` is for the mutex only (`epoch`, for its grant: see [`Call::acquire`]).
     pub(crate) fn release(
         publishing: Publishing,
         names: &LockNames,
         owner: &str,
         next: Option<&HandOff<'_>>,
+        epoch: Option<u64>,
     ) -> Call {
         let owner_arg = [Arg::Str(owner)];
         match names.scheme {
             Scheme::Mutex | Scheme::RedissonMutex => {
-                Call::mutex_release(publishing, names, owner, next)
+                Call::mutex_release(publishing, names, owner, next, epoch)
             }
             Scheme::Fair => {
                 let keys = [
@@ -354,6 +381,7 @@ impl Call {
         names: &LockNames,
         owner: &str,
         next: Option<&HandOff<'_>>,
+        epoch: Option<u64>,
     ) -> Call {
         let Some(next) = next else {
             // The common release: no heir, so no fencing counter; the model only when it is
@@ -378,7 +406,10 @@ impl Call {
             Arg::Str(model(names.scheme)),
             Arg::Str(next.owner),
             Arg::Int(next.lease_ms),
-            Arg::Int(next.retention_ms),
+            Arg::Fencing {
+                retention_ms: next.retention_ms,
+                epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
+            },
             Arg::Str(if next.fenced { "1" } else { "0" }),
         ];
         if let Some(yield_ms) = next.yield_ms {
@@ -388,14 +419,22 @@ impl Call {
     }
 
     /// `token.lua`: a fencing token for `owner`, the holder of a mutex taken without one,
-    /// issued only if it holds the lock at that moment.
-    pub(crate) fn token(names: &LockNames, owner: &str, retention_ms: u64) -> Call {
+    /// issued only if it holds the lock at that moment (`epoch`: see [`Call::acquire`]).
+    pub(crate) fn token(
+        names: &LockNames,
+        owner: &str,
+        retention_ms: u64,
+        epoch: Option<u64>,
+    ) -> Call {
         Call::new(
             &TOKEN,
             &[&names.key, &names.fence],
             [
                 Arg::Str(owner),
-                Arg::Int(retention_ms),
+                Arg::Fencing {
+                    retention_ms,
+                    epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
+                },
                 Arg::Str(model(names.scheme)),
             ],
         )
@@ -587,6 +626,7 @@ mod tests {
             "me:1",
             30_000,
             60_000,
+            None,
             true,
             false,
         );
@@ -614,6 +654,7 @@ mod tests {
                 "me:1",
                 30_000,
                 60_000,
+                None,
                 waiting,
                 fenced,
             );
@@ -627,6 +668,23 @@ mod tests {
             ..LockNames::new("lock", "a").unwrap()
         };
         assert_eq!(tail(false, true, &redisson), ["0", "1", "h"]);
+        // A master's failover epoch goes with the retention, in this crate's layout only.
+        let fencing = |names: &LockNames| {
+            let call = Call::acquire(
+                Publishing::CLASSIC,
+                names,
+                "me:1",
+                30_000,
+                60_000,
+                Some(7),
+                false,
+                true,
+            );
+            let token = Call::token(names, "me:1", 60_000, Some(7));
+            (args(&call)[8].clone(), args(&token)[6].clone())
+        };
+        assert_eq!(fencing(&names), ("60000:7".into(), "60000:7".into()));
+        assert_eq!(fencing(&redisson), ("60000".into(), "60000".into()));
         let plain = Call::plain_acquire(&names, "me:1", 30_000).unwrap();
         assert_eq!(
             args(&plain)[..],
@@ -641,7 +699,7 @@ mod tests {
             ]
         );
         assert_eq!(plain.batch_kind(), Some("p"));
-        let release = Call::release(Publishing::CLASSIC, &names, "me:1", None);
+        let release = Call::release(Publishing::CLASSIC, &names, "me:1", None, None);
         let batched = Call::batch(&[&plain, &acquire, &release]);
         assert_eq!(
             args(&batched)[2..],
@@ -695,7 +753,7 @@ mod tests {
             fenced: true,
             yield_ms: None,
         };
-        let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next));
+        let handing_off = Call::release(Publishing::CLASSIC, &names, "me:1", Some(&next), None);
         assert_eq!(
             args(&handing_off)[6..],
             ["me:1", "s", "me:2", "500", "60000", "1"].map(String::from)

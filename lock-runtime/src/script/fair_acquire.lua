@@ -7,7 +7,8 @@
 -- KEYS[4]  places: a sorted set, member = waiting owner id, score = the end of its place
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  fencing counter retention in milliseconds
+-- ARGV[3]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[4]  how long a place lasts without being refreshed, in milliseconds
 --
 -- A waiter that cannot have the lock takes (or refreshes) its place at the back of the queue.

@@ -21,6 +21,49 @@ local function now_ms()
   return math.floor(clock_us() / 1000)
 end
 
+-- Fencing epochs. Behind Sentinel the client sends each call that can issue a token the
+-- failover epoch of the master it sends it to (the sentinels' `config-epoch` for the master,
+-- read with its address and run id in one answer: `topology/sentinel.rs`), in the fencing
+-- argument: `<retention ms>:<epoch>` (one server: `<retention ms>` alone). A token's floor is
+-- then `EPOCH_BASE + epoch × EPOCH_SPAN + (clock − CLOCK_BASE)` instead of the clock alone, so
+-- a grant under a later epoch outranks every grant under an earlier one (a deposed master that
+-- kept granting, a promoted replica whose clock is behind), as long as the two servers' clocks
+-- and the time between the grants differ by less than `EPOCH_SPAN` (about 4.8 hours) per epoch
+-- between them. Every such floor is above every clock-only token (2^52 µs is in 2112), so
+-- tokens never go backwards when a deployment, or a client of an older version, moves from one
+-- way to the other (an older client's grant takes the last token + 1). The floors stay below
+-- 2^53 (Lua's numbers are doubles) for epochs up to `(FLOOR_CEILING − EPOCH_BASE − (clock −
+-- CLOCK_BASE)) / EPOCH_SPAN`: about 170,000 in 2076, 78,000 in 2126. A larger epoch counts as
+-- that many (the tokens keep increasing, without ranking later epochs any higher); from 2168 on
+-- no floor is left below 2^53 and a grant is refused as for a counter that is not ours.
+local EPOCH_BASE = 4503599627370496
+local EPOCH_SPAN = 17179869184
+local CLOCK_BASE = 1767225600000000
+-- 2^53 − 2^32: room for 2^32 grants above the highest floor.
+local FLOOR_CEILING = 9007194959773696
+
+-- The fencing argument read apart: the counter's retention (milliseconds, as sent) and the
+-- epoch, or nil without one.
+local function fencing(arg)
+  local retention, epoch = string.match(arg, '^(%d+):(%d+)$')
+  if retention then
+    return retention, tonumber(epoch)
+  end
+  return arg, nil
+end
+
+-- The least token a grant may take now: the clock in microseconds, or with `epoch` its floor
+-- (see "Fencing epochs" above).
+local function token_floor(epoch)
+  local clock = clock_us()
+  if not epoch then
+    return clock
+  end
+  local since = clock - CLOCK_BASE
+  local most = math.max(0, math.floor((FLOOR_CEILING - EPOCH_BASE - since) / EPOCH_SPAN))
+  return EPOCH_BASE + math.min(epoch, most) * EPOCH_SPAN + since
+end
+
 -- The fencing token last issued at `fence` (its digits, without a yield marker: see `yield`
 -- below), or false when there is none: what the inspect scripts report.
 local function last_token(fence)
@@ -178,12 +221,12 @@ end
 -- starts at the clock. (Against a read, a write with the retention and the clock: one Redis
 -- call less, about 1.2 µs of the server's CPU per fenced grant in a `redis-cli --pipe`
 -- harness on Redis 7.0; `next_token`'s general handling cost about 1.4 µs more.)
-local function plain_next_token(fence, retention_ms)
+local function plain_next_token(fence, retention_ms, epoch)
   local retention = tonumber(retention_ms)
   if retention <= 0 then
     return nil
   end
-  local token = clock_us()
+  local token = token_floor(epoch)
   local last = redis.pcall('SET', fence, string.format('%d', token), 'KEEPTTL', 'GET')
   if not last then
     redis.call('PEXPIRE', fence, retention_ms)
@@ -228,11 +271,12 @@ end
 -- `plain_next_token`'s way first (one write that reads the counter); a lazy grant, or a
 -- counter that way does not handle, one read and one write of the counter (its retention is
 -- set by the same SET; a retention of 0 keeps it).
-local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
+local function next_token(fence, owner, fencing_arg, handoff, asking, lazy)
+  local retention_ms, epoch = fencing(fencing_arg)
   local replaced = nil
   if not lazy then
     local token
-    token, replaced = plain_next_token(fence, retention_ms)
+    token, replaced = plain_next_token(fence, retention_ms, epoch)
     if token then
       return token
     end
@@ -252,7 +296,7 @@ local function next_token(fence, owner, retention_ms, handoff, asking, lazy)
     return 0
   end
   local clock = clock_us()
-  local token = clock
+  local token = token_floor(epoch)
   -- The turn mark, when one is live.
   local mark = ''
   -- Whether a live mark was read (a lazy grant then writes the counter, even to clear it).
@@ -463,7 +507,8 @@ end
 -- waiting client whose last turn is longest ago takes the lock, whatever order Redis delivered
 -- the unlock message in. The mark lapses `yield_ms` from now, or `TURN_LAPSE_US` after the
 -- next grant.
-local function yield(fence, owner, yield_ms, waiting, retention_ms)
+local function yield(fence, owner, yield_ms, waiting, fencing_arg)
+  local retention_ms = fencing(fencing_arg)
   local last = redis.pcall('GET', fence)
   local client = client_of(owner)
   if type(last) == 'table' or not client then

@@ -10,7 +10,8 @@
 --          id: every key and argument costs the server time on every call)
 -- ARGV[3]  (optional) the next owner: a task of the releasing client waiting for this lock
 -- ARGV[4]  the next owner's lease in milliseconds
--- ARGV[5]  fencing counter retention in milliseconds
+-- ARGV[5]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[6]  '0' when the next owner takes the lock without a fencing token (see `acquire.lua`)
 -- ARGV[7]  (optional) the releasing client has handed this lock on as often as it may in a row:
 --          if another process waits for it (subscribes to its channel), let it fall free

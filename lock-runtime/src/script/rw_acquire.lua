@@ -6,7 +6,8 @@
 -- KEYS[3]  waiting writers: a sorted set, member = owner id, score = the end of its place
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  fencing counter retention in milliseconds
+-- ARGV[3]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[4]  how long a waiting writer's place lasts without being refreshed, in milliseconds
 --
 -- Writers go first: while a writer waits, no new reader gets in, so a stream of readers cannot

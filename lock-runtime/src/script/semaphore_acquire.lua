@@ -6,7 +6,8 @@
 -- KEYS[3]  stored capacity (a decimal string without TTL), when an operator set one
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  fencing counter retention in milliseconds
+-- ARGV[3]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[4]  the capacity while none is stored
 --
 -- Holders whose lease ended are removed first: a crashed process's permits come back when its

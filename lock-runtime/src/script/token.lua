@@ -4,7 +4,8 @@
 -- KEYS[1]  the lock: this crate's mutex string, or a hash (see `acquire.lua`)
 -- KEYS[2]  fencing counter
 -- ARGV[1]  owner id
--- ARGV[2]  fencing counter retention in milliseconds
+-- ARGV[2]  the fencing argument: the counter's retention in milliseconds, and behind Sentinel
+--          `:<epoch>` (see "Fencing epochs" in prelude.lua)
 -- ARGV[3]  's': the lock is this crate's mutex string; anything else (or nothing): a hash
 --
 -- Returns {1, token} (greater than every token issued before for the name: the counter and

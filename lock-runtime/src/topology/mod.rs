@@ -199,6 +199,20 @@ impl Conn {
             other => other.clone(),
         }
     }
+
+    /// The failover epoch of the master this connection sends to now, where the deployment
+    /// has one (the sentinels' `config-epoch`, read with the master's address and run id in
+    /// one answer); `None` on one server, a cluster, and a Sentinel master whose epoch is not
+    /// confirmed. Tokens of this crate's layout are ordered by it first (see "Fencing epochs"
+    /// in `script/prelude.lua`). A call built with it may reach a later master (the
+    /// connection only moves forward, to masters of later epochs), never an earlier one.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.epoch(),
+            _ => None,
+        }
+    }
 }
 
 impl ConnectionLike for Conn {

@@ -162,8 +162,15 @@ impl RedisBackend {
                 Err(e) => return Err(e),
             }
         }
-        self.write(Call::release(self.publishing, names, owner, next.as_ref()))
-            .await
+        let epoch = next.as_ref().and_then(|_| self.conn.epoch());
+        self.write(Call::release(
+            self.publishing,
+            names,
+            owner,
+            next.as_ref(),
+            epoch,
+        ))
+        .await
     }
 
     /// [`RedisBackend::write`], the reply as it came.
@@ -272,7 +279,7 @@ impl RedisBackend {
     async fn release_all(&self, jobs: &[Release<'_>], limit: Duration) -> RedisResult<Vec<usize>> {
         let calls: Vec<Call> = jobs
             .iter()
-            .map(|job| Call::release(self.publishing, job.names, job.owner, None))
+            .map(|job| Call::release(self.publishing, job.names, job.owner, None, None))
             .collect();
         #[cfg(feature = "cluster")]
         if let Conn::Cluster(cluster) = &self.conn {
@@ -321,6 +328,7 @@ impl Backend for RedisBackend {
                 owner,
                 lease_ms,
                 retention_ms,
+                self.conn.epoch(),
                 approach == Approach::Waiting,
                 fenced,
             ))
@@ -334,7 +342,7 @@ impl Backend for RedisBackend {
         owner: &'a str,
         retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::token(names, owner, retention_ms)))
+        Box::pin(self.write(Call::token(names, owner, retention_ms, self.conn.epoch())))
     }
 
     fn release<'a>(

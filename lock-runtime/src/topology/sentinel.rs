@@ -81,6 +81,10 @@ struct Current {
     /// The master's `run_id` when the connections were made (or its restart was confirmed);
     /// `None` if it could not be read.
     run_id: Option<String>,
+    /// The master's failover epoch (`config-epoch`), from an answer of the sentinels that
+    /// named this address and run id; `None` until one did. Never lowered: a sentinel that
+    /// names a master of an earlier epoch is behind, and is not followed.
+    epoch: Option<u64>,
     commands: ConnectionManager,
     pubsub: ConnectionManager,
 }
@@ -232,6 +236,7 @@ pub(crate) async fn connect(
             generation: 0,
             addr,
             run_id,
+            epoch: None,
             commands,
             pubsub,
         }),
@@ -254,6 +259,12 @@ pub(crate) async fn connect(
 }
 
 impl FailoverConn {
+    /// The failover epoch of the master of the moment, if the sentinels confirmed it (see
+    /// `Conn::epoch`).
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        self.shared.lock().epoch
+    }
+
     /// The connection to the master of the moment, confirmed or not.
     pub(crate) fn current(&self) -> ConnectionManager {
         self.pick().1
@@ -395,7 +406,7 @@ impl Shared {
         };
         if view.addr != addr {
             self.suspect.store(true, Ordering::Release);
-            self.follow(&mut resolver).await;
+            self.follow(&mut resolver, &view).await;
             return;
         }
         if view.failing_over {
@@ -404,6 +415,7 @@ impl Shared {
             return;
         }
         if !suspect && (view.run_id.is_empty() || Some(&view.run_id) == known_run_id.as_ref()) {
+            self.lock().take_epoch(&view);
             return;
         }
         // Unconfirmed, or the sentinels report another run id: ask the master itself.
@@ -416,6 +428,9 @@ impl Shared {
             return;
         };
         if known_run_id.as_ref() == Some(&now) {
+            if view.run_id.is_empty() || view.run_id == now {
+                self.lock().take_epoch(&view);
+            }
             self.suspect.store(false, Ordering::Release);
             return;
         }
@@ -433,6 +448,7 @@ impl Shared {
             }
             current.generation += 1;
             current.run_id = Some(now);
+            current.take_epoch(&view);
         }
         self.suspect.store(false, Ordering::Release);
         tracing::warn!(master = %addr, "the master restarted (new run id, confirmed by the sentinels); grants made before are checked at once");
@@ -451,7 +467,10 @@ impl Shared {
             return;
         };
         let mut current = self.lock();
-        if view.run_id.is_empty() || current.run_id.as_ref() == Some(&view.run_id) {
+        if view.addr == current.addr
+            && (view.run_id.is_empty() || current.run_id.as_ref() == Some(&view.run_id))
+        {
+            current.take_epoch(&view);
             return;
         }
         current.run_id = None;
@@ -461,8 +480,17 @@ impl Shared {
     }
 
     /// The full lookup through the sentinels (which checks the named server's role); switches
-    /// both connections to the master it finds if that is another address.
-    async fn follow(&self, resolver: &mut Resolver) {
+    /// both connections to the master it finds if that is another address, and the one
+    /// `view` names: the epoch comes from that answer, with the address (a lookup that finds
+    /// another master waits for the sentinels to agree). A view of an earlier epoch than the
+    /// master's of the moment is a sentinel behind the others: not followed.
+    async fn follow(&self, resolver: &mut Resolver, view: &SentinelView) {
+        if let (Some(seen), Some(named)) = (self.lock().epoch, view.epoch)
+            && named < seen
+        {
+            tracing::debug!(master = %view.addr, epoch = named, seen, "a sentinel names a master of an earlier epoch; not followed");
+            return;
+        }
         let lookup = self
             .settings
             .within_connect_timeout(resolver.sentinel.async_get_client())
@@ -480,6 +508,10 @@ impl Shared {
         if addr == self.lock().addr {
             return;
         }
+        if addr != view.addr {
+            tracing::debug!(found = %addr, named = %view.addr, "the sentinels do not agree on the new master yet");
+            return;
+        }
         let (mut commands, pubsub) = match self.settings.managers(info, &self.demux).await {
             Ok(conns) => conns,
             Err(e) => {
@@ -488,15 +520,20 @@ impl Shared {
             }
         };
         let run_id = run_id(&mut commands, &self.settings).await;
+        // The view's epoch is this master's if the view saw the run it has now.
+        let known = view.run_id.is_empty() || run_id.as_ref() == Some(&view.run_id);
         let old = {
             let mut current = self.lock();
             current.generation += 1;
             current.commands = commands;
             current.pubsub = pubsub;
             current.run_id = run_id;
+            current.epoch = if known { view.epoch } else { None };
             std::mem::replace(&mut current.addr, addr.clone())
         };
-        self.suspect.store(false, Ordering::Release);
+        // Restarted since the sentinels' last look: unconfirmed until they see it (as in
+        // `rediscover`).
+        self.suspect.store(!known, Ordering::Release);
         tracing::warn!(old = %old, new = %addr, "Sentinel failed over to a new master; switched connections");
         self.switched();
     }
@@ -539,6 +576,16 @@ impl Shared {
     }
 }
 
+impl Current {
+    /// The epoch `view` gives the master of the moment (which it names, under the run id it
+    /// has): taken unless it is earlier than the one known (a sentinel behind the others).
+    fn take_epoch(&mut self, view: &SentinelView) {
+        if view.addr == self.addr && view.epoch >= self.epoch {
+            self.epoch = view.epoch;
+        }
+    }
+}
+
 /// What one sentinel says of the master (`SENTINEL MASTER <name>`).
 #[derive(Debug, PartialEq, Eq)]
 struct SentinelView {
@@ -546,6 +593,8 @@ struct SentinelView {
     addr: String,
     /// The run id the sentinel last read from it (empty before its first `INFO`).
     run_id: String,
+    /// Its failover epoch (`config-epoch`: 0 until its first failover; grows with each).
+    epoch: Option<u64>,
     /// The sentinels agree it is down (`o_down`) or are replacing it (`failover_in_progress`).
     failing_over: bool,
 }
@@ -556,6 +605,7 @@ impl SentinelView {
         Some(SentinelView {
             addr: format!("{}:{}", fields.get("ip")?, fields.get("port")?),
             run_id: fields.get("runid").cloned().unwrap_or_default(),
+            epoch: fields.get("config-epoch").and_then(|e| e.parse().ok()),
             failing_over: flags
                 .split(',')
                 .any(|f| f == "o_down" || f == "failover_in_progress"),

@@ -1,7 +1,7 @@
 //! The lock against a real `redis-server` (one per test, on a free loopback port): fencing,
 //! reentrancy, waiting, leases, the watchdog, cancellation, names, connecting, robustness,
 //! clients made from the application's redis client, inspection, force-unlock by name, local
-//! hand-off, the function library and group commit. Each module was a test binary of its own; its tests start their
+//! hand-off, the function library, group commit and fencing epochs. Each module was a test binary of its own; its tests start their
 //! own servers, so they run side by side here.
 
 #[path = "../common/mod.rs"]
@@ -9,6 +9,7 @@ mod common;
 
 mod cancellation;
 mod connect;
+mod epochs;
 mod exclusion;
 mod force_unlock;
 mod functions;

@@ -36,7 +36,7 @@ fn keys(name: &str) -> [String; 3] {
 /// The previous release's acquire for `owner` (lease 30 s, counter kept a day): `(1, token)`
 /// when taken, `(0, pttl)` when busy, `(-1, 0)` when refused for data it does not know (the
 /// type it names is checked to be this release's string).
-fn previous_acquire(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
+pub(super) fn previous_acquire(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
     let [key, fence, channel] = keys(name);
     let reply = redis.cmd(&[
         "EVAL",
@@ -54,7 +54,7 @@ fn previous_acquire(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) 
 }
 
 /// The previous release's release of `owner`'s hold: `(1, 0)` when released.
-fn previous_release(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
+pub(super) fn previous_release(redis: &RedisServer, name: &str, owner: &str) -> (i64, i64) {
     let [key, fence, channel] = keys(name);
     pair(&redis.cmd(&["EVAL", PREVIOUS_RELEASE, "3", &key, &channel, &fence, owner]))
 }

@@ -281,6 +281,64 @@ async fn the_lock_family_follows_a_master_failover() {
     );
 }
 
+/// The sentinels' `config-epoch` for the master, as the first running sentinel reports it.
+fn config_epoch(group: &SentinelGroup) -> u64 {
+    let state = (group.sentinels().iter())
+        .find(|s| s.is_running())
+        .expect("a sentinel")
+        .master_state(group.master_name())
+        .expect("SENTINEL MASTER");
+    state["config-epoch"].parse().expect("a config-epoch")
+}
+
+/// Fenced tokens behind Sentinel are ordered by the master's failover epoch first ("Fencing
+/// epochs" in `script/prelude.lua`; the scripts' side is `core::epochs`): a grant's token, and
+/// a token on demand, carry the epoch the sentinels report for the master that issued it
+/// (`2^52 + epoch × 2^34 + µs since 2026`), so a failover raises them by the span of the epochs
+/// it took, whatever the new master's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_tokens_follow_the_failover_epoch() {
+    // The epoch a token carries, read with this machine's clock (the servers share it): within
+    // a few seconds of a whole number, against a span of 4.8 hours.
+    let epoch_of = |token: u64| {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970")
+            .as_micros() as f64
+            - 1_767_225_600_000_000.0;
+        (token as f64 - (1u64 << 52) as f64 - since) / (1u64 << 34) as f64
+    };
+    let mut group = SentinelGroup::start(3);
+    let locks = sentinel_client(&group, Duration::from_secs(10)).await;
+    let before = config_epoch(&group);
+    let guard = locks.lock("fenced").fenced().acquire().await.expect("hold");
+    let granted = guard.issued_token().expect("a fenced grant's token");
+    assert!(
+        (epoch_of(granted) - before as f64).abs() < 0.01,
+        "{granted} carries epoch {}, not {before}",
+        epoch_of(granted)
+    );
+    guard.release().await.expect("release");
+    let killed = group.kill_master();
+    group.wait_for_failover(killed);
+    let after = config_epoch(&group);
+    assert!(after > before, "a failover from epoch {before} to {after}");
+    let guard = locks
+        .lock("fenced")
+        .try_acquire(FAILOVER_WAIT)
+        .await
+        .expect("hold after the failover");
+    let on_demand = guard.fencing_token().await.expect("a token on demand");
+    assert!(
+        (epoch_of(on_demand) - after as f64).abs() < 0.01,
+        "{on_demand} carries epoch {}, not {after}; {}",
+        epoch_of(on_demand),
+        group.describe()
+    );
+    assert!(on_demand > granted);
+    guard.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn bad_sentinel_settings_are_typed_errors() {
     let empty: [&str; 0] = [];

@@ -402,11 +402,18 @@ async fn a_hand_off_cancelled_at_any_poll_leaves_nothing_behind() {
         }
     })
     .await;
-    // An in-memory pass completes on its first poll: the sweep would never cut a hand-off
-    // in flight to Redis.
-    assert!(
-        polls > 1,
-        "the hand-off completed on poll {polls}: not through Redis"
+    // The sweep cut a hand-off in flight to Redis, not an in-memory pass (which needs no
+    // round trip, so no await point to cut): the release that completed handed the lock over
+    // with a token Redis issued, which wrote the name's fencing counter (no other grant of the
+    // scenario writes it: the holder and the checks take the lock without a token). The
+    // number of polls cannot tell: on a loaded machine a round trip can end within one poll
+    // (the connection's task, on the other worker thread, answers before the poll returns).
+    assert_eq!(
+        redis
+            .cmd(&["EXISTS", &format!("lock:{{handoff-{polls}}}:fence")])
+            .int(),
+        Some(1),
+        "the hand-off that completed (after {polls} polls) issued no token in Redis: it went in memory"
     );
 }
 

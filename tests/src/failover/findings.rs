@@ -38,10 +38,46 @@ impl Findings {
         (self.windows.iter()).position(|w| (w.from..w.to).contains(&start_ns))
     }
 
+    /// Whether the section that started at `start_ns` was granted by the master the failover
+    /// of its window deposed (by the master its client used then). Such a section's token
+    /// ranks below the successor's by the failover epoch ("Fencing epochs" in the scripts'
+    /// prelude): below a section of the successor's that ended before it is the epochs' order
+    /// at work, not a token that went back.
+    fn granted_by_deposed(&self, start_ns: u64) -> bool {
+        let Some(deposed) = (self.window_of(start_ns))
+            .and_then(|i| self.windows[i].promotion.as_ref())
+            .map(|p| p.deposed.as_str())
+        else {
+            return false;
+        };
+        (self.workers.iter())
+            .find(|w| w.records.iter().any(|r| r.start_ns == start_ns))
+            .is_some_and(|w| chaos::master_at(&w.masters, start_ns) == Some(deposed))
+    }
+
+    /// The token regressions judged (index, start of the later section): all but those whose
+    /// later section the deposed master granted ([`Findings::ranked_below`]).
+    fn judged_regressions(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        (self
+            .failover
+            .token_regressions_at
+            .iter()
+            .copied()
+            .enumerate())
+        .filter(|&(_, at)| !self.granted_by_deposed(at))
+    }
+
+    /// The deposed master's sections whose tokens ranked below a section of its successor's
+    /// that had ended before they were asked for: what the failover epoch orders (counted
+    /// apart from the regressions).
+    pub fn ranked_below(&self) -> usize {
+        self.failover.token_regressions_at.len() - self.judged_regressions().count()
+    }
+
     /// Token regressions per window (the later section's start in it), like overlaps.
     pub fn regressions_per_window(&self) -> Vec<usize> {
         let mut counts = vec![0; self.windows.len()];
-        for &at in &self.failover.token_regressions_at {
+        for (_, at) in self.judged_regressions() {
             if let Some(i) = self.window_of(at) {
                 counts[i] += 1;
             }
@@ -50,17 +86,20 @@ impl Findings {
     }
 
     /// Each token regression, with the fault whose window it fell in and how long after the
-    /// fault the later section started.
+    /// fault the later section started (not those the deposed master's sections ranked below
+    /// the successor's: [`Findings::ranked_below`]).
     pub fn regressions(&self) -> Vec<String> {
-        (self.failover.token_regressions.iter())
-            .zip(&self.failover.token_regressions_at)
-            .map(|(what, &at)| match self.window_of(at) {
-                Some(i) => format!(
-                    "{what}\n  in window {i} ({}), {:?} after the fault",
-                    self.windows[i].fault,
-                    Duration::from_nanos(at - self.windows[i].from)
-                ),
-                None => format!("{what}\n  outside every fault window"),
+        self.judged_regressions()
+            .map(|(i, at)| {
+                let what = &self.failover.token_regressions[i];
+                match self.window_of(at) {
+                    Some(w) => format!(
+                        "{what}\n  in window {w} ({}), {:?} after the fault",
+                        self.windows[w].fault,
+                        Duration::from_nanos(at - self.windows[w].from)
+                    ),
+                    None => format!("{what}\n  outside every fault window"),
+                }
             })
             .collect()
     }
@@ -72,7 +111,8 @@ impl Findings {
              (in fault windows, excused: {}), per fault {:?}, unaware writes {}, stale writes \
              accepted {} (per store, commits / stale: {}), token regressions {} (per fault {:?}; \
              of fenced grants {}; judged from the acquire's start instead of the granting \
-             request's send: {}), tokens issued twice {}, recoveries {:?}",
+             request's send: {}; the deposed master's ranked below its successor's, not \
+             counted: {}), tokens issued twice {}, recoveries {:?}",
             self.checked.records,
             self.checked.commits,
             self.checked.rejected,
@@ -83,10 +123,11 @@ impl Findings {
             self.failover.unaware_writes,
             self.stale,
             describe_stores(&self.stores),
-            self.failover.token_regressions.len(),
+            self.failover.token_regressions.len() - self.ranked_below(),
             self.regressions_per_window(),
             self.failover.fenced_regressions,
             self.failover.regressions_from_invocation,
+            self.ranked_below(),
             self.failover.duplicate_tokens.len(),
             (self.failover.recovery_ns.iter())
                 .map(|ns| ns.map(Duration::from_nanos))

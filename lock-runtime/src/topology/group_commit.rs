@@ -105,6 +105,8 @@ struct State {
 /// A write waiting for its turn, and where its reply goes.
 struct Queued {
     call: Call,
+    /// The generation of the master it was built for (`Conn::pin`), if it carries its epoch.
+    pin: Option<u64>,
     reply: oneshot::Sender<RedisResult<Acked<Value>>>,
 }
 
@@ -134,13 +136,14 @@ impl GroupCommit {
 
     /// Runs `call`: at once when nothing of this client's is in flight, else with the queue
     /// once the request in flight returns. The reply is the script's, or the error of the
-    /// request that carried it.
-    pub(crate) async fn send(&self, call: Call) -> RedisResult<Acked<Value>> {
+    /// request that carried it. `pin`: the generation of the master the call was built for
+    /// (`Conn::pin`): sent only to that master, else failed unsent.
+    pub(crate) async fn send(&self, call: Call, pin: Option<u64>) -> RedisResult<Acked<Value>> {
         let queued = {
             let mut state = self.inner.lock();
             if state.busy || !state.queue.is_empty() {
                 let (reply, rx) = oneshot::channel();
-                state.queue.push(Queued { call, reply });
+                state.queue.push(Queued { call, pin, reply });
                 Err(rx)
             } else {
                 state.busy = true;
@@ -151,7 +154,7 @@ impl GroupCommit {
             Ok(call) => {
                 // Passes the queue on when this request is done, or dropped mid-flight.
                 let _turn = Turn(&self.inner);
-                let mut conn = self.inner.conn.clone();
+                let mut conn = self.inner.conn.pinned(pin);
                 let dialect = &self.inner.dialect;
                 let calls = std::slice::from_ref(&call);
                 let (mut results, acked) = run(&mut conn, dialect, calls, self.inner.ack).await;
@@ -174,7 +177,11 @@ impl GroupCommit {
                 .into_iter()
                 .map(|call| {
                     let (reply, rx) = oneshot::channel();
-                    state.queue.push(Queued { call, reply });
+                    state.queue.push(Queued {
+                        call,
+                        pin: None,
+                        reply,
+                    });
                     rx
                 })
                 .collect()
@@ -249,6 +256,20 @@ impl Inner {
     /// Sends a queue in one pipeline (its mutex operations merged, in order, into `batch.lua`
     /// calls) and hands each caller its reply.
     async fn send_queue(&self, queue: Vec<Queued>) {
+        // Writes built for a master the client has switched away from fail unsent (their
+        // callers build them again for the new one); the rest go to the master of the
+        // moment, pinned to it if any of them carries its epoch.
+        let current = self.conn.generation();
+        let (queue, moved): (Vec<Queued>, Vec<Queued>) =
+            (queue.into_iter()).partition(|queued| queued.pin.is_none() || queued.pin == current);
+        for queued in moved {
+            let _ = queued.reply.send(Err(super::moved_before_sent()));
+        }
+        if queue.is_empty() {
+            return;
+        }
+        let pinned = queue.iter().any(|queued| queued.pin.is_some());
+        let conn = self.conn.pinned(current.filter(|_| pinned));
         let merge = self.merge.load(Ordering::Relaxed);
         let mut runs = if merge {
             runs_of(queue, self.max_arguments)
@@ -270,7 +291,7 @@ impl Inner {
                 many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
             })
             .collect();
-        let (results, acked) = run(&mut self.conn.clone(), &self.dialect, &calls, self.ack).await;
+        let (results, acked) = run(&mut conn.clone(), &self.dialect, &calls, self.ack).await;
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {

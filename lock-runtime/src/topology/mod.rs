@@ -200,19 +200,63 @@ impl Conn {
         }
     }
 
-    /// The failover epoch of the master this connection sends to now, where the deployment
-    /// has one (the sentinels' `config-epoch`, read with the master's address and run id in
-    /// one answer); `None` on one server, a cluster, and a Sentinel master whose epoch is not
-    /// confirmed. Tokens of this crate's layout are ordered by it first (see "Fencing epochs"
-    /// in `script/prelude.lua`). A call built with it may reach a later master (the
-    /// connection only moves forward, to masters of later epochs), never an earlier one.
-    pub(crate) fn epoch(&self) -> Option<u64> {
+    /// Before a call that carries the master's failover epoch is built (tokens of this
+    /// crate's layout are ordered by it first: "Fencing epochs" in `script/prelude.lua`): the
+    /// master of the moment once confirmed, as a request would wait for it. `None` on one
+    /// server and a cluster (no epoch); behind Sentinel its epoch, `None` while the sentinels
+    /// have not confirmed it. Send the call on [`Conn::pinned`] to it: if the client switched
+    /// masters in between, the call fails unsent (a refused connection, which callers retry
+    /// with a new call), so no epoch ever reaches another master than its own.
+    pub(crate) async fn pin(&self) -> redis::RedisResult<Option<Pin>> {
         match self {
             #[cfg(feature = "sentinel")]
-            Conn::Sentinel(c) => c.epoch(),
+            Conn::Sentinel(c) => {
+                let (generation, epoch) = c.pin().await?;
+                Ok(Some(Pin { generation, epoch }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The generation of the master this connection sends to now (behind Sentinel; `None`
+    /// elsewhere), to compare with a [`Pin`]'s.
+    pub(crate) fn generation(&self) -> Option<u64> {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => Some(c.generation()),
             _ => None,
         }
     }
+
+    /// This connection, sending only to the master of `generation` (a [`Pin`]'s) when given.
+    pub(crate) fn pinned(&self, generation: Option<u64>) -> Conn {
+        match (self, generation) {
+            #[cfg(feature = "sentinel")]
+            (Conn::Sentinel(c), Some(generation)) => Conn::Sentinel(c.pinned(generation)),
+            _ => {
+                let _ = generation;
+                self.clone()
+            }
+        }
+    }
+}
+
+/// A call built for a master the client has switched away from ([`Conn::pin`]): not sent (a
+/// refused connection, which callers retry with a call built for the new master).
+pub(crate) fn moved_before_sent() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "the master changed before the request was sent",
+    ))
+}
+
+/// The master a call that carries its failover epoch was built for ([`Conn::pin`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pin {
+    /// Which master of the client's (it moves on at each switch).
+    pub(crate) generation: u64,
+    /// Its failover epoch, if the sentinels confirmed it.
+    pub(crate) epoch: Option<u64>,
 }
 
 impl ConnectionLike for Conn {

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisResult, Value};
 
-use super::Conn;
 use super::call::{query_reloading, send};
 use super::group_commit::GroupCommit;
 use super::replica_ack::{self, ReplicaAck};
+use super::{Conn, Pin};
 use crate::backend::CapacityOp;
 use crate::backend::{
     Acked, Approach, Backend, BoxFuture, HandOff, LockState, Release, Reply, ScanNode,
@@ -118,7 +118,13 @@ impl RedisBackend {
 
     /// A single-lock write, acknowledged by replicas when the client asks for it.
     async fn write(&self, call: Call) -> RedisResult<Acked<Reply>> {
-        let Acked { reply, shortfall } = self.write_value(call).await?;
+        self.write_pinned(call, None).await
+    }
+
+    /// A write built for the master `pin` names (it carries that master's failover epoch):
+    /// sent only to it, else failed unsent (see [`Conn::pin`]).
+    async fn write_pinned(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Reply>> {
+        let Acked { reply, shortfall } = self.write_value_pinned(call, pin).await?;
         Ok(Acked {
             reply: Reply::from_redis_value(reply)?,
             shortfall,
@@ -162,24 +168,29 @@ impl RedisBackend {
                 Err(e) => return Err(e),
             }
         }
-        let epoch = next.as_ref().and_then(|_| self.conn.epoch());
-        self.write(Call::release(
-            self.publishing,
-            names,
-            owner,
-            next.as_ref(),
-            epoch,
-        ))
-        .await
+        // A release that hands the lock on grants it, with a token of the master's epoch.
+        let pin = match next {
+            Some(_) => self.conn.pin().await?,
+            None => None,
+        };
+        let epoch = pin.and_then(|pin| pin.epoch);
+        let call = Call::release(self.publishing, names, owner, next.as_ref(), epoch);
+        self.write_pinned(call, pin).await
     }
 
     /// [`RedisBackend::write`], the reply as it came.
     async fn write_value(&self, call: Call) -> RedisResult<Acked<Value>> {
+        self.write_value_pinned(call, None).await
+    }
+
+    /// [`RedisBackend::write_pinned`], the reply as it came.
+    async fn write_value_pinned(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Value>> {
+        let generation = pin.map(|pin| pin.generation);
         if let Some(group) = &self.group {
-            return group.send(call).await;
+            return group.send(call, generation).await;
         }
-        let (reply, acked) =
-            send::<Value>(&mut self.conn.clone(), &self.dialect, &call, self.ack).await?;
+        let mut conn = self.conn.pinned(generation);
+        let (reply, acked) = send::<Value>(&mut conn, &self.dialect, &call, self.ack).await?;
         Ok(ReplicaAck::judged(self.ack, reply, acked))
     }
 
@@ -322,17 +333,18 @@ impl Backend for RedisBackend {
             {
                 return Ok(taken_or_busy);
             }
-            self.write(Call::acquire(
+            let pin = self.conn.pin().await?;
+            let call = Call::acquire(
                 self.publishing,
                 names,
                 owner,
                 lease_ms,
                 retention_ms,
-                self.conn.epoch(),
+                pin.and_then(|pin| pin.epoch),
                 approach == Approach::Waiting,
                 fenced,
-            ))
-            .await
+            );
+            self.write_pinned(call, pin).await
         })
     }
 
@@ -342,7 +354,11 @@ impl Backend for RedisBackend {
         owner: &'a str,
         retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
-        Box::pin(self.write(Call::token(names, owner, retention_ms, self.conn.epoch())))
+        Box::pin(async move {
+            let pin = self.conn.pin().await?;
+            let call = Call::token(names, owner, retention_ms, pin.and_then(|pin| pin.epoch));
+            self.write_pinned(call, pin).await
+        })
     }
 
     fn release<'a>(

@@ -50,6 +50,9 @@ const RECHECK: Duration = Duration::from_millis(200);
 pub(crate) struct FailoverConn {
     shared: Arc<Shared>,
     pubsub: bool,
+    /// Requests go only to the master of this generation (`pin`): a request built for one
+    /// master (its epoch in the fencing argument) fails unsent once the client has switched.
+    pinned: Option<u64>,
 }
 
 struct Shared {
@@ -250,19 +253,46 @@ pub(crate) async fn connect(
         Conn::Sentinel(FailoverConn {
             shared: shared.clone(),
             pubsub: false,
+            pinned: None,
         }),
         Conn::Sentinel(FailoverConn {
             shared,
             pubsub: true,
+            pinned: None,
         }),
     ))
 }
 
 impl FailoverConn {
-    /// The failover epoch of the master of the moment, if the sentinels confirmed it (see
-    /// `Conn::epoch`).
-    pub(crate) fn epoch(&self) -> Option<u64> {
-        self.shared.lock().epoch
+    /// The master of the moment, once confirmed (as a request waits for it): its generation,
+    /// to pin requests to, and its failover epoch if the sentinels confirmed it (see
+    /// `Conn::pin`).
+    pub(crate) async fn pin(&self) -> redis::RedisResult<(u64, Option<u64>)> {
+        self.confirmed().await?;
+        let current = self.shared.lock();
+        Ok((current.generation, current.epoch))
+    }
+
+    /// The generation of the master of the moment.
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.lock().generation
+    }
+
+    /// This connection, sending only to the master of `generation` (see `pinned`).
+    pub(crate) fn pinned(&self, generation: u64) -> FailoverConn {
+        FailoverConn {
+            pinned: Some(generation),
+            ..self.clone()
+        }
+    }
+
+    /// Whether a request picked for the master of `generation` may go: not if it was pinned
+    /// to another (the client switched since it was built).
+    fn unsent_if_moved(&self, generation: u64) -> redis::RedisResult<()> {
+        match self.pinned {
+            Some(pinned) if pinned != generation => Err(super::moved_before_sent()),
+            _ => Ok(()),
+        }
     }
 
     /// The connection to the master of the moment, confirmed or not.
@@ -347,6 +377,7 @@ impl ConnectionLike for FailoverConn {
         Box::pin(async move {
             self.confirmed().await?;
             let (generation, mut conn) = self.pick();
+            self.unsent_if_moved(generation)?;
             let result = conn.req_packed_command(cmd).await;
             self.check(generation, &result);
             self.settled(generation, result)
@@ -362,6 +393,7 @@ impl ConnectionLike for FailoverConn {
         Box::pin(async move {
             self.confirmed().await?;
             let (generation, mut conn) = self.pick();
+            self.unsent_if_moved(generation)?;
             let result = conn.req_packed_commands(pipeline, offset, count).await;
             self.check(generation, &result);
             self.settled(generation, result)

@@ -295,7 +295,10 @@ fn config_epoch(group: &SentinelGroup) -> u64 {
 /// epochs" in `script/prelude.lua`; the scripts' side is `core::epochs`): a grant's token, and
 /// a token on demand, carry the epoch the sentinels report for the master that issued it
 /// (`2^52 + epoch × 2^34 + µs since 2026`), so a failover raises them by the span of the epochs
-/// it took, whatever the new master's clock.
+/// it took, whatever the new master's clock. A grant asked for while the master is down is
+/// built for the master the client then confirms, never sent to it with the epoch of the one
+/// before (which a replica promoted with a lagging counter and its clock behind would turn into
+/// a token below ones already issued: what the clock-skew failover suite found).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_tokens_follow_the_failover_epoch() {
     // The epoch a token carries, read with this machine's clock (the servers share it): within
@@ -320,9 +323,22 @@ async fn fenced_tokens_follow_the_failover_epoch() {
     );
     guard.release().await.expect("release");
     let killed = group.kill_master();
+    // Asked while the master is down: built once the client knows the new master, for it.
+    let during = tokio::spawn({
+        let lock = locks.lock("fenced-during").fenced();
+        async move { lock.try_acquire(FAILOVER_WAIT).await }
+    });
     group.wait_for_failover(killed);
     let after = config_epoch(&group);
     assert!(after > before, "a failover from epoch {before} to {after}");
+    let during = during.await.expect("the task").expect("granted after the failover");
+    let token = during.issued_token().expect("a fenced grant's token");
+    assert!(
+        (epoch_of(token) - after as f64).abs() < 0.01,
+        "asked during the failover: {token} carries epoch {}, not {after}",
+        epoch_of(token)
+    );
+    during.release().await.expect("release");
     let guard = locks
         .lock("fenced")
         .try_acquire(FAILOVER_WAIT)

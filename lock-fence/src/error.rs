@@ -25,7 +25,8 @@ pub enum FenceError {
     ///
     /// On Redis (either key layout) a lock's fencing token is the Redis server's clock in
     /// microseconds at the grant (or the name's previous token + 1, when the clock has not
-    /// passed it): about 1.8·10¹⁵ in 2026, not a small count from 1. That is far below
+    /// passed it): about 1.8·10¹⁵ in 2026 (below 2⁵³ behind Sentinel, where tokens are ordered
+    /// by the failover epoch first), not a small count from 1. That is far below
     /// `i64::MAX` (the microsecond clock reaches it in the year 294 247), so this error means
     /// a token that did not come from a lock, or a server clock set wildly wrong. (Only
     /// `lock-runtime`'s in-memory test backend, `MemoryLocks`, counts from 1.)

@@ -71,15 +71,17 @@
 //!
 //! Tokens are large from the first acquisition: on Redis a lock's fencing token is the Redis
 //! server's clock in microseconds at the grant (the previous token + 1 when the clock has not
-//! passed it), about 1.8·10¹⁵ in 2026; they do not start at 1 and grow by one per
-//! acquisition. (`lock-runtime`'s in-memory test backend, `MemoryLocks`, does count from 1:
-//! do not size a column after what a test saw.) So wherever you keep a token:
+//! passed it), about 1.8·10¹⁵ in 2026; behind Sentinel it is ordered by the failover epoch
+//! first, `2^52 + epoch × 2^34 +` the microseconds since 2026, about 4.5·10¹⁵. They do not
+//! start at 1 and grow by one per acquisition. (`lock-runtime`'s in-memory test backend,
+//! `MemoryLocks`, does count from 1: do not size a column after what a test saw.) So wherever
+//! you keep a token:
 //!
 //! - SQL: `BIGINT` (PostgreSQL `int8`; SQLite's `INTEGER` holds 64 bits). A PostgreSQL
 //!   `INTEGER`/`int4`, a MySQL `INT` or any 32-bit column overflows on the first write.
 //! - JSON or JavaScript: a number is exact up to 2⁵³ (about 9.0·10¹⁵), which the microsecond
-//!   clock passes in the year 2255; send tokens as strings if anything on the way parses them
-//!   as doubles.
+//!   clock passes in the year 2255 and the epoch-ordered tokens never do (lock-runtime keeps
+//!   them below it); send tokens as strings if anything on the way parses them as doubles.
 //! - Compare tokens, never subtract them to count acquisitions: consecutive holders' tokens
 //!   differ by the time between the grants, in microseconds.
 //!

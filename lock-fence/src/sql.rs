@@ -17,8 +17,9 @@ pub const MAX_IDENTIFIER_LEN: usize = 63;
 pub const FENCE_TABLE: &str = "lock_fences";
 
 /// A fencing token as a SQL `BIGINT` parameter. Tokens from Redis are the server's clock in
-/// microseconds (about 1.8·10¹⁵ in 2026, see [how large tokens are](crate#how-large-tokens-are)):
-/// the column must be a `BIGINT`, never a 32-bit `INTEGER`.
+/// microseconds, or above 2⁵² behind Sentinel (about 1.8·10¹⁵ and 4.5·10¹⁵ in 2026, see [how
+/// large tokens are](crate#how-large-tokens-are)): the column must be a `BIGINT`, never a 32-bit
+/// `INTEGER`.
 ///
 /// # Errors
 /// [`FenceError::TokenOutOfRange`] above `i64::MAX`.

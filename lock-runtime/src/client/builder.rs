@@ -197,7 +197,8 @@ impl LockClientBuilder {
     /// counter lives at least nine tenths of the retention after its last token (and a whole
     /// retention after each token while it is ahead of the server clock). Tokens keep
     /// increasing even after it expires, because a fresh counter starts at the server clock in
-    /// microseconds.
+    /// microseconds (behind Sentinel, at the floor of the master's failover epoch, which
+    /// follows the same clock).
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self

@@ -35,7 +35,8 @@ end
 -- 2^53 (Lua's numbers are doubles) for epochs up to `(FLOOR_CEILING − EPOCH_BASE − (clock −
 -- CLOCK_BASE)) / EPOCH_SPAN`: about 170,000 in 2076, 78,000 in 2126. A larger epoch counts as
 -- that many (the tokens keep increasing, without ranking later epochs any higher); from 2168 on
--- no floor is left below 2^53 and a grant is refused as for a counter that is not ours.
+-- the floor stays at `FLOOR_CEILING` and tokens increase by the counter alone, up to 2^53 − 1,
+-- past which a grant is refused as for a counter that is not ours.
 local EPOCH_BASE = 4503599627370496
 local EPOCH_SPAN = 17179869184
 local CLOCK_BASE = 1767225600000000
@@ -61,7 +62,7 @@ local function token_floor(epoch)
   end
   local since = clock - CLOCK_BASE
   local most = math.max(0, math.floor((FLOOR_CEILING - EPOCH_BASE - since) / EPOCH_SPAN))
-  return EPOCH_BASE + math.min(epoch, most) * EPOCH_SPAN + since
+  return math.min(EPOCH_BASE + math.min(epoch, most) * EPOCH_SPAN + since, FLOOR_CEILING)
 end
 
 -- The fencing token last issued at `fence` (its digits, without a yield marker: see `yield`

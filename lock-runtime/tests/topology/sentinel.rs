@@ -331,7 +331,10 @@ async fn fenced_tokens_follow_the_failover_epoch() {
     group.wait_for_failover(killed);
     let after = config_epoch(&group);
     assert!(after > before, "a failover from epoch {before} to {after}");
-    let during = during.await.expect("the task").expect("granted after the failover");
+    let during = during
+        .await
+        .expect("the task")
+        .expect("granted after the failover");
     let token = during.issued_token().expect("a fenced grant's token");
     assert!(
         (epoch_of(token) - after as f64).abs() < 0.01,

@@ -416,12 +416,15 @@ async fn fencing_holds_through_sentinel_faults_with_and_without_replica_ack() {
 fn print_summary(label: &str, findings: &Findings) {
     eprintln!("{label}: {}", findings.summary());
     eprintln!(
-        "{label}: deposed-side sections per fault (grants, accepted, over a rival, new side refused): {:?}",
+        "{label}: deposed-side sections per fault (grants, accepted, over a rival with a \
+         smaller token, accepted before a rival with a larger one reached the store, new side \
+         refused): {:?}",
         (findings.sides().iter().flatten())
             .map(|s| (
                 s.deposed,
                 s.deposed_accepted,
                 s.deposed_won,
+                s.deposed_first,
                 s.legitimate_refused
             ))
             .collect::<Vec<_>>()

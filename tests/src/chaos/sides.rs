@@ -34,10 +34,15 @@ pub struct Sides {
     pub deposed: usize,
     /// Of those, writes the store accepted (grants the surviving master never knew of).
     pub deposed_accepted: usize,
-    /// Of those, writes accepted while a section the new master granted on the same key
-    /// overlapped them: the store favoured the wrong side (the deposed side's clock-based token
-    /// was the larger).
+    /// Of those, writes accepted while a section the new master granted on the same key, with
+    /// a smaller token, overlapped them: the store favoured the wrong side (the deposed side's
+    /// token was the larger, as clock-floored tokens often were).
     pub deposed_won: usize,
+    /// Of those, writes accepted while only sections of the new master with larger tokens
+    /// overlapped them: the store took the deposed write first, before it had seen the larger
+    /// token (it cannot refuse a token lower than one it has not seen), and the legitimate
+    /// holder's accesses after it (a fenced store serialises the two).
+    pub deposed_first: usize,
     /// Sections granted by the new master after the promotion whose read or write the store
     /// refused (a deposed holder had shown it a larger token).
     pub legitimate_refused: usize,
@@ -58,11 +63,18 @@ pub fn sides(sections: &[(&Record, Option<&str>)], deposed: &str, promoted: u64,
             sides.deposed += 1;
             if r.outcome == Outcome::Committed {
                 sides.deposed_accepted += 1;
-                let rival = window.iter().any(|&(o, o_deposed)| {
+                let rivals = window.iter().filter(|&&(o, o_deposed)| {
                     !o_deposed && o.key == r.key && o.start_ns < r.end_ns && r.start_ns < o.end_ns
                 });
-                if rival {
+                let (mut lower, mut higher) = (false, false);
+                for &(o, _) in rivals {
+                    lower |= o.token < r.token;
+                    higher |= o.token > r.token;
+                }
+                if lower {
                     sides.deposed_won += 1;
+                } else if higher {
+                    sides.deposed_first += 1;
                 }
             }
         } else if rejected {

@@ -269,18 +269,25 @@ fn grants_are_attributed_to_the_master_their_client_used() {
         ..rec("k", 8, 42, 46, false)
     };
     let before = rec("k", 3, 20, 25, false);
+    // On another key, the deposed write goes first, under a larger token of the new master's
+    // (the failover epoch's order): serialised by the store, not won.
+    let deposed_first = rec("j", 5, 40, 45, false);
+    let legitimate = rec("j", 8, 42, 46, false);
     let sections = [
         (&deposed_won, Some("a:1")),
         (&refused, Some("b:2")),
         (&before, Some("a:1")),
+        (&deposed_first, Some("a:1")),
+        (&legitimate, Some("b:2")),
     ];
     let found = sides(&sections, "a:1", 30, 100);
     assert_eq!(
         found,
         Sides {
-            deposed: 1,
-            deposed_accepted: 1,
+            deposed: 2,
+            deposed_accepted: 2,
             deposed_won: 1,
+            deposed_first: 1,
             legitimate_refused: 1
         }
     );

@@ -469,8 +469,8 @@ impl std::fmt::Display for Row {
         if let Some(s) = self.sides {
             write!(
                 f,
-                " {} / {} / {} / {} |",
-                s.deposed, s.deposed_accepted, s.deposed_won, s.legitimate_refused
+                " {} / {} / {} ({}) / {} |",
+                s.deposed, s.deposed_accepted, s.deposed_won, s.deposed_first, s.legitimate_refused
             )?;
         }
         write!(
@@ -489,7 +489,7 @@ pub fn print_table(rows: &[Row]) {
     eprintln!(
         "| topology | fault | replica_ack | faults | overlaps per 100 faults (pairs) | of them: committed unaware of the loss | stale writes accepted (run) | token regressions |{} longest pause in grants p50 / max |",
         if sides {
-            " deposed master after promotion: grants / writes accepted / of which over a rival / new master's holders refused |"
+            " deposed master after promotion: grants / writes accepted / of which over a rival with a smaller token (before it: accepted ahead of a rival with a larger one) / new master's holders refused |"
         } else {
             ""
         }
@@ -508,6 +508,7 @@ fn add_sides(a: Sides, b: Sides) -> Sides {
         deposed: a.deposed + b.deposed,
         deposed_accepted: a.deposed_accepted + b.deposed_accepted,
         deposed_won: a.deposed_won + b.deposed_won,
+        deposed_first: a.deposed_first + b.deposed_first,
         legitimate_refused: a.legitimate_refused + b.legitimate_refused,
     }
 }

@@ -46,11 +46,11 @@ local FLOOR_CEILING = 9007194959773696
 -- The fencing argument read apart: the counter's retention (milliseconds, as sent) and the
 -- epoch, or nil without one.
 local function fencing(arg)
-  local retention, epoch = string.match(arg, '^(%d+):(%d+)$')
-  if retention then
-    return retention, tonumber(epoch)
+  local colon = string.find(arg, ':', 1, true)
+  if not colon then
+    return arg, nil
   end
-  return arg, nil
+  return string.sub(arg, 1, colon - 1), tonumber(string.sub(arg, colon + 1))
 end
 
 -- The least token a grant may take now: the clock in microseconds, or with `epoch` its floor

@@ -60,12 +60,6 @@ EXPECTED = {
 # they run one at a time, beside the other binaries.
 FAULT_SUITES = re.compile(r"^(lock-tests/(failover|failover_cluster|chaos)|lock-runtime/topology|compatibility: .*: topology)$")
 
-# The binaries that mostly compile (trybuild builds its cases with cargo): run at the lowest
-# CPU priority, as test.sh runs the doc tests, the MSRV check and the packages' check, so that
-# the servers and clients of the timing-judged suites get the CPU first. A sentinel whose timer
-# is held up for more than 2 s stops taking part in failovers for 30 s (TILT mode).
-COMPILERS = re.compile(r"^lock-macros/ui$")
-
 RESULT = re.compile(r"^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored; (\d+) measured; (\d+) filtered out")
 
 
@@ -182,9 +176,8 @@ def run_alone(job, logs, lock):
     env.update(job.get("env", {}))
     started = time.monotonic()
     with open(log_path, "w+b") as log:
-        nice = (lambda: os.nice(19)) if COMPILERS.match(job_key(job)) else None
         code = subprocess.run(job["argv"], cwd=job["cwd"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=log, stderr=subprocess.STDOUT, preexec_fn=nice).returncode
+                              stdout=log, stderr=subprocess.STDOUT).returncode
         log.seek(0)
         output = log.read().decode("utf-8", "replace")
     seconds = time.monotonic() - started

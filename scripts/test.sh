@@ -70,18 +70,18 @@ bash scripts/compat.sh --jobs "$features" > target/compat-jobs.jsonl
 #   declare (the toolchain installed when missing; about 4 minutes cold, see the script);
 # - packaging, in dependency order: every published crate packaged (nothing outside its
 #   directory) and checked from its package alone (see the script).
-# All three only compile and run what they compiled: at the lowest CPU priority, so that the
-# servers and clients of the suites judged against leases and failover timings get the CPU
-# first (a sentinel held up for more than 2 s sits out failovers for 30 s: TILT mode).
+# (Not at a lower CPU priority: tried, and under two busy loops beside the suite `nice 19`
+# starved them to under 1 % of the CPU once the tests were done. The failover suites' waits
+# allow for a sentinel in TILT mode instead: lock_tests::topology.)
 step "tests and the compatibility stage; doc tests, MSRV and packages alongside"
 alongside() {
   local status=0
   echo "== doc tests ($((SECONDS - started)) s)"
-  nice -n 19 cargo test --workspace --doc --features "$features" || status=1
+  cargo test --workspace --doc --features "$features" || status=1
   echo "== MSRV ($((SECONDS - started)) s)"
-  nice -n 19 bash scripts/msrv.sh || status=1
+  bash scripts/msrv.sh || status=1
   echo "== packages ($((SECONDS - started)) s)"
-  nice -n 19 bash scripts/packages.sh || status=1
+  bash scripts/packages.sh || status=1
   echo "== doc tests, MSRV and packages done ($((SECONDS - started)) s)"
   return $status
 }

@@ -512,17 +512,12 @@ impl Shared {
     }
 
     /// The full lookup through the sentinels (which checks the named server's role); switches
-    /// both connections to the master it finds if that is another address, and the one
-    /// `view` names: the epoch comes from that answer, with the address (a lookup that finds
-    /// another master waits for the sentinels to agree). A view of an earlier epoch than the
+    /// both connections to the master it finds if that is another address. Its epoch comes
+    /// from `view` when that answer names the same address, in the run it has now, with no
+    /// failover under way; else it stays unknown (calls carry none) until a later look
+    /// confirms it (`Current::take_epoch`). A view naming it under an earlier epoch than the
     /// master's of the moment is a sentinel behind the others: not followed.
     async fn follow(&self, resolver: &mut Resolver, view: &SentinelView) {
-        if let (Some(seen), Some(named)) = (self.lock().epoch, view.epoch)
-            && named < seen
-        {
-            tracing::debug!(master = %view.addr, epoch = named, seen, "a sentinel names a master of an earlier epoch; not followed");
-            return;
-        }
         let lookup = self
             .settings
             .within_connect_timeout(resolver.sentinel.async_get_client())
@@ -540,8 +535,12 @@ impl Shared {
         if addr == self.lock().addr {
             return;
         }
-        if addr != view.addr {
-            tracing::debug!(found = %addr, named = %view.addr, "the sentinels do not agree on the new master yet");
+        let named = addr == view.addr && !view.failing_over;
+        if named
+            && let (Some(seen), Some(epoch)) = (self.lock().epoch, view.epoch)
+            && epoch < seen
+        {
+            tracing::debug!(master = %addr, epoch, seen, "a sentinel names a master of an earlier epoch; not followed");
             return;
         }
         let (mut commands, pubsub) = match self.settings.managers(info, &self.demux).await {
@@ -552,8 +551,8 @@ impl Shared {
             }
         };
         let run_id = run_id(&mut commands, &self.settings).await;
-        // The view's epoch is this master's if the view saw the run it has now.
-        let known = view.run_id.is_empty() || run_id.as_ref() == Some(&view.run_id);
+        // The view's epoch is this master's if the view named it, in the run it has now.
+        let known = named && (view.run_id.is_empty() || run_id.as_ref() == Some(&view.run_id));
         let old = {
             let mut current = self.lock();
             current.generation += 1;
@@ -563,9 +562,7 @@ impl Shared {
             current.epoch = if known { view.epoch } else { None };
             std::mem::replace(&mut current.addr, addr.clone())
         };
-        // Restarted since the sentinels' last look: unconfirmed until they see it (as in
-        // `rediscover`).
-        self.suspect.store(!known, Ordering::Release);
+        self.suspect.store(false, Ordering::Release);
         tracing::warn!(old = %old, new = %addr, "Sentinel failed over to a new master; switched connections");
         self.switched();
     }
@@ -612,7 +609,8 @@ impl Current {
     /// The epoch `view` gives the master of the moment (which it names, under the run id it
     /// has): taken unless it is earlier than the one known (a sentinel behind the others).
     fn take_epoch(&mut self, view: &SentinelView) {
-        if view.addr == self.addr && view.epoch >= self.epoch {
+        // During a failover its leader reports the new epoch before the new address.
+        if view.addr == self.addr && !view.failing_over && view.epoch >= self.epoch {
             self.epoch = view.epoch;
         }
     }

@@ -56,6 +56,15 @@ pub(super) enum Arg<'a> {
 }
 
 impl Arg<'_> {
+    /// The fencing argument of a call for `names`: `epoch` only in the layout whose tokens
+    /// are ordered by it ([`Scheme::orders_tokens_by_epoch`]).
+    fn fencing(names: &LockNames, retention_ms: u64, epoch: Option<u64>) -> Arg<'static> {
+        Arg::Fencing {
+            retention_ms,
+            epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
+        }
+    }
+
     /// Its length in the command, at most.
     fn len(&self) -> usize {
         match self {
@@ -219,10 +228,7 @@ impl Call {
         waiting: bool,
         fenced: bool,
     ) -> Call {
-        let fencing = Arg::Fencing {
-            retention_ms,
-            epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
-        };
+        let fencing = Arg::fencing(names, retention_ms, epoch);
         let args = [Arg::Str(owner), Arg::Int(lease_ms), fencing];
         let place_ms = Arg::Int(PLACE_TTL.as_millis() as u64);
         match names.scheme {
@@ -406,10 +412,7 @@ impl Call {
             Arg::Str(model(names.scheme)),
             Arg::Str(next.owner),
             Arg::Int(next.lease_ms),
-            Arg::Fencing {
-                retention_ms: next.retention_ms,
-                epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
-            },
+            Arg::fencing(names, next.retention_ms, epoch),
             Arg::Str(if next.fenced { "1" } else { "0" }),
         ];
         if let Some(yield_ms) = next.yield_ms {
@@ -431,10 +434,7 @@ impl Call {
             &[&names.key, &names.fence],
             [
                 Arg::Str(owner),
-                Arg::Fencing {
-                    retention_ms,
-                    epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
-                },
+                Arg::fencing(names, retention_ms, epoch),
                 Arg::Str(model(names.scheme)),
             ],
         )
@@ -646,19 +646,22 @@ mod tests {
                 "0".into(),
             ]
         );
-        // The arguments that are the script's defaults are left off the end.
-        let tail = |waiting, fenced, names: &LockNames| {
+        let acquire_of = |names: &LockNames, epoch, waiting, fenced| {
             let call = Call::acquire(
                 Publishing::CLASSIC,
                 names,
                 "me:1",
                 30_000,
                 60_000,
-                None,
+                epoch,
                 waiting,
                 fenced,
             );
-            args(&call)[9..].to_vec()
+            args(&call)
+        };
+        // The arguments that are the script's defaults are left off the end.
+        let tail = |waiting, fenced, names: &LockNames| {
+            acquire_of(names, None, waiting, fenced)[9..].to_vec()
         };
         assert_eq!(tail(false, true, &names), Vec::<String>::new());
         assert_eq!(tail(true, true, &names), ["1"]);
@@ -670,18 +673,11 @@ mod tests {
         assert_eq!(tail(false, true, &redisson), ["0", "1", "h"]);
         // A master's failover epoch goes with the retention, in this crate's layout only.
         let fencing = |names: &LockNames| {
-            let call = Call::acquire(
-                Publishing::CLASSIC,
-                names,
-                "me:1",
-                30_000,
-                60_000,
-                Some(7),
-                false,
-                true,
-            );
             let token = Call::token(names, "me:1", 60_000, Some(7));
-            (args(&call)[8].clone(), args(&token)[6].clone())
+            (
+                acquire_of(names, Some(7), false, true)[8].clone(),
+                args(&token)[6].clone(),
+            )
         };
         assert_eq!(fencing(&names), ("60000:7".into(), "60000:7".into()));
         assert_eq!(fencing(&redisson), ("60000".into(), "60000".into()));

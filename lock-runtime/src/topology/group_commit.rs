@@ -269,7 +269,7 @@ impl Inner {
             return;
         }
         let pinned = queue.iter().any(|queued| queued.pin.is_some());
-        let conn = self.conn.pinned(current.filter(|_| pinned));
+        let mut conn = self.conn.pinned(current.filter(|_| pinned));
         let merge = self.merge.load(Ordering::Relaxed);
         let mut runs = if merge {
             runs_of(queue, self.max_arguments)
@@ -291,7 +291,7 @@ impl Inner {
                 many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
             })
             .collect();
-        let (results, acked) = run(&mut conn.clone(), &self.dialect, &calls, self.ack).await;
+        let (results, acked) = run(&mut conn, &self.dialect, &calls, self.ack).await;
         for (run, result) in runs.into_iter().zip(results) {
             if run.len() == 1 {
                 if let Some(queued) = run.into_iter().next() {

@@ -233,10 +233,7 @@ impl Conn {
         match (self, generation) {
             #[cfg(feature = "sentinel")]
             (Conn::Sentinel(c), Some(generation)) => Conn::Sentinel(c.pinned(generation)),
-            _ => {
-                let _ = generation;
-                self.clone()
-            }
+            _ => self.clone(),
         }
     }
 }

@@ -117,14 +117,10 @@ impl RedisBackend {
     }
 
     /// A single-lock write, acknowledged by replicas when the client asks for it.
-    async fn write(&self, call: Call) -> RedisResult<Acked<Reply>> {
-        self.write_pinned(call, None).await
-    }
-
-    /// A write built for the master `pin` names (it carries that master's failover epoch):
-    /// sent only to it, else failed unsent (see [`Conn::pin`]).
-    async fn write_pinned(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Reply>> {
-        let Acked { reply, shortfall } = self.write_value_pinned(call, pin).await?;
+    /// `pin`: the master a call carrying its failover epoch was built for (see [`Conn::pin`]):
+    /// sent only to it, else failed unsent.
+    async fn write(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Reply>> {
+        let Acked { reply, shortfall } = self.write_value(call, pin).await?;
         Ok(Acked {
             reply: Reply::from_redis_value(reply)?,
             shortfall,
@@ -146,7 +142,7 @@ impl RedisBackend {
             && self.delete_if_equal.load(Ordering::Relaxed)
             && let Some(call) = Call::delete_if_equal(names, owner)
         {
-            match self.write_value(call).await {
+            match self.write_value(call, None).await {
                 Ok(Acked {
                     reply: Value::Int(1),
                     shortfall,
@@ -175,16 +171,11 @@ impl RedisBackend {
         };
         let epoch = pin.and_then(|pin| pin.epoch);
         let call = Call::release(self.publishing, names, owner, next.as_ref(), epoch);
-        self.write_pinned(call, pin).await
+        self.write(call, pin).await
     }
 
     /// [`RedisBackend::write`], the reply as it came.
-    async fn write_value(&self, call: Call) -> RedisResult<Acked<Value>> {
-        self.write_value_pinned(call, None).await
-    }
-
-    /// [`RedisBackend::write_pinned`], the reply as it came.
-    async fn write_value_pinned(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Value>> {
+    async fn write_value(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Value>> {
         let generation = pin.map(|pin| pin.generation);
         if let Some(group) = &self.group {
             return group.send(call, generation).await;
@@ -207,7 +198,7 @@ impl RedisBackend {
         let Some(call) = Call::plain_acquire(names, owner, lease_ms) else {
             return Ok(None);
         };
-        let Acked { reply, shortfall } = match self.write_value(call).await {
+        let Acked { reply, shortfall } = match self.write_value(call, None).await {
             Ok(acked) => acked,
             Err(e) if e.code() == Some("WRONGTYPE") => return Ok(None),
             Err(e) => return Err(e),
@@ -344,7 +335,7 @@ impl Backend for RedisBackend {
                 approach == Approach::Waiting,
                 fenced,
             );
-            self.write_pinned(call, pin).await
+            self.write(call, pin).await
         })
     }
 
@@ -357,7 +348,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let pin = self.conn.pin().await?;
             let call = Call::token(names, owner, retention_ms, pin.and_then(|pin| pin.epoch));
-            self.write_pinned(call, pin).await
+            self.write(call, pin).await
         })
     }
 
@@ -480,7 +471,7 @@ impl Backend for RedisBackend {
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         let call = Call::semaphore_capacity(self.publishing, names, default_capacity, op);
         match op {
-            CapacityOp::Set(_) | CapacityOp::Clear => Box::pin(self.write(call)),
+            CapacityOp::Set(_) | CapacityOp::Clear => Box::pin(self.write(call, None)),
             CapacityOp::Free | CapacityOp::Capacity => Box::pin(async move {
                 Ok(Acked {
                     reply: self.read(call).await?,

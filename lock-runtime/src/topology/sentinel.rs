@@ -85,8 +85,10 @@ struct Current {
     /// `None` if it could not be read.
     run_id: Option<String>,
     /// The master's failover epoch (`config-epoch`), from an answer of the sentinels that
-    /// named this address and run id; `None` until one did. Never lowered: a sentinel that
-    /// names a master of an earlier epoch is behind, and is not followed.
+    /// named this address and run id outside a failover; `None` until one did (also after a
+    /// switch that no such answer confirmed). A later look at the same master never lowers it
+    /// (`take_epoch`), and a switch to a master a sentinel names under an earlier epoch than
+    /// this one is not made (`follow`).
     epoch: Option<u64>,
     commands: ConnectionManager,
     pubsub: ConnectionManager,

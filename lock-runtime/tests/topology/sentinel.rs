@@ -314,13 +314,17 @@ async fn fenced_tokens_follow_the_failover_epoch() {
     let mut group = SentinelGroup::start(3);
     let locks = sentinel_client(&group, Duration::from_secs(10)).await;
     let before = config_epoch(&group);
+    let carries = |group: &SentinelGroup, token: u64, epoch: u64, what: &str| {
+        assert!(
+            (epoch_of(token) - epoch as f64).abs() < 0.01,
+            "{what}: {token} carries epoch {}, not {epoch}; {}",
+            epoch_of(token),
+            group.describe()
+        );
+    };
     let guard = locks.lock("fenced").fenced().acquire().await.expect("hold");
     let granted = guard.issued_token().expect("a fenced grant's token");
-    assert!(
-        (epoch_of(granted) - before as f64).abs() < 0.01,
-        "{granted} carries epoch {}, not {before}",
-        epoch_of(granted)
-    );
+    carries(&group, granted, before, "granted before the failover");
     guard.release().await.expect("release");
     let killed = group.kill_master();
     // Asked while the master is down: built once the client knows the new master, for it.
@@ -336,11 +340,7 @@ async fn fenced_tokens_follow_the_failover_epoch() {
         .expect("the task")
         .expect("granted after the failover");
     let token = during.issued_token().expect("a fenced grant's token");
-    assert!(
-        (epoch_of(token) - after as f64).abs() < 0.01,
-        "asked during the failover: {token} carries epoch {}, not {after}",
-        epoch_of(token)
-    );
+    carries(&group, token, after, "asked during the failover");
     during.release().await.expect("release");
     let guard = locks
         .lock("fenced")
@@ -348,12 +348,7 @@ async fn fenced_tokens_follow_the_failover_epoch() {
         .await
         .expect("hold after the failover");
     let on_demand = guard.fencing_token().await.expect("a token on demand");
-    assert!(
-        (epoch_of(on_demand) - after as f64).abs() < 0.01,
-        "{on_demand} carries epoch {}, not {after}; {}",
-        epoch_of(on_demand),
-        group.describe()
-    );
+    carries(&group, on_demand, after, "on demand after the failover");
     assert!(on_demand > granted);
     guard.release().await.expect("release");
 }

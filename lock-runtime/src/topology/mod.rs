@@ -204,17 +204,23 @@ impl Conn {
     /// crate's layout are ordered by it first: "Fencing epochs" in `script/prelude.lua`): the
     /// master of the moment once confirmed, as a request would wait for it. `None` on one
     /// server and a cluster (no epoch); behind Sentinel its epoch, `None` while the sentinels
-    /// have not confirmed it. Send the call on [`Conn::pinned`] to it: if the client switched
-    /// masters in between, the call fails unsent (a refused connection, which callers retry
-    /// with a new call), so no epoch ever reaches another master than its own.
-    pub(crate) async fn pin(&self) -> redis::RedisResult<Option<Pin>> {
+    /// have not confirmed it. `issues_token`: the call issues a token ordered by the epoch, so
+    /// it needs the epoch: waited for up to the response timeout after a switch, else a
+    /// refused connection (a failover symptom). Send the call on [`Conn::pinned`] to it: if
+    /// the client switched masters in between, the call fails unsent (a refused connection,
+    /// which callers retry with a new call), so no epoch ever reaches another master than its
+    /// own.
+    pub(crate) async fn pin(&self, issues_token: bool) -> redis::RedisResult<Option<Pin>> {
         match self {
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => {
-                let (generation, epoch) = c.pin().await?;
+                let (generation, epoch) = c.pin(issues_token).await?;
                 Ok(Some(Pin { generation, epoch }))
             }
-            _ => Ok(None),
+            _ => {
+                let _ = issues_token;
+                Ok(None)
+            }
         }
     }
 

@@ -165,8 +165,11 @@ impl RedisBackend {
             }
         }
         // A release that hands the lock on grants it, with a token of the master's epoch.
-        let pin = match next {
-            Some(_) => self.conn.pin().await?,
+        let pin = match &next {
+            Some(next) => {
+                let issues_token = next.fenced && names.scheme.orders_tokens_by_epoch();
+                self.conn.pin(issues_token).await?
+            }
             None => None,
         };
         let epoch = pin.and_then(|pin| pin.epoch);
@@ -324,7 +327,10 @@ impl Backend for RedisBackend {
             {
                 return Ok(taken_or_busy);
             }
-            let pin = self.conn.pin().await?;
+            let pin = self
+                .conn
+                .pin(fenced && names.scheme.orders_tokens_by_epoch())
+                .await?;
             let call = Call::acquire(
                 self.publishing,
                 names,
@@ -346,7 +352,7 @@ impl Backend for RedisBackend {
         retention_ms: u64,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
         Box::pin(async move {
-            let pin = self.conn.pin().await?;
+            let pin = self.conn.pin(names.scheme.orders_tokens_by_epoch()).await?;
             let call = Call::token(names, owner, retention_ms, pin.and_then(|pin| pin.epoch));
             self.write(call, pin).await
         })

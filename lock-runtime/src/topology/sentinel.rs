@@ -86,10 +86,14 @@ struct Current {
     run_id: Option<String>,
     /// The master's failover epoch (`config-epoch`), from an answer of the sentinels that
     /// named this address and run id outside a failover; `None` until one did (also after a
-    /// switch that no such answer confirmed). A later look at the same master never lowers it
-    /// (`take_epoch`), and a switch to a master a sentinel names under an earlier epoch than
-    /// this one is not made (`follow`).
+    /// switch that no such answer confirmed: calls that issue a token wait for one,
+    /// `Shared::epoch_confirmed`). A later look at the same master never lowers it
+    /// (`take_epoch`).
     epoch: Option<u64>,
+    /// The highest epoch confirmed for any master this client used: kept across switches (when
+    /// `epoch` is unknown again), so no later answer naming an earlier epoch is taken
+    /// (`take_epoch`) or followed (`follow`: a sentinel behind the others).
+    highest_epoch: Option<u64>,
     commands: ConnectionManager,
     pubsub: ConnectionManager,
 }
@@ -242,6 +246,7 @@ pub(crate) async fn connect(
             addr,
             run_id,
             epoch: None,
+            highest_epoch: None,
             commands,
             pubsub,
         }),
@@ -268,9 +273,14 @@ pub(crate) async fn connect(
 impl FailoverConn {
     /// The master of the moment, once confirmed (as a request waits for it): its generation,
     /// to pin requests to, and its failover epoch if the sentinels confirmed it (see
-    /// `Conn::pin`).
-    pub(crate) async fn pin(&self) -> redis::RedisResult<(u64, Option<u64>)> {
+    /// `Conn::pin`). With `epoch`, for a call that issues a token: the epoch too, waited for
+    /// (see `Shared::epoch_confirmed`).
+    pub(crate) async fn pin(&self, epoch: bool) -> redis::RedisResult<(u64, Option<u64>)> {
         self.confirmed().await?;
+        if epoch {
+            let (generation, epoch) = self.shared.clone().epoch_confirmed().await?;
+            return Ok((generation, Some(epoch)));
+        }
         let current = self.shared.lock();
         Ok((current.generation, current.epoch))
     }
@@ -489,6 +499,41 @@ impl Shared {
         self.switched();
     }
 
+    /// The master of the moment and its failover epoch, for a call that issues a token. After
+    /// a switch that no sentinel's answer confirmed yet, the epoch is unknown: a token issued
+    /// then would be ordered by the clock alone, below every token of an epoch, so a new
+    /// master whose counter lagged (asynchronous replication) would issue one below a token
+    /// its deposed predecessor issued last. So the call waits: the sentinels are asked (at most
+    /// every [`RECHECK`]) until one names this master, in the run it has now, outside a
+    /// failover, for up to the response timeout; then it fails unsent with an I/O error (a
+    /// failover symptom, which callers ride out within the failover grace).
+    async fn epoch_confirmed(self: Arc<Self>) -> redis::RedisResult<(u64, u64)> {
+        let deadline = Instant::now() + self.settings.response_timeout;
+        loop {
+            {
+                let current = self.lock();
+                if let (Some(epoch), false) = (current.epoch, self.suspect.load(Ordering::Acquire))
+                {
+                    return Ok((current.generation, epoch));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "the master's failover epoch is not confirmed by the sentinels yet",
+                )));
+            }
+            let next_look = {
+                let resolver = self.resolver.lock().await;
+                resolver.last_check.map(|t| t + RECHECK)
+            };
+            if let Some(at) = next_look.filter(|&at| at > Instant::now()) {
+                tokio::time::sleep_until(at.min(deadline)).await;
+            }
+            self.clone().rediscover(None).await;
+        }
+    }
+
     /// A new client's first look at the sentinels, before its first request. It has not seen
     /// the master's earlier runs, so the sentinels' view is the reference: a master they last
     /// saw under another run id restarted (perhaps empty, within `down-after-milliseconds`)
@@ -539,7 +584,7 @@ impl Shared {
         }
         let named = addr == view.addr && !view.failing_over;
         if named
-            && let (Some(seen), Some(epoch)) = (self.lock().epoch, view.epoch)
+            && let (Some(seen), Some(epoch)) = (self.lock().highest_epoch, view.epoch)
             && epoch < seen
         {
             tracing::debug!(master = %addr, epoch, seen, "a sentinel names a master of an earlier epoch; not followed");
@@ -561,8 +606,12 @@ impl Shared {
             current.commands = commands;
             current.pubsub = pubsub;
             current.run_id = run_id;
-            current.epoch = if known { view.epoch } else { None };
-            std::mem::replace(&mut current.addr, addr.clone())
+            let old = std::mem::replace(&mut current.addr, addr.clone());
+            current.epoch = None;
+            if known {
+                current.take_epoch(view);
+            }
+            old
         };
         self.suspect.store(false, Ordering::Release);
         tracing::warn!(old = %old, new = %addr, "Sentinel failed over to a new master; switched connections");
@@ -599,6 +648,12 @@ impl Shared {
         let question = cmd.query_async::<HashMap<String, String>>(conn);
         match tokio::time::timeout(self.settings.response_timeout, question).await {
             Ok(Ok(fields)) => SentinelView::read(&fields),
+            Ok(Err(e)) if e.code().is_some() => {
+                // Refused (an ACL without `sentinel|master`, …): the master is still found
+                // through the lookup, but its epoch stays unknown, and tokens wait for it.
+                tracing::warn!(error = %e, "a sentinel refused SENTINEL MASTER; fencing tokens wait for an answer naming the master's epoch");
+                None
+            }
             _ => {
                 resolver.sentinel_conn = None;
                 None
@@ -612,8 +667,13 @@ impl Current {
     /// has): taken unless it is earlier than the one known (a sentinel behind the others).
     fn take_epoch(&mut self, view: &SentinelView) {
         // During a failover its leader reports the new epoch before the new address.
-        if view.addr == self.addr && !view.failing_over && view.epoch >= self.epoch {
+        if view.addr == self.addr
+            && !view.failing_over
+            && view.epoch >= self.epoch
+            && view.epoch >= self.highest_epoch
+        {
             self.epoch = view.epoch;
+            self.highest_epoch = view.epoch;
         }
     }
 }

@@ -353,6 +353,87 @@ async fn fenced_tokens_follow_the_failover_epoch() {
     guard.release().await.expect("release");
 }
 
+/// No token is issued without the master's epoch: until a sentinel's answer names the master
+/// with its `config-epoch`, a call that would issue a token waits for one (up to the response
+/// timeout, then ridden out as a failover) instead of going out ordered by the clock alone,
+/// below every token of an epoch (a new master whose counter lagged would then issue one below
+/// what its deposed predecessor issued last: what a loaded failover run found). The sentinels
+/// here refuse `SENTINEL MASTER` (an ACL) while still naming the master (`SENTINEL MASTERS`),
+/// so the client knows the master and not its epoch: locks without a token work, tokens wait;
+/// once the sentinels answer again, tokens carry the epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_is_issued_before_the_sentinels_confirm_the_epoch() {
+    let group = SentinelGroup::start(3);
+    let refuse = |allow: bool| {
+        let rule = if allow {
+            "+sentinel|master"
+        } else {
+            "-sentinel|master"
+        };
+        for sentinel in group.sentinels() {
+            sentinel.cmd(&["ACL", "SETUSER", "default", rule]);
+        }
+    };
+    refuse(false);
+    let locks = LockClient::sentinel_builder(group.sentinel_urls(), group.master_name())
+        .response_timeout(Duration::from_millis(500))
+        .failover_grace(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("the master is named without SENTINEL MASTER");
+
+    let plain = locks
+        .lock("unfenced")
+        .try_acquire(Duration::from_secs(5))
+        .await
+        .expect("a lock without a token needs no epoch");
+    let refused = plain
+        .fencing_token()
+        .await
+        .expect_err("a token needs the epoch");
+    assert!(
+        refused.to_string().contains("epoch"),
+        "the error names what is missing: {refused}"
+    );
+    assert!(
+        !plain.is_lost(),
+        "a token refused unsent costs the hold nothing"
+    );
+    let fenced = locks
+        .lock("fenced")
+        .fenced()
+        .try_acquire(Duration::from_secs(3))
+        .await;
+    assert!(
+        fenced.is_err(),
+        "a fenced grant went out without the epoch: {:?}",
+        fenced.map(|g| g.issued_token())
+    );
+    assert!(
+        group.current_master().keys("lock:fenced*").is_empty(),
+        "nothing was written for the refused grant: {:?}",
+        group.current_master().keys("lock:*")
+    );
+
+    refuse(true);
+    let epoch = config_epoch(&group);
+    let token = plain
+        .fencing_token()
+        .await
+        .expect("a token once the epoch is known");
+    let floor = (1u64 << 52) + (epoch << 34);
+    assert!(token > floor, "{token} is not ordered by epoch {epoch}");
+    let fenced = locks
+        .lock("fenced")
+        .fenced()
+        .try_acquire(Duration::from_secs(3))
+        .await
+        .expect("a fenced grant once the epoch is known");
+    assert!(fenced.issued_token().expect("its token") > floor);
+    fenced.release().await.expect("release");
+    plain.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn bad_sentinel_settings_are_typed_errors() {
     let empty: [&str; 0] = [];

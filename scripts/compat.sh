@@ -55,7 +55,8 @@ redisson=$(bin redisson)
 
 # What runs on each server, besides the whole behaviour suite, the family and the managed tests:
 # a cluster, Sentinel failovers (a mutex's waiters, then the family), a release riding out a
-# frozen master (on Valkey 9 a DELIFEQ), replica_ack (acquire, renew and release acknowledged,
+# frozen master (on Valkey 9 a DELIFEQ), tokens waiting for the epoch (sentinels ACL-restricted),
+# replica_ack (acquire, renew and release acknowledged,
 # and rolled back without the replica). On one server, the
 # Redisson interop: mutex, fencing tokens, fair lock, read/write lock, semaphore and a cluster.
 topology_tests=(
@@ -64,6 +65,7 @@ topology_tests=(
   sentinel::the_lock_family_follows_a_master_failover
   sentinel::an_explicit_release_rides_out_a_master_that_stops_answering
   sentinel::fenced_tokens_follow_the_failover_epoch
+  sentinel::no_token_is_issued_before_the_sentinels_confirm_the_epoch
   replica_ack::writes_wait_for_the_replica_and_fail_cleanly_without_it
   replica_ack::the_lock_family_waits_for_the_replica_and_rolls_back_without_it
 )

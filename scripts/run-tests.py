@@ -36,9 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = {
     "lock-runtime/redisson": 132,
     "lock-tests/failover": 104,
-    "lock-macros/ui": 63,
     "lock-runtime/topology": 62,
     "lock-tests/chaos": 51,
+    "lock-macros-ui/ui": 40,
     "lock-runtime/core": 33,
     "lock-tests/failover_cluster": 31,
     "lock-fence/postgres": 21,

@@ -1,8 +1,8 @@
 //! The forms of `#[distributed_lock]` that must keep compiling (and run: each case's `main`
 //! returns), one module per case as a caller writes it, each with the lints it is held to; part
 //! of the `behaviour` test binary, built with the workspace's tests (trybuild, which builds every
-//! dependency again in a target directory of its own, keeps only the cases that must fail:
-//! `tests/ui.rs`).
+//! dependency again in a target directory of its own, keeps only the cases that must fail, in a
+//! crate of their own: `lock-macros/ui/tests/ui.rs`).
 //!
 //! The cases are linted as trybuild's crates were: at rustc's defaults (the workspace's lints are
 //! for the crates' code), dead code allowed, no clippy; a case that holds itself to more says so

@@ -41,24 +41,37 @@ pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
     scripts
 }
 
+/// The failover epoch a call that issues a token carries, by which this crate's layout orders
+/// tokens first (see "Fencing epochs" in `prelude.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Epoch {
+    /// Behind Sentinel: the master's `config-epoch`, as the sentinels confirmed it with its
+    /// address and run id (the call goes to that master only).
+    Of(u64),
+    /// On Redis Cluster: the `configEpoch` of the node that runs the call, read there
+    /// (`cluster_my_epoch` of `CLUSTER INFO`), so it is that of the slot's owner at that
+    /// moment, however the slot moved.
+    Node,
+}
+
 /// A script argument.
 #[derive(Clone, Copy)]
 pub(super) enum Arg<'a> {
     Str(&'a str),
     Int(u64),
     /// The fencing argument of the scripts that issue tokens in this crate's layout: the
-    /// counter's retention in milliseconds, followed by `:<epoch>` when the call goes to a
-    /// master with a failover epoch (see "Fencing epochs" in `prelude.lua`).
+    /// counter's retention in milliseconds, followed by `:<epoch>` (or `:node`, [`Epoch::Node`])
+    /// when the call carries a failover epoch (see "Fencing epochs" in `prelude.lua`).
     Fencing {
         retention_ms: u64,
-        epoch: Option<u64>,
+        epoch: Option<Epoch>,
     },
 }
 
 impl Arg<'_> {
     /// The fencing argument of a call for `names`: `epoch` only in the layout whose tokens
     /// are ordered by it ([`Scheme::orders_tokens_by_epoch`]).
-    fn fencing(names: &LockNames, retention_ms: u64, epoch: Option<u64>) -> Arg<'static> {
+    fn fencing(names: &LockNames, retention_ms: u64, epoch: Option<Epoch>) -> Arg<'static> {
         Arg::Fencing {
             retention_ms,
             epoch: epoch.filter(|_| names.scheme.orders_tokens_by_epoch()),
@@ -106,8 +119,12 @@ impl Call {
                 } => cmd.arg(retention_ms),
                 Arg::Fencing {
                     retention_ms,
-                    epoch: Some(epoch),
+                    epoch: Some(Epoch::Of(epoch)),
                 } => cmd.arg(format!("{retention_ms}:{epoch}")),
+                Arg::Fencing {
+                    retention_ms,
+                    epoch: Some(Epoch::Node),
+                } => cmd.arg(format!("{retention_ms}:node")),
             };
         }
         Call {
@@ -224,7 +241,7 @@ impl Call {
         owner: &str,
         lease_ms: u64,
         retention_ms: u64,
-        epoch: Option<u64>,
+        epoch: Option<Epoch>,
         waiting: bool,
         fenced: bool,
     ) -> Call {
@@ -343,7 +360,7 @@ impl Call {
         names: &LockNames,
         owner: &str,
         next: Option<&HandOff<'_>>,
-        epoch: Option<u64>,
+        epoch: Option<Epoch>,
     ) -> Call {
         let owner_arg = [Arg::Str(owner)];
         match names.scheme {
@@ -387,7 +404,7 @@ impl Call {
         names: &LockNames,
         owner: &str,
         next: Option<&HandOff<'_>>,
-        epoch: Option<u64>,
+        epoch: Option<Epoch>,
     ) -> Call {
         let Some(next) = next else {
             // The common release: no heir, so no fencing counter; the model only when it is
@@ -427,7 +444,7 @@ impl Call {
         names: &LockNames,
         owner: &str,
         retention_ms: u64,
-        epoch: Option<u64>,
+        epoch: Option<Epoch>,
     ) -> Call {
         Call::new(
             &TOKEN,
@@ -672,15 +689,32 @@ mod tests {
         };
         assert_eq!(tail(false, true, &redisson), ["0", "1", "h"]);
         // A master's failover epoch goes with the retention, in this crate's layout only.
-        let fencing = |names: &LockNames| {
-            let token = Call::token(names, "me:1", 60_000, Some(7));
+        let fencing = |names: &LockNames, epoch| {
+            let token = Call::token(names, "me:1", 60_000, Some(epoch));
             (
-                acquire_of(names, Some(7), false, true)[8].clone(),
+                acquire_of(names, Some(epoch), false, true)[8].clone(),
                 args(&token)[6].clone(),
             )
         };
-        assert_eq!(fencing(&names), ("60000:7".into(), "60000:7".into()));
-        assert_eq!(fencing(&redisson), ("60000".into(), "60000".into()));
+        let sentinel = Epoch::Of(7);
+        assert_eq!(
+            fencing(&names, sentinel),
+            ("60000:7".into(), "60000:7".into())
+        );
+        assert_eq!(
+            fencing(&redisson, sentinel),
+            ("60000".into(), "60000".into())
+        );
+        // On a cluster the node that runs the call reads its own.
+        let cluster = Epoch::Node;
+        assert_eq!(
+            fencing(&names, cluster),
+            ("60000:node".into(), "60000:node".into())
+        );
+        assert_eq!(
+            fencing(&redisson, cluster),
+            ("60000".into(), "60000".into())
+        );
         let plain = Call::plain_acquire(&names, "me:1", 30_000).unwrap();
         assert_eq!(
             args(&plain)[..],

@@ -24,7 +24,7 @@ mod prelude;
 pub(crate) mod redisson;
 mod reply;
 
-pub(crate) use call::{Call, scripts_of};
+pub(crate) use call::{Call, Epoch, scripts_of};
 pub(crate) use functions::{Dialect, is_missing};
 #[cfg(feature = "cluster")]
 use prelude::sharded;

@@ -24,7 +24,8 @@ end
 -- Fencing epochs. Behind Sentinel the client sends each call that can issue a token the
 -- failover epoch of the master it sends it to (the sentinels' `config-epoch` for the master,
 -- read with its address and run id in one answer: `topology/sentinel.rs`), in the fencing
--- argument: `<retention ms>:<epoch>` (one server: `<retention ms>` alone). A token's floor is
+-- argument: `<retention ms>:<epoch>`; on Redis Cluster `<retention ms>:node`, and the node
+-- reads its own (`node_epoch`); one server: `<retention ms>` alone. A token's floor is
 -- then `EPOCH_BASE + epoch × EPOCH_SPAN + (clock − CLOCK_BASE)` instead of the clock alone, so
 -- a grant under a later epoch outranks every grant under an earlier one (a deposed master that
 -- kept granting, a promoted replica whose clock is behind), as long as the two servers' clocks
@@ -43,14 +44,48 @@ local CLOCK_BASE = 1767225600000000
 -- 2^53 − 2^32: room for 2^32 grants above the highest floor.
 local FLOOR_CEILING = 9007194959773696
 
+-- The epoch of the Redis Cluster node running the call: `cluster_my_epoch` of `CLUSTER INFO`,
+-- its `configEpoch`, which a failover (and a slot's import) raises above every other node's,
+-- so a promoted replica's is above its deposed master's; nil where it cannot be read (not a
+-- cluster node, the command refused): the clock floor then, as before epochs.
+--
+-- `CLUSTER INFO` costs the server about 17 µs (it counts the states of all 16384 slots; the
+-- other sources, `CLUSTER NODES` and `SHARDS`, as much), so the function library keeps what it
+-- read for `NODE_EPOCH_KEPT_US` of the node's clock (an `EVAL` reads it on every call). That
+-- is safe because these scripts write: a replica refuses them, so a replica promoted keeps
+-- nothing from before its promotion, and reads its new epoch at its first grant; a master's
+-- own epoch changes otherwise only when it imports a slot (with the slot's keys, counters
+-- included) or settles a collision of epochs, neither of which loses a token.
+local NODE_EPOCH_KEPT_US = 100000
+local node_epoch_read = { at = nil, epoch = nil }
+local function node_epoch()
+  local clock = clock_us()
+  local kept = node_epoch_read.at
+  if kept and clock >= kept and clock - kept < NODE_EPOCH_KEPT_US then
+    return node_epoch_read.epoch
+  end
+  local info = redis.pcall('CLUSTER', 'INFO')
+  local epoch = nil
+  if type(info) == 'string' then
+    epoch = tonumber(string.match(info, 'cluster_my_epoch:(%d+)'))
+  end
+  node_epoch_read.at = clock
+  node_epoch_read.epoch = epoch
+  return epoch
+end
+
 -- The fencing argument read apart: the counter's retention (milliseconds, as sent) and the
--- epoch, or nil without one.
+-- epoch (`:node` on a cluster: the node's own, `node_epoch`), or nil without one.
 local function fencing(arg)
   local colon = string.find(arg, ':', 1, true)
   if not colon then
     return arg, nil
   end
-  return string.sub(arg, 1, colon - 1), tonumber(string.sub(arg, colon + 1))
+  local epoch = string.sub(arg, colon + 1)
+  if epoch == 'node' then
+    return string.sub(arg, 1, colon - 1), node_epoch()
+  end
+  return string.sub(arg, 1, colon - 1), tonumber(epoch)
 end
 
 -- The least token a grant may take now: the clock in microseconds, or with `epoch` its floor

@@ -49,7 +49,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use crate::LockError;
 use crate::backend::{BoxFuture, Channels, GroupDone};
 use crate::demux::Demux;
-use crate::script::Publishing;
+use crate::script::{Epoch, Publishing};
 
 /// Which deployment a client talks to.
 #[derive(Clone, PartialEq, Eq)]
@@ -202,25 +202,31 @@ impl Conn {
 
     /// Before a call that carries the master's failover epoch is built (tokens of this
     /// crate's layout are ordered by it first: "Fencing epochs" in `script/prelude.lua`): the
-    /// master of the moment once confirmed, as a request would wait for it. `None` on one
-    /// server and a cluster (no epoch); behind Sentinel its epoch, `None` while the sentinels
-    /// have not confirmed it. `issues_token`: the call issues a token ordered by the epoch, so
-    /// it needs the epoch: waited for up to the response timeout after a switch, else a
-    /// refused connection (a failover symptom). Send the call on [`Conn::pinned`] to it: if
-    /// the client switched masters in between, the call fails unsent (a refused connection,
-    /// which callers retry with a new call), so no epoch ever reaches another master than its
-    /// own.
+    /// master of the moment once confirmed, as a request would wait for it, and its epoch.
+    /// `None` on one server (no epoch). On a cluster, with `issues_token`, [`Epoch::Node`]: the
+    /// node that runs the call reads its own. Behind Sentinel the master's epoch, `None` while
+    /// the sentinels have not confirmed it; with `issues_token` (the call issues a token
+    /// ordered by the epoch) it is waited for up to the response timeout after a switch, else
+    /// the call fails unsent (a refused connection, a failover symptom). Send the call on
+    /// [`Conn::pinned`] to it: if the client switched masters in between, the call fails
+    /// unsent (a refused connection, which callers retry with a new call), so no epoch ever
+    /// reaches another master than its own.
     pub(crate) async fn pin(&self, issues_token: bool) -> redis::RedisResult<Option<Pin>> {
         match self {
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(c) => {
                 let (generation, epoch) = c.pin(issues_token).await?;
-                Ok(Some(Pin { generation, epoch }))
+                Ok(Some(Pin {
+                    generation: Some(generation),
+                    epoch: epoch.map(Epoch::Of),
+                }))
             }
-            _ => {
-                let _ = issues_token;
-                Ok(None)
-            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => Ok(issues_token.then_some(Pin {
+                generation: None,
+                epoch: Some(Epoch::Node),
+            })),
+            _ => Ok(None),
         }
     }
 
@@ -256,10 +262,11 @@ pub(crate) fn moved_before_sent() -> redis::RedisError {
 /// The master a call that carries its failover epoch was built for ([`Conn::pin`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pin {
-    /// Which master of the client's (it moves on at each switch).
-    pub(crate) generation: u64,
-    /// Its failover epoch, if the sentinels confirmed it.
-    pub(crate) epoch: Option<u64>,
+    /// Behind Sentinel, which master of the client's (it moves on at each switch): the call
+    /// goes to that one only.
+    pub(crate) generation: Option<u64>,
+    /// Its failover epoch, if known (behind Sentinel, once the sentinels confirmed it).
+    pub(crate) epoch: Option<Epoch>,
 }
 
 impl ConnectionLike for Conn {

@@ -179,7 +179,7 @@ impl RedisBackend {
 
     /// [`RedisBackend::write`], the reply as it came.
     async fn write_value(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Value>> {
-        let generation = pin.map(|pin| pin.generation);
+        let generation = pin.and_then(|pin| pin.generation);
         if let Some(group) = &self.group {
             return group.send(call, generation).await;
         }

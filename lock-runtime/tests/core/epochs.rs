@@ -146,3 +146,79 @@ fn an_epoch_past_the_encodings_room_counts_as_the_largest_it_has() {
     );
     assert!(smaller < FLOOR_CEILING + 3);
 }
+
+/// On Redis Cluster a call carries `:node` and the node that runs it reads its own epoch
+/// (`cluster_my_epoch` of `CLUSTER INFO`, its `configEpoch`): a failover raises the promoted
+/// replica's above every other node's (here `CLUSTER BUMPEPOCH`, as a takeover does), so every
+/// token of the successor is above every token of the node it replaced, issued before or
+/// after. A server that is not a cluster node has no epoch to read: the clock's floor, as
+/// before epochs.
+#[test]
+fn a_cluster_node_orders_tokens_by_its_own_epoch() {
+    let node = || {
+        let node = RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            RedisServer::FREE_PORT,
+        ]);
+        node.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !(node.cmd(&["CLUSTER", "INFO"]).text())
+            .is_some_and(|i| i.contains("cluster_state:ok"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a one-node cluster never came up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        node
+    };
+    let my_epoch = |node: &RedisServer| -> i64 {
+        let info = node.cmd(&["CLUSTER", "INFO"]);
+        let text = info.text().expect("CLUSTER INFO").to_owned();
+        (text.lines())
+            .find_map(|l| l.strip_prefix("cluster_my_epoch:"))
+            .and_then(|e| e.trim().parse().ok())
+            .expect("cluster_my_epoch")
+    };
+    // The epoch a token carries, by the node's clock at the grant.
+    let epoch_of = |node: &RedisServer, token: i64| {
+        (token - EPOCH_BASE - (clock_us(node) - CLOCK_BASE) + EPOCH_SPAN / 2) / EPOCH_SPAN
+    };
+    let deposed = node();
+    let successor = node();
+    for _ in 0..3 {
+        successor.cmd(&["CLUSTER", "BUMPEPOCH"]);
+    }
+    let (old, new) = (my_epoch(&deposed), my_epoch(&successor));
+    assert!(new > old, "epochs {old} and {new}");
+
+    let before: Vec<i64> = (0..3)
+        .map(|_| grant(&deposed, "c", "86400000:node"))
+        .collect();
+    assert!(before.windows(2).all(|w| w[0] < w[1]), "{before:?}");
+    assert_eq!(epoch_of(&deposed, before[0]), old, "{}", before[0]);
+    let promoted = grant(&successor, "c", "86400000:node");
+    assert_eq!(epoch_of(&successor, promoted), new, "{promoted}");
+    let after: Vec<i64> = (0..3)
+        .map(|_| grant(&deposed, "c", "86400000:node"))
+        .collect();
+    for old in before.iter().chain(&after) {
+        assert!(
+            promoted > *old,
+            "the successor's {promoted} under a deposed {old}"
+        );
+    }
+
+    let plain = RedisServer::start();
+    let clock = clock_us(&plain);
+    let token = grant(&plain, "c", "86400000:node");
+    assert!(
+        (clock..clock + 60_000_000).contains(&token),
+        "{token}: not the clock's floor ({clock})"
+    );
+}

@@ -285,7 +285,8 @@ async fn redisson_layout_on_every_master(cluster: &RedisCluster) {
 /// is released and its waiter must be woken by the unlock message.
 async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
     type Release = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-    type Waiter = tokio::task::JoinHandle<Release>;
+    // Each waiter's task releases what it got at once; it returns when it got it.
+    type Waiter = tokio::task::JoinHandle<Instant>;
     let lease = Duration::from_secs(2);
     let a = cluster_client(cluster, lease).await;
     let b = cluster_client(cluster, lease).await;
@@ -299,7 +300,9 @@ async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
             let sem = b.semaphore(&name, 2);
             async move {
                 let p = sem.acquire().await.expect("permit after release");
-                Box::pin(async move { p.release().await.expect("release") }) as Release
+                let at = Instant::now();
+                p.release().await.expect("release");
+                at
             }
         });
         let release = Box::pin(async move { p1.release().await.expect("release") });
@@ -311,7 +314,9 @@ async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
             let rw = b.rw_lock(&rw_name);
             async move {
                 let w = rw.write().acquire().await.expect("write");
-                Box::pin(async move { w.release().await.expect("release write") }) as Release
+                let at = Instant::now();
+                w.release().await.expect("release write");
+                at
             }
         });
         let release = Box::pin(async move { reader.release().await.expect("release") });
@@ -323,7 +328,9 @@ async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
             let lock = b.fair_lock(&fair_name);
             async move {
                 let f = lock.acquire().await.expect("fair after release");
-                Box::pin(async move { f.release().await.expect("release fair") }) as Release
+                let at = Instant::now();
+                f.release().await.expect("release fair");
+                at
             }
         });
         let release = Box::pin(async move { first.release().await.expect("release") });
@@ -337,14 +344,12 @@ async fn the_lock_family_on_every_master(cluster: &RedisCluster) {
         assert!(!waiter.is_finished(), "{what}: the waiter waits");
         let released = Instant::now();
         release.await;
-        let granted = waiter.await.expect("waiter");
-        let delay = released.elapsed();
+        let delay = (waiter.await.expect("waiter")).saturating_duration_since(released);
         // Well under the lease: only the unlock message wakes the waiter this soon.
         assert!(
             delay < Duration::from_secs(1),
             "{what}: woken after {delay:?}"
         );
-        granted.await;
     }
     for permit in kept {
         permit.release().await.expect("release");
@@ -726,6 +731,28 @@ async fn renewed_for_a_lease(client: &LockClient) {
     );
 }
 
+/// The `configEpoch` of a cluster node (`cluster_my_epoch` of `CLUSTER INFO`).
+fn node_epoch(cluster: &RedisCluster, index: usize) -> u64 {
+    let info = cluster.node(index).cmd(&["CLUSTER", "INFO"]);
+    (info.text().expect("CLUSTER INFO").lines())
+        .find_map(|l| l.strip_prefix("cluster_my_epoch:"))
+        .and_then(|e| e.trim().parse().ok())
+        .expect("cluster_my_epoch")
+}
+
+/// The failover epoch a token of this crate's layout carries, read with this machine's clock
+/// (the nodes share it): `2^52 + epoch × 2^34 + µs since 2026`, the clock within seconds against
+/// a span of 4.8 hours.
+fn epoch_of(token: u64) -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_micros() as i64
+        - 1_767_225_600_000_000;
+    let span = 1i64 << 34;
+    ((token as i64 - (1i64 << 52) - since + span / 2) / span) as u64
+}
+
 fn shard_channels(server: &lock_tests::RedisServer) -> Vec<String> {
     server
         .cmd(&["PUBSUB", "SHARDCHANNELS"])
@@ -833,9 +860,28 @@ async fn master_failover_mid_hold(cluster: &mut RedisCluster) {
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
 
+    // A fenced grant in the same slot carries its master's epoch (the node reads its own).
+    let tagged = format!("{{{name}}}:epoch");
+    let fenced_token = |locks: LockClient, tagged: String| async move {
+        let guard = locks
+            .lock(tagged)
+            .fenced()
+            .try_acquire(Duration::from_secs(30))
+            .await
+            .expect("a fenced grant");
+        let token = guard.issued_token().expect("its token");
+        guard.release().await.expect("release");
+        token
+    };
+    let old_master = cluster.master_index_for_key(&key);
+    let before = fenced_token(holder.clone(), tagged.clone()).await;
+    let old_epoch = node_epoch(cluster, old_master);
+    assert_eq!(epoch_of(before), old_epoch, "{before}");
+
     let killed = cluster.kill_master_of(&key);
     let promoted = cluster.wait_for_failover(killed);
     assert_eq!(cluster.master_index_for_key(&key), promoted);
+
     assert_eq!(
         cluster.node(promoted).cmd(&["EXISTS", &key]).int(),
         Some(1),
@@ -845,6 +891,12 @@ async fn master_failover_mid_hold(cluster: &mut RedisCluster) {
     // no write on its slots can be acknowledged.
     cluster.node_mut(killed).restart();
     cluster.wait_until_stable();
+    // The promoted replica's epoch is above every other node's: so are its tokens.
+    let after = fenced_token(rival.clone(), tagged).await;
+    let new_epoch = node_epoch(cluster, promoted);
+    assert!(new_epoch > old_epoch, "epochs {old_epoch} then {new_epoch}");
+    assert_eq!(epoch_of(after), new_epoch, "{after}");
+    assert!(after > before, "{after} after {before}");
 
     // Hold across the failover for a while: either the holder keeps it (renewals moved to the
     // new master) or it sees lost(); the rival must not have it meanwhile.

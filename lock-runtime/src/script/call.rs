@@ -44,13 +44,11 @@ pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
 /// The failover epoch a call that issues a token carries, by which this crate's layout orders
 /// tokens first (see "Fencing epochs" in `prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "sentinel", feature = "cluster")), allow(dead_code))]
 pub(crate) enum Epoch {
-    /// Behind Sentinel: the master's `config-epoch`, as the sentinels confirmed it with its
-    /// address and run id (the call goes to that master only).
+    /// Behind Sentinel: the master's `config-epoch`, confirmed with its address and run id.
     Of(u64),
-    /// On Redis Cluster: the `configEpoch` of the node that runs the call, read there
-    /// (`cluster_my_epoch` of `CLUSTER INFO`), so it is that of the slot's owner at that
-    /// moment, however the slot moved.
+    /// On Redis Cluster: the `configEpoch` of the node that runs the call, read there.
     Node,
 }
 
@@ -60,8 +58,7 @@ pub(super) enum Arg<'a> {
     Str(&'a str),
     Int(u64),
     /// The fencing argument of the scripts that issue tokens in this crate's layout: the
-    /// counter's retention in milliseconds, followed by `:<epoch>` (or `:node`, [`Epoch::Node`])
-    /// when the call carries a failover epoch (see "Fencing epochs" in `prelude.lua`).
+    /// counter's retention in milliseconds, then `:<epoch>` or `:node` with an [`Epoch`].
     Fencing {
         retention_ms: u64,
         epoch: Option<Epoch>,
@@ -696,25 +693,11 @@ mod tests {
                 args(&token)[6].clone(),
             )
         };
-        let sentinel = Epoch::Of(7);
-        assert_eq!(
-            fencing(&names, sentinel),
-            ("60000:7".into(), "60000:7".into())
-        );
-        assert_eq!(
-            fencing(&redisson, sentinel),
-            ("60000".into(), "60000".into())
-        );
-        // On a cluster the node that runs the call reads its own.
-        let cluster = Epoch::Node;
-        assert_eq!(
-            fencing(&names, cluster),
-            ("60000:node".into(), "60000:node".into())
-        );
-        assert_eq!(
-            fencing(&redisson, cluster),
-            ("60000".into(), "60000".into())
-        );
+        // Behind Sentinel the master's; on a cluster the node that runs the call reads its own.
+        for (epoch, sent) in [(Epoch::Of(7), "60000:7"), (Epoch::Node, "60000:node")] {
+            assert_eq!(fencing(&names, epoch), (sent.into(), sent.into()));
+            assert_eq!(fencing(&redisson, epoch), ("60000".into(), "60000".into()));
+        }
         let plain = Call::plain_acquire(&names, "me:1", 30_000).unwrap();
         assert_eq!(
             args(&plain)[..],

@@ -226,7 +226,10 @@ impl Conn {
                 generation: None,
                 epoch: Some(Epoch::Node),
             })),
-            _ => Ok(None),
+            _ => {
+                let _ = issues_token;
+                Ok(None)
+            }
         }
     }
 

@@ -14,16 +14,12 @@ pub(crate) const LEASE: Duration = Duration::from_secs(10);
 pub(crate) enum Kind {
     /// Ours as most callers use it: the watchdog (lease 10 s), tokens on demand.
     Ours,
-    /// Ours with `group_commit(true)` (uncontended rows only).
-    OursGrouped,
     /// Ours with every lock taken `fenced` (the token with the grant).
     OursFenced,
     Rslock,
     Naive,
 }
 
-/// The name of [`Kind::OursGrouped`]'s rows.
-pub(crate) const GROUPED: &str = "lock-runtime, group commit on";
 /// The name of [`Kind::OursFenced`]'s rows.
 pub(crate) const FENCED: &str = "lock-runtime, fenced";
 
@@ -33,7 +29,6 @@ impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Ours => "lock-runtime",
-            Kind::OursGrouped => GROUPED,
             Kind::OursFenced => FENCED,
             Kind::Rslock => "rslock",
             Kind::Naive => "naive",
@@ -41,7 +36,7 @@ impl Kind {
     }
 
     pub(crate) fn parse(s: &str) -> Option<Kind> {
-        [Kind::OursGrouped, Kind::OursFenced]
+        [Kind::OursFenced]
             .into_iter()
             .chain(Kind::ALL)
             .find(|k| k.name() == s)
@@ -72,12 +67,11 @@ static NAIVE_RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::
 impl Locker {
     pub(crate) async fn connect(kind: Kind, url: &str) -> Locker {
         match kind {
-            Kind::Ours | Kind::OursGrouped | Kind::OursFenced => Locker::Ours(
+            Kind::Ours | Kind::OursFenced => Locker::Ours(
                 LockClient::builder(url)
                     .prefix("bench")
                     // The lease every lock gets, renewed while held (a hold here is short).
                     .watchdog_timeout(LEASE)
-                    .group_commit(kind == Kind::OursGrouped)
                     .fenced_by_default(kind == Kind::OursFenced)
                     .build()
                     .await

@@ -13,6 +13,7 @@
 
 mod contenders;
 mod family;
+mod growth;
 mod hot;
 mod impls;
 mod limit;
@@ -102,6 +103,8 @@ async fn main() {
         Some("mem-child") => return memory::mem_child(&args[1..]).await,
         Some("uncontended") => return uncontended::uncontended_only(&args[1..]).await,
         Some("hot") => return hot::hot_only(&args[1..]).await,
+        Some("growth") => return growth::growth_only(&args[1..]).await,
+        Some("growth-child") => return growth::growth_child(&args[1..]).await,
         _ => {}
     }
     let full = args.iter().any(|a| a == "--full");
@@ -161,23 +164,9 @@ async fn run_all(plan: Plan) -> Results {
     r
 }
 
-/// lock-runtime with group commit on, and fenced (every grant issues its token): uncontended,
-/// and the fenced one on the hot key in one process.
+/// lock-runtime fenced (every grant issues its token): uncontended, and on the hot key in one
+/// process.
 async fn variants(r: &mut Results, plan: Plan, url: &str) {
-    // What group commit does: the same client with it on.
-    for (workers, map) in [(1, &mut r.uncontended_1), (64, &mut r.uncontended_64)] {
-        progress(&format!(
-            "uncontended, {workers} worker(s): {}",
-            impls::GROUPED
-        ));
-        let u = median_of(
-            plan.reps,
-            |u: &Uncontended| u.pairs_per_s,
-            || uncontended::uncontended(Kind::OursGrouped, url, workers, plan.run),
-        )
-        .await;
-        map.insert(impls::GROUPED, u);
-    }
     // Eager tokens: every grant issues its token (uncontended, and the hot key in one process).
     for (workers, map) in [(1, &mut r.uncontended_1), (64, &mut r.uncontended_64)] {
         progress(&format!(

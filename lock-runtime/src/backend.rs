@@ -111,7 +111,7 @@ impl LockState {
 /// The most arguments (the command's name included) any request a client builds carries by
 /// default: ElastiCache Serverless's limit per request (3,999). Subscriptions go out in
 /// commands of at most this many channels less one, a watchdog renewal call covers at most 500
-/// locks (about 1,000 arguments), a group commit at most 128 operations within the limit.
+/// locks (about 1,000 arguments).
 /// [`LockClientBuilder::max_request_arguments`](crate::LockClientBuilder::max_request_arguments)
 /// sets another limit, for a server or proxy with a lower one.
 pub const MAX_REQUEST_ARGUMENTS: usize = 3_999;

@@ -8,9 +8,6 @@
 //! - **Watchdog renewal**: without an explicit lease the lease is renewed while the guard lives,
 //!   for all locks of a client in one pipelined round trip; [`LockGuard::lost`] fires *before*
 //!   the lease could expire when renewal cannot be confirmed.
-//! - **Group commit** (opt-in): acquires and releases that queue while one of the client's is
-//!   in flight go out together, as one script call, which cuts the server's CPU per lock under
-//!   load, for deployments where Redis is the bottleneck ([`LockClientBuilder::group_commit`]).
 //! - **Fencing tokens** that strictly increase per lock name, for storage that must reject a
 //!   stale holder's writes: on demand by default ([`LockGuard::fencing_token`] asks Redis for
 //!   one, issued only while the guard holds the lock), or with the grant in the same round trip

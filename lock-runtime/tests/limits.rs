@@ -135,8 +135,7 @@ async fn no_request_exceeds_the_argument_limit_with_10_000_locks_held_and_waited
 }
 
 /// A lower limit set on the builder holds for every request that grows with the number of
-/// locks: 1,000 locks taken at once with group commit (its `batch.lua` calls), renewed, and
-/// waited for (their channels subscribed, and again at once after the connection dropped), all
+/// locks: 1,000 locks taken at once, renewed, and waited for (their channels subscribed, and again at once after the connection dropped), all
 /// in commands of at most 64 arguments; a limit below that is refused at build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
@@ -145,9 +144,7 @@ async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
     let limited =
         |b: lock_runtime::LockClientBuilder| b.max_request_arguments(MIN_REQUEST_ARGUMENTS);
     let holder = lock_tests::client_with(&redis, |b| {
-        limited(b)
-            .watchdog_timeout(Duration::from_secs(3))
-            .group_commit(true)
+        limited(b).watchdog_timeout(Duration::from_secs(3))
     })
     .await;
     let waiters = lock_tests::client_with(&redis, limited).await;
@@ -169,25 +166,6 @@ async fn a_lower_argument_limit_set_on_the_builder_holds_for_every_request() {
         most > MIN_REQUEST_ARGUMENTS / 2,
         "at most {most} arguments ({command})"
     );
-    // Group commit merged the acquires into `batch.lua` calls as large as the limit allows
-    // (the one script this client sends with `EVALSHA` rather than as a function).
-    let log = redis.cmd(&["SLOWLOG", "GET", "-1"]);
-    let batch = log
-        .items()
-        .iter()
-        .filter(|entry| {
-            let args = entry.items()[3].items();
-            args.first()
-                .and_then(Resp::text)
-                .is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
-        })
-        .map(argument_count)
-        .max();
-    assert!(
-        batch.is_some_and(|n| n > MIN_REQUEST_ARGUMENTS / 2),
-        "the largest group commit call: {batch:?} arguments"
-    );
-
     let refused = LockClient::builder(&redis.url())
         .max_request_arguments(MIN_REQUEST_ARGUMENTS - 1)
         .build()

@@ -2,15 +2,13 @@
 //! then a checker proves exclusion, fencing and no lost updates from the records. A hot-key
 //! phase adds processes whose tasks all take one key, so most hand-overs there are local
 //! hand-offs (a release granting the lock to a waiting task of its own process) interleaved
-//! with global releases that other processes race for, under the same faults. Every other
-//! worker process sends its writes with group commit (`LockClientBuilder::group_commit`).
+//! with global releases that other processes race for, under the same faults.
 //!
 //! Short mode (CI): every fault once, about a minute. Long mode: `CHAOS_LONG=1` (10 minutes of
 //! faults in a loop) or `CHAOS_SECONDS=<n>`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_tests::chaos::{self, Outcome, Record};
@@ -76,9 +74,6 @@ fn spawn_worker_on(
     ms: u64,
     out: &Path,
 ) -> Worker {
-    // Every other worker sends its writes with group commit, so the checker sees both paths.
-    static SPAWNED: AtomicUsize = AtomicUsize::new(0);
-    let group_commit = SPAWNED.fetch_add(1, Ordering::Relaxed) % 2 == 1;
     let child = Command::new(WORKER)
         .args(["chaos", lock_url, store_url])
         .args([
@@ -88,7 +83,6 @@ fn spawn_worker_on(
             WATCHDOG_MS.to_string(),
         ])
         .arg(out)
-        .args(group_commit.then_some("group-commit"))
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -57,22 +57,11 @@ fn uncontended(s: &mut String, run: &Run<'_>) {
          fencing counter's write, the lock. The same pair called raw with no client logic \
          makes {:.0} pairs/s here; lock-runtime makes {:.0}. Redis spends {:.1} µs of CPU per \
          rslock pair against {:.1} µs for ours at 64 workers; what is left of the difference is \
-         the function call's own cost against rslock's smaller script. With group commit on \
-         (opt-in), \
-         the acquires and releases that queue while one is in flight go out as one script call, \
-         which costs Redis less than a call each but costs the client more: at 64 workers {}.",
+         the function call's own cost against rslock's smaller script.",
         floor(0),
         u1.pairs_per_s,
         rs64.server_cpu_us,
         u64_.server_cpu_us,
-        match r.uncontended_64.get(crate::impls::GROUPED) {
-            Some(grouped) => format!(
-                "{:.1} µs of Redis CPU per pair with it, {:.1} µs without, and {:.0} against {:.0} \
-                 pairs/s",
-                grouped.server_cpu_us, u64_.server_cpu_us, grouped.pairs_per_s, u64_.pairs_per_s
-            ),
-            None => "not measured in this run".to_owned(),
-        }
     );
 }
 

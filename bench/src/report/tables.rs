@@ -85,7 +85,7 @@ pub(super) fn uncontended(s: &mut String, run: &Run<'_>) {
         "| impl | workers | pairs/s | pair p50 | pair p99 | p50 / PING p50 | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
-        let variants: Vec<&str> = [crate::impls::GROUPED, crate::impls::FENCED]
+        let variants: Vec<&str> = [crate::impls::FENCED]
             .into_iter()
             .filter(|k| map.contains_key(k))
             .collect();
@@ -119,13 +119,10 @@ pub(super) fn uncontended(s: &mut String, run: &Run<'_>) {
         "\n`lock-runtime` is the client as most callers use it: the watchdog (lease 10 s, renewed \
          while held) and fencing tokens on demand (none issued here: nobody asks). `{}` is the \
          same client with `fenced_by_default(true)`: every grant issues its token in its own \
-         round trip. `{}` is lock-runtime with `group_commit(true)`: the acquires and releases that queue \
-         while one is in flight go out as one script call, instead of each as its own request \
-         pipelined on the shared connection (the default).\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
+         round trip. Every request is its own, pipelined on the shared connection.\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
          the pairs made; command time is the sum of `INFO commandstats` (scripts include the \
          commands they run, which are also counted on their own).\n",
-        crate::impls::FENCED,
-        crate::impls::GROUPED
+        crate::impls::FENCED
     );
 }
 

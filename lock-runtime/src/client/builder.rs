@@ -45,7 +45,6 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     fence_retention: Duration,
     handoff_limit: u32,
-    group_commit: bool,
     max_request_arguments: usize,
     fenced: bool,
     layout: Layout,
@@ -73,7 +72,6 @@ impl LockClientBuilder {
             response_timeout: Duration::from_secs(2),
             fence_retention: Duration::from_secs(7 * 24 * 3600),
             handoff_limit: crate::handoff::DEFAULT_LIMIT,
-            group_commit: false,
             max_request_arguments: MAX_REQUEST_ARGUMENTS,
             fenced: false,
             layout: Layout::Native,
@@ -259,41 +257,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// Whether lock writes that queue while one is in flight go out together (default off).
-    ///
-    /// On, at most one request of this client's acquires and releases is in flight; what queues
-    /// meanwhile goes out together when it returns, its mutex operations merged into one script
-    /// call that runs them in order. Starting a script call costs Redis about as much as the
-    /// commands in one of ours, so under load this cuts the server's CPU per lock: by a quarter
-    /// with 64 tasks locking distinct keys in this crate's benchmark (25 µs per lock/unlock
-    /// pair instead of 31–37). It costs the client: more CPU per lock, and one request in
-    /// flight instead of many, so that benchmark's single client, sharing two cores with
-    /// Redis, made 18–20 k pairs/s with it against 24–29 k without. Turn it on when Redis is
-    /// the bottleneck (many application instances sharing one server at high lock rates),
-    /// not the client. A write that finds nothing in flight goes out at once either way.
-    ///
-    /// Off, every write is its own request, pipelined on the shared connection. On a cluster
-    /// writes always go out one by one. With [`replica_ack`](LockClientBuilder::replica_ack)
-    /// the writes that queue always go out together, followed by one `WAIT` for all of them
-    /// (this option then only adds the merging into one script call).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
-    /// let locks = lock_runtime::LockClient::builder("redis://127.0.0.1/")
-    ///     .group_commit(true)
-    ///     .build()
-    ///     .await?;
-    /// # let _ = locks; Ok(()) }
-    /// ```
-    pub fn group_commit(mut self, on: bool) -> Self {
-        self.group_commit = on;
-        self
-    }
-
     /// The most arguments (the command's name included) any request this client sends may
     /// carry (default [`MAX_REQUEST_ARGUMENTS`], 3,999: ElastiCache Serverless's limit). Set it
-    /// for a server or proxy with a lower limit: (un)subscriptions, watchdog renewals and
-    /// group-commit batches are then split into more, smaller commands in the same round
+    /// for a server or proxy with a lower limit: (un)subscriptions and watchdog renewals
+    /// are then split into more, smaller commands in the same round
     /// trips; no other request grows with the number of locks. At least
     /// [`MIN_REQUEST_ARGUMENTS`] (64), else [`build`](LockClientBuilder::build) fails with
     /// [`LockError::InvalidConfig`].
@@ -371,9 +338,7 @@ impl LockClientBuilder {
     /// Costs: a `WAIT`, which holds up the requests queued behind it on the shared connection
     /// until the replicas answer (up to `timeout` when one lags). So that a `WAIT` does not
     /// hold up the next write, the writes that queue meanwhile go out together when it
-    /// returns, followed by one `WAIT` for all of them (as with
-    /// [`group_commit`](LockClientBuilder::group_commit), without merging them into one script
-    /// call). It narrows the window in which
+    /// returns, followed by one `WAIT` for all of them. It narrows the window in which
     /// a failover can lose a grant; it does not make Redis replication synchronous (see the crate
     /// docs on topologies). `replicas = 0` turns it off.
     ///
@@ -699,7 +664,6 @@ impl LockClientBuilder {
             } else {
                 0
             },
-            group_commit: self.group_commit,
             max_request_arguments: self.max_request_arguments,
             fenced: self.fenced || self.layout.fences_every_grant(),
             topology: self.topology,
@@ -717,7 +681,6 @@ fn redis_backend(config: &Config, conn: Conn, deletes_if_equal: bool) -> Arc<dyn
         config.publishing(),
         config.replica_ack,
         config.topology.fails_over(),
-        config.group_commit,
         config.max_request_arguments,
         deletes_if_equal,
     ))

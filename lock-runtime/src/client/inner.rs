@@ -151,9 +151,6 @@ pub(crate) struct Config {
     /// Local hand-overs of one lock in a row (0: off; always off with replica acknowledgement
     /// and with Redisson's layout).
     pub(crate) handoff_limit: u32,
-    /// Writes that queue while one is in flight go out together (opt-in; one server and
-    /// Sentinel, without replica acknowledgement).
-    pub(crate) group_commit: bool,
     /// The most arguments one request may carry (see `LockClientBuilder::max_request_arguments`).
     pub(crate) max_request_arguments: usize,
     /// Every mutex is taken with its fencing token (else tokens on demand).

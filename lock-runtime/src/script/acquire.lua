@@ -87,10 +87,4 @@ local function acquire(lock, fence, channel, owner, lease_ms, retention_ms, wait
   return {1, token}
 end
 
--- A plain `SET NX PX GET`, as a group of operations (`batch.lua`) runs it: what the command
--- alone replies (nil when taken, else the value there).
-local function plain_acquire(lock, owner, lease_ms)
-  return redis.call('SET', lock, owner, 'NX', 'PX', lease_ms, 'GET')
-end
-
 return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

@@ -4,13 +4,11 @@
 //! family.
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
 
 use redis::{Cmd, Script};
 
 use super::{
-    ACQUIRE, BATCH, FAIR_ACQUIRE, Publishing, RELEASE, RENEW, RW_ACQUIRE, SEMAPHORE_ACQUIRE, TOKEN,
-    functions, redisson,
+    FAIR_ACQUIRE, Publishing, RENEW, RW_ACQUIRE, SEMAPHORE_ACQUIRE, TOKEN, functions, redisson,
 };
 use crate::backend::{CapacityOp, HandOff};
 use crate::keys::{LockNames, PLACE_TTL, Role, Scheme};
@@ -26,8 +24,6 @@ pub(crate) struct Call {
     cmd: Cmd,
     /// The library function `cmd` calls, if it is an `FCALL`.
     function: Option<&'static str>,
-    /// How many of the arguments after the hash are keys.
-    keys: usize,
 }
 
 /// The scripts `calls` use, each once: what to load after the server lost them.
@@ -128,93 +124,6 @@ impl Call {
             script: Some(script),
             cmd,
             function,
-            keys: keys.len(),
-        }
-    }
-
-    /// `Some('a')` for a mutex acquire, `Some('p')` for a plain one ([`Call::plain_acquire`]),
-    /// `Some('r')` for a mutex release (with classic pub/sub): what [`Call::batch`] can run
-    /// together.
-    pub(crate) fn batch_kind(&self) -> Option<&'static str> {
-        match self.script {
-            // A plain acquire (`SET … NX`); `DELIFEQ` goes as it is.
-            None if self.is_plain_acquire() => Some("p"),
-            None => None,
-            Some(s) if std::ptr::eq(s, LazyLock::force(&ACQUIRE)) => Some("a"),
-            Some(s) if std::ptr::eq(s, LazyLock::force(&RELEASE)) => Some("r"),
-            Some(_) => None,
-        }
-    }
-
-    /// The arguments of a [`Call::batch`] besides its operations': `FCALL`, the function and
-    /// the key count (or `EVALSHA`, the hash and the key count).
-    pub(crate) const BATCH_HEAD: usize = 3;
-
-    /// The most arguments this call adds to a [`Call::batch`]: its keys and arguments, and
-    /// its kind, key count and argument count.
-    pub(crate) fn batch_arguments(&self) -> usize {
-        let head = if self.script.is_none() { 1 } else { 3 };
-        self.cmd.args_iter().count() - head + 3
-    }
-
-    /// Whether this is [`Call::plain_acquire`]'s `SET`.
-    fn is_plain_acquire(&self) -> bool {
-        self.script.is_none()
-            && matches!(
-                self.cmd.args_iter().next(),
-                Some(redis::Arg::Simple(b"SET"))
-            )
-    }
-
-    /// Whether this is a [`Call::batch`]: its reply is one reply per operation.
-    pub(crate) fn is_batch(&self) -> bool {
-        matches!(self.script, Some(s) if std::ptr::eq(s, LazyLock::force(&BATCH)))
-    }
-
-    /// `batch.lua`: `calls` (each with a [`Call::batch_kind`]) as one script call that runs
-    /// them in order and replies with one reply per call.
-    pub(crate) fn batch(calls: &[&Call]) -> Call {
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        for call in calls {
-            let kind = call.batch_kind().unwrap_or("r");
-            // FCALL and the function (or EVALSHA and the hash), the key count, the keys, the
-            // arguments; or a plain `SET key owner NX PX lease GET`.
-            let plain = call.script.is_none();
-            let mut parts = call
-                .cmd
-                .args_iter()
-                .skip(if plain { 1 } else { 3 })
-                .filter_map(|arg| match arg {
-                    redis::Arg::Simple(bytes) => Some(bytes),
-                    _ => None,
-                });
-            keys.extend(parts.by_ref().take(call.keys));
-            let own: Vec<&[u8]> = if plain {
-                // The owner and the lease.
-                parts
-                    .enumerate()
-                    .filter(|(i, _)| *i == 0 || *i == 3)
-                    .map(|(_, a)| a)
-                    .collect()
-            } else {
-                parts.collect()
-            };
-            args.push(kind.as_bytes().to_vec());
-            args.push(call.keys.to_string().into_bytes());
-            args.push(own.len().to_string().into_bytes());
-            args.extend(own.into_iter().map(<[u8]>::to_vec));
-        }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(BATCH.get_hash())
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args);
-        Call {
-            script: Some(&BATCH),
-            cmd,
-            function: None,
-            keys: keys.len(),
         }
     }
 
@@ -324,7 +233,6 @@ impl Call {
             script: None,
             cmd,
             function: None,
-            keys: 1,
         })
     }
 
@@ -342,7 +250,6 @@ impl Call {
             script: None,
             cmd,
             function: None,
-            keys: 1,
         })
     }
 
@@ -619,7 +526,7 @@ fn model(scheme: Scheme) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::super::RELEASE;
+    use super::super::{ACQUIRE, RELEASE};
     use super::*;
 
     #[test]
@@ -711,38 +618,7 @@ mod tests {
                 "GET".into()
             ]
         );
-        assert_eq!(plain.batch_kind(), Some("p"));
         let release = Call::release(Publishing::CLASSIC, &names, "me:1", None, None);
-        let batched = Call::batch(&[&plain, &acquire, &release]);
-        assert_eq!(
-            args(&batched)[2..],
-            [
-                "6".to_owned(),
-                names.key.clone(),
-                names.key.clone(),
-                names.fence.clone(),
-                names.channel.clone(),
-                names.key.clone(),
-                names.channel.clone(),
-                "p".into(),
-                "1".into(),
-                "2".into(),
-                "me:1".into(),
-                "30000".into(),
-                "a".into(),
-                "3".into(),
-                "5".into(),
-                "me:1".into(),
-                "30000".into(),
-                "60000".into(),
-                "1".into(),
-                "0".into(),
-                "r".into(),
-                "2".into(),
-                "1".into(),
-                "me:1".into()
-            ]
-        );
         let renew = Call::renew([("k1", "o1"), ("k2", "o2")].into_iter(), 900);
         assert_eq!(
             args(&renew)[2..],

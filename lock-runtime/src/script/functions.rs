@@ -36,7 +36,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
 
 use super::{Call, InLibrary, NATIVE, Native};
 
-/// The library: our scripts (all but the batch and inspect scripts, which stay scripts) as
+/// The library: our scripts (all but the inspect script, which stays a script) as
 /// functions.
 pub(crate) struct Library {
     /// The `FUNCTION LOAD` source.
@@ -313,7 +313,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_script_but_batch_and_inspect_is_a_function() {
+    fn every_script_but_inspect_is_a_function() {
         for native in &NATIVE {
             if native.library == InLibrary::No {
                 assert_eq!(LIBRARY.function_of(native.script), None);
@@ -323,7 +323,6 @@ mod tests {
             assert!(LIBRARY.code.contains(&format!("function_name='{name}'")));
         }
         assert_eq!(LIBRARY.function_of(&super::super::INSPECT), None);
-        assert_eq!(LIBRARY.function_of(&super::super::BATCH), None);
     }
 
     #[test]

@@ -63,30 +63,6 @@ pub(crate) static FORCE_UNLOCK: LazyLock<Script> = script!("force_unlock.lua");
 /// Reads the lock's state: holders, fencing token, waiters (`PUBSUB NUMSUB`).
 pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
 
-/// Runs queued mutex acquires and releases in one call (group commit): `batch.lua` after the
-/// functions of `acquire.lua` and `release.lua`, so each operation is exactly its own script's.
-pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&with_prelude(
-        &[
-            function_only(include_str!("acquire.lua")),
-            function_only(include_str!("release.lua")),
-            include_str!("batch.lua"),
-        ]
-        .concat(),
-    ))
-});
-
-/// A script without its last line, the `return f(KEYS[1], …)` that runs its function.
-fn function_only(script: &str) -> &str {
-    let body = script.trim_end();
-    let last = body.rfind('\n').map_or(0, |i| i + 1);
-    debug_assert!(
-        body[last..].starts_with("return "),
-        "a script's last line runs its function"
-    );
-    &body[..last]
-}
-
 /// The sharded twin of a publishing script (`SPUBLISH`), for Redis Cluster.
 #[cfg(feature = "cluster")]
 macro_rules! sharded_script {

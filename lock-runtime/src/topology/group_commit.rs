@@ -1,16 +1,10 @@
-//! Group commit: the writes of one client that queue while one of its writes is in flight go
-//! out together when it returns, and its mutex acquires and releases among them as one script
-//! call (`batch.lua`), or, when replicas must acknowledge, each as it is, followed by one
-//! `WAIT` for all of them.
+//! Group commit for acknowledged writes: when replicas must acknowledge (`replica_ack`), the
+//! writes of one client that queue while one of its writes is in flight go out together when it
+//! returns, in one pipeline, followed by one `WAIT` for all of them.
 //!
-//! With acknowledgement the group is what keeps the throughput: a `WAIT` holds up everything
-//! behind it on the connection until the replicas answer, so one `WAIT` per write would let one
-//! write through per replica round trip, whatever the number of tasks.
-//!
-//! Redis spends more of its time starting a script call than on the few commands in one of
-//! ours, so under load (many tasks locking distinct keys at once) one call for a queue of
-//! operations costs the server much less than a call each. Alone, a write goes out at once, as
-//! it would without this: only writes that would have waited behind another anyway are merged.
+//! The group is what keeps the throughput: a `WAIT` holds up everything behind it on the
+//! connection until the replicas answer, so one `WAIT` per write would let one write through
+//! per replica round trip, whatever the number of tasks. Alone, a write goes out at once.
 //!
 //! Order is kept: one request of this client's writes is in flight at a time, and a queue is
 //! sent in the order it was made, so a release queued after an acquire (a cancelled acquire's
@@ -19,16 +13,10 @@
 //! request is in flight passes the queue on to a task when it is done, or when it is
 //! cancelled, so a queue never waits on a caller that left.
 //!
-//! Behind a proxy in front of a cluster a merged call can span slots and be rejected
-//! (`CROSSSLOT`): its operations are then sent one by one, and merging stops. So that nothing
-//! queued after such a call has run before it is sent again, a pipeline ends with its first
-//! merged call until the endpoint has accepted one.
-//!
-//! Merging is opt-in (`LockClientBuilder::group_commit`): it trades client CPU and requests in
-//! flight for server CPU. Grouping is on with it, and always with `replica_ack`. Used on one
-//! server and behind Sentinel; a cluster sends each call to its slot's node.
+//! Used on one server and behind Sentinel; a cluster sends each call to its slot's node. (An
+//! option merged a group's mutex operations into one script call; it cost Redis more CPU per
+//! lock than it saved on every primitive measured, and was removed: CHANGELOG.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::aio::ConnectionLike;
@@ -39,38 +27,6 @@ use super::Conn;
 use super::replica_ack::ReplicaAck;
 use crate::backend::Acked;
 use crate::script::{self, Call, Dialect};
-
-/// Operations per `batch.lua` call at most (fewer when their arguments would pass the client's
-/// limit); a longer queue goes out as several calls in one pipeline.
-const MAX_BATCH: usize = 128;
-
-/// A queue as runs of consecutive mergeable calls, each to become one `batch.lua` command of
-/// at most [`MAX_BATCH`] operations and `max_arguments` arguments (a run of one stays its own
-/// call).
-fn runs_of(queue: Vec<Queued>, max_arguments: usize) -> Vec<Vec<Queued>> {
-    let mut runs: Vec<Vec<Queued>> = Vec::new();
-    // The arguments of the last run as one `batch.lua` call (see `Call::batch_arguments`).
-    let mut arguments = 0;
-    for queued in queue {
-        let more = queued.call.batch_arguments();
-        let joins = queued.call.batch_kind().is_some()
-            && arguments + more <= max_arguments
-            && runs
-                .last()
-                .is_some_and(|run| run.len() < MAX_BATCH && run[0].call.batch_kind().is_some());
-        match runs.last_mut() {
-            Some(run) if joins => {
-                run.push(queued);
-                arguments += more;
-            }
-            _ => {
-                runs.push(vec![queued]);
-                arguments = Call::BATCH_HEAD + more;
-            }
-        }
-    }
-    runs
-}
 
 /// The writes of one client, committed in groups.
 pub(crate) struct GroupCommit {
@@ -83,16 +39,6 @@ struct Inner {
     /// `WAIT` after each request, for every write it carried.
     ack: Option<ReplicaAck>,
     state: Mutex<State>,
-    /// Merge mutex operations into `batch.lua` calls; off once the endpoint rejected one as
-    /// spanning slots (a proxy in front of a cluster).
-    merge: AtomicBool,
-    /// The most arguments a `batch.lua` call may carry.
-    max_arguments: usize,
-    /// The endpoint has accepted a merged call. Until then a pipeline ends with its first
-    /// merged call: were it rejected as spanning slots, nothing queued after it may have run
-    /// yet (a cancelled acquire's clean-up would otherwise overtake the acquire it undoes,
-    /// which is then sent again alone and granted to nobody).
-    merge_confirmed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -111,25 +57,14 @@ struct Queued {
 }
 
 impl GroupCommit {
-    /// Groups on `conn`; `merge`: mutex operations of a group become `batch.lua` calls (else
-    /// each call goes as it is, in one pipeline); `ack`: one `WAIT` after each request
-    /// acknowledges every write it carried.
-    pub(crate) fn new(
-        conn: Conn,
-        dialect: Dialect,
-        merge: bool,
-        ack: Option<ReplicaAck>,
-        max_arguments: usize,
-    ) -> GroupCommit {
+    /// Groups on `conn`, one `WAIT` after each request acknowledging every write it carried.
+    pub(crate) fn new(conn: Conn, dialect: Dialect, ack: ReplicaAck) -> GroupCommit {
         GroupCommit {
             inner: Arc::new(Inner {
                 conn,
                 dialect,
-                ack,
+                ack: Some(ack),
                 state: Mutex::new(State::default()),
-                merge: AtomicBool::new(merge),
-                max_arguments,
-                merge_confirmed: AtomicBool::new(false),
             }),
         }
     }
@@ -253,8 +188,7 @@ impl Inner {
         });
     }
 
-    /// Sends a queue in one pipeline (its mutex operations merged, in order, into `batch.lua`
-    /// calls) and hands each caller its reply.
+    /// Sends a queue in one pipeline and hands each caller its reply.
     async fn send_queue(&self, queue: Vec<Queued>) {
         // Writes built for a master the client has switched away from fail unsent (their
         // callers build them again for the new one); the rest go to the master of the
@@ -270,79 +204,12 @@ impl Inner {
         }
         let pinned = queue.iter().any(|queued| queued.pin.is_some());
         let mut conn = self.conn.pinned(current.filter(|_| pinned));
-        let merge = self.merge.load(Ordering::Relaxed);
-        let mut runs = if merge {
-            runs_of(queue, self.max_arguments)
-        } else {
-            queue.into_iter().map(|queued| vec![queued]).collect()
-        };
-        // Until a merged call has been accepted, the rest waits for the first one's reply.
-        let mut rest = Vec::new();
-        if merge
-            && !self.merge_confirmed.load(Ordering::Relaxed)
-            && let Some(first) = runs.iter().position(|run| run.len() > 1)
-        {
-            rest = runs.split_off(first + 1);
-        }
-        let calls: Vec<Call> = runs
-            .iter()
-            .map(|run| match run.as_slice() {
-                [one] => one.call.clone(),
-                many => Call::batch(&many.iter().map(|q| &q.call).collect::<Vec<_>>()),
-            })
-            .collect();
+        let calls: Vec<Call> = queue.iter().map(|queued| queued.call.clone()).collect();
         let (results, acked) = run(&mut conn, &self.dialect, &calls, self.ack).await;
-        for (run, result) in runs.into_iter().zip(results) {
-            if run.len() == 1 {
-                if let Some(queued) = run.into_iter().next() {
-                    let _ = queued
-                        .reply
-                        .send(result.map(|r| ReplicaAck::judged(self.ack, r, acked)));
-                }
-                continue;
-            }
-            let replies = result
-                .and_then(|v| {
-                    <Vec<Value> as redis::FromRedisValue>::from_redis_value(v).map_err(Into::into)
-                })
-                .and_then(|replies| {
-                    if replies.len() == run.len() {
-                        Ok(replies)
-                    } else {
-                        Err(RedisError::from((
-                            redis::ErrorKind::Parse,
-                            "batch script returned the wrong number of replies",
-                        )))
-                    }
-                });
-            match replies {
-                Ok(replies) => {
-                    self.merge_confirmed.store(true, Ordering::Relaxed);
-                    for (queued, reply) in run.into_iter().zip(replies) {
-                        let reply = reply
-                            .extract_error()
-                            .map(|r| ReplicaAck::judged(self.ack, r, acked));
-                        let _ = queued.reply.send(reply);
-                    }
-                }
-                Err(e) if script::is_cross_slot(&e) => {
-                    // Rejected before it ran: send each on its own, from now on too.
-                    tracing::warn!(
-                        error = %e,
-                        "a group of lock operations was rejected as cross-slot: a proxy in front of a cluster; sending them one by one from now on"
-                    );
-                    self.merge.store(false, Ordering::Relaxed);
-                    Box::pin(self.send_queue(run)).await;
-                }
-                Err(e) => {
-                    for queued in run {
-                        let _ = queued.reply.send(Err(e.clone()));
-                    }
-                }
-            }
-        }
-        if !rest.is_empty() {
-            Box::pin(self.send_queue(rest.into_iter().flatten().collect())).await;
+        for (queued, result) in queue.into_iter().zip(results) {
+            let _ = queued
+                .reply
+                .send(result.map(|r| ReplicaAck::judged(self.ack, r, acked)));
         }
     }
 }
@@ -426,7 +293,7 @@ async fn run(
         results[i] = if missing.contains(&i) {
             second
         } else {
-            first_or_again(first, second, calls[i].is_batch())
+            first_or_again(first, second)
         };
     }
     (results, acked)
@@ -454,32 +321,14 @@ async fn send_acked(
 /// The reply to give a call that ran twice (see [`run`]): the first when it succeeded (`1`
 /// or `{1, …}` done, `{2, …}` handed over, nil for a plain `SET` that took the lock: the second
 /// run of an acquire granted is a re-take, of a release done finds nothing), else the second.
-/// A `batch` call's replies (one per operation) are chosen one by one.
-fn first_or_again(
-    first: RedisResult<Value>,
-    second: RedisResult<Value>,
-    batch: bool,
-) -> RedisResult<Value> {
-    fn succeeded(reply: &Value) -> bool {
-        match reply {
-            Value::Int(1) | Value::Nil => true,
-            Value::Array(items) => matches!(items.first(), Some(Value::Int(1 | 2))),
-            _ => false,
-        }
-    }
+fn first_or_again(first: RedisResult<Value>, second: RedisResult<Value>) -> RedisResult<Value> {
+    let succeeded = |reply: &Value| match reply {
+        Value::Int(1) | Value::Nil => true,
+        Value::Array(items) => matches!(items.first(), Some(Value::Int(1 | 2))),
+        _ => false,
+    };
     match (first, second) {
-        (Ok(Value::Array(firsts)), Ok(Value::Array(seconds)))
-            if batch && firsts.len() == seconds.len() =>
-        {
-            Ok(Value::Array(
-                firsts
-                    .into_iter()
-                    .zip(seconds)
-                    .map(|(first, second)| if succeeded(&first) { first } else { second })
-                    .collect(),
-            ))
-        }
-        (Ok(first), _) if !batch && succeeded(&first) => Ok(first),
+        (Ok(first), _) if succeeded(&first) => Ok(first),
         (_, second) => second,
     }
 }
@@ -534,47 +383,13 @@ mod tests {
     #[test]
     fn a_call_that_succeeded_the_first_time_keeps_its_first_reply() {
         // A release done (a bare 1), then found nothing the second time.
-        let kept = first_or_again(Ok(Value::Int(1)), Ok(reply(&[0, 0])), false);
+        let kept = first_or_again(Ok(Value::Int(1)), Ok(reply(&[0, 0])));
         assert_eq!(kept.unwrap(), Value::Int(1));
         // An acquire granted: the second run re-took it with a later token.
-        let kept = first_or_again(Ok(reply(&[1, 5])), Ok(reply(&[1, 6])), false);
+        let kept = first_or_again(Ok(reply(&[1, 5])), Ok(reply(&[1, 6])));
         assert_eq!(kept.unwrap(), reply(&[1, 5]));
         // Busy the first time, granted the second.
-        let again = first_or_again(Ok(reply(&[0, 100])), Ok(reply(&[1, 7])), false);
+        let again = first_or_again(Ok(reply(&[0, 100])), Ok(reply(&[1, 7])));
         assert_eq!(again.unwrap(), reply(&[1, 7]));
-    }
-
-    #[test]
-    fn a_batch_chooses_each_operations_reply() {
-        let first = Value::Array(vec![
-            Value::Int(1),
-            reply(&[0, 100]),
-            Value::Nil,
-            reply(&[2, 9]),
-        ]);
-        let second = Value::Array(vec![
-            reply(&[0, 0]),
-            reply(&[1, 8]),
-            Value::BulkString(b"me:1".to_vec()),
-            reply(&[0, 0]),
-        ]);
-        let chosen = first_or_again(Ok(first), Ok(second), true).unwrap();
-        assert_eq!(
-            chosen,
-            Value::Array(vec![
-                Value::Int(1),
-                reply(&[1, 8]),
-                Value::Nil,
-                reply(&[2, 9]),
-            ])
-        );
-        // A batch of bare replies is still a batch: not taken as one script's `{1, …}`.
-        let chosen = first_or_again(
-            Ok(Value::Array(vec![Value::Int(1), reply(&[0, 50])])),
-            Ok(Value::Array(vec![reply(&[0, 0]), reply(&[1, 3])])),
-            true,
-        )
-        .unwrap();
-        assert_eq!(chosen, Value::Array(vec![Value::Int(1), reply(&[1, 3])]));
     }
 }

@@ -6,8 +6,9 @@
 //!   unchanged everywhere) and the demultiplexer's [`Channels`];
 //! - `operations.rs`: [`RedisBackend`], the lock operations as script calls, with per-topology
 //!   batching of renewals and background releases; `call.rs`: sending one script call or a
-//!   pipeline of them, reloading a script the server lost; `group_commit.rs`: the writes that queue
-//!   while one is in flight go out together, mutex operations merged into one script call;
+//!   pipeline of them, reloading a script the server lost; `group_commit.rs`: with replica
+//!   acknowledgement, the writes that queue while one is in flight go out together, then one
+//!   `WAIT`;
 //! - `cluster.rs`: connecting to a cluster, sharded subscriptions (`SSUBSCRIBE`, one command per
 //!   slot), renewals batched per node, releases per lock; `slots.rs`: hash slots and the
 //!   slot→node map;

@@ -57,8 +57,8 @@ pub(crate) struct RedisBackend {
     /// Where the slots of the cluster live, for batching renewals per node.
     #[cfg(feature = "cluster")]
     slots: super::slots::SlotCache,
-    /// Lock writes committed in groups, on one server and behind Sentinel: when the client
-    /// asked for it, and always when replicas must acknowledge (see `group_commit.rs`).
+    /// Lock writes committed in groups when replicas must acknowledge, on one server and
+    /// behind Sentinel (see `group_commit.rs`).
     group: Option<GroupCommit>,
 }
 
@@ -68,7 +68,6 @@ impl RedisBackend {
         publishing: Publishing,
         ack: Option<ReplicaAck>,
         fails_over: bool,
-        group_commit: bool,
         max_arguments: usize,
         delete_if_equal: bool,
     ) -> RedisBackend {
@@ -91,16 +90,9 @@ impl RedisBackend {
         // behind it on the shared connection anyway, so one `WAIT` per group instead of one
         // per write (a write's `WAIT` ended before the next write could go out: with 64 tasks
         // taking locks, 14 × fewer locks per second than without acknowledgement, measured).
-        // Merging them into `batch.lua` calls stays the `group_commit` option.
-        let group = (one_endpoint && (group_commit || ack.is_some())).then(|| {
-            GroupCommit::new(
-                conn.clone(),
-                dialect.clone(),
-                group_commit,
-                ack,
-                max_arguments,
-            )
-        });
+        let group = ack
+            .filter(|_| one_endpoint)
+            .map(|ack| GroupCommit::new(conn.clone(), dialect.clone(), ack));
         RedisBackend {
             group,
             conn,

@@ -1,6 +1,7 @@
-//! Group commit on one server (`LockClientBuilder::group_commit(true)`): the acquires and
-//! releases of one client that queue while one of its writes is in flight run as one script
-//! call, each exactly as its own would have.
+//! Group commit with replica acknowledgement (`LockClientBuilder::replica_ack`, on a real
+//! master and replica): the acquires and releases of one client that queue while one of its
+//! writes is in flight go out together, followed by one `WAIT`, each run exactly as it would
+//! have run alone, in the order they were made.
 
 use crate::common;
 
@@ -9,10 +10,11 @@ use std::time::Duration;
 
 use lock_runtime::LockError;
 use lock_tests::RedisServer;
+use lock_tests::topology::ReplicatedPair;
 
-/// A client with group commit on.
-async fn grouped(redis: &RedisServer) -> lock_runtime::LockClient {
-    lock_tests::client_with(redis, |b| b.group_commit(true)).await
+/// A client whose writes the replica must acknowledge: they go out in groups.
+async fn grouped(pair: &ReplicatedPair) -> lock_runtime::LockClient {
+    lock_tests::client_with(pair.master(), |b| b.replica_ack(1, Duration::from_secs(1))).await
 }
 
 /// The locks (not fencing counters) of this file's names left on `redis`.
@@ -67,32 +69,34 @@ async fn distinct_keys(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_operations_share_script_calls_and_each_gets_its_own_reply() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
-    let before = redis.script_calls();
+async fn concurrent_operations_go_out_in_groups_and_each_gets_its_own_reply() {
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
+    let before = redis.command_calls("wait");
     let (n, rounds) = (64, 20);
     let tokens = distinct_keys(&client, n, rounds).await;
-    let calls = redis.script_calls() - before;
+    let waits = redis.command_calls("wait") - before;
     let operations = (n * rounds * 2) as u64;
-    println!("{operations} acquires and releases in {calls} script calls");
+    println!("{operations} acquires and releases acknowledged by {waits} WAITs");
     assert!(
-        calls < operations,
-        "64 tasks at once: queued operations must share script calls ({calls} calls for {operations} operations)"
+        waits < operations,
+        "64 tasks at once: queued operations must share a WAIT ({waits} for {operations} operations)"
     );
     assert_increasing(&tokens);
     // Every release ran: no lock is left, only the fencing counters.
     assert!(
-        holds(&redis).is_empty(),
+        holds(redis).is_empty(),
         "locks left behind: {:?}",
-        holds(&redis)
+        holds(redis)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_first_attempts_are_grouped_with_releases() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+async fn plain_first_attempts_go_out_in_groups_with_releases() {
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     let (n, rounds) = (64, 20);
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -109,23 +113,27 @@ async fn plain_first_attempts_are_grouped_with_releases() {
     for task in tasks {
         task.await.unwrap();
     }
-    // Every first attempt was a plain `SET` (alone, or inside a group's script), and groups
-    // ran: only grouped operations go out as `EVALSHA` (a lone call is a function call).
-    assert_eq!(redis.command_calls("set"), (n * rounds) as u64);
-    assert!(redis.command_calls("evalsha") > 0, "no group ran");
+    // Every first attempt was a plain `SET` (a grant the replica did not acknowledge in time
+    // is rolled back and tried again: a few more), and groups ran: fewer `WAIT`s than writes.
+    assert!(redis.command_calls("set") >= (n * rounds) as u64);
     assert!(
-        holds(&redis).is_empty(),
+        redis.command_calls("wait") < (n * rounds * 2) as u64,
+        "no group ran"
+    );
+    assert!(
+        holds(redis).is_empty(),
         "locks left behind: {:?}",
-        holds(&redis)
+        holds(redis)
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     redis.cmd(&["SET", "lock:{gc:7}", "not a lock"]);
-    let before = redis.script_calls();
+    let before = redis.command_calls("wait");
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let client = client.clone();
@@ -149,10 +157,10 @@ async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
         let (i, outcomes) = task.await.unwrap();
         seen.insert(i, outcomes);
     }
-    let calls = redis.script_calls() - before;
+    let waits = redis.command_calls("wait") - before;
     assert!(
-        calls < 32 * 10 * 2,
-        "operations were grouped ({calls} calls)"
+        waits < 32 * 10 * 2,
+        "operations were grouped ({waits} WAITs)"
     );
     for (i, outcomes) in seen {
         for outcome in outcomes {
@@ -175,10 +183,11 @@ async fn foreign_data_in_a_group_is_reported_to_its_own_caller_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     // Keep the connection busy so that acquires queue, and drop them at every stage: queued,
-    // merged into a call in flight, answered but not yet returned.
+    // in a group in flight, answered but not yet returned.
     for round in 0..20u64 {
         let tasks: Vec<_> = (0..48u64)
             .map(|i| {
@@ -194,11 +203,11 @@ async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
             task.await.unwrap();
         }
     }
-    let clean = common::eventually(Duration::from_secs(2), || holds(&redis).is_empty()).await;
+    let clean = common::eventually(Duration::from_secs(2), || holds(redis).is_empty()).await;
     assert!(
         clean,
         "holds of cancelled acquires left: {:?}",
-        holds(&redis)
+        holds(redis)
     );
     // And the client still works.
     let guard = client.lock("gc:0").acquire().await.unwrap();
@@ -207,10 +216,11 @@ async fn cancelled_acquires_in_a_queue_leave_nothing_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_after_script_flush_reloads_and_runs_once() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     distinct_keys(&client, 16, 2).await;
-    // The batch script, and the library whose functions run the calls sent alone.
+    // The scripts, and the library whose functions run the calls.
     redis.cmd(&["SCRIPT", "FLUSH"]);
     redis.cmd(&["FUNCTION", "FLUSH"]);
     // Every operation runs exactly once: a release run twice would fail (`NotHeld`), an
@@ -220,8 +230,9 @@ async fn a_group_after_script_flush_reloads_and_runs_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     distinct_keys(&client, 1, 1).await;
     // Nothing answers: the first write stays in flight and the next ones queue behind it.
     // (A capacity change: a write that leaves no clean-up behind to send the queue instead.)
@@ -252,56 +263,15 @@ async fn a_queue_goes_out_when_the_request_before_it_is_cancelled() {
     }
 }
 
-/// A server that rejects script calls spanning slots (a node owning every slot of a one-node
-/// cluster, as behind a proxy in front of a cluster): groups fall back to one call each.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_rejected_as_cross_slot_is_sent_call_by_call() {
-    let redis = one_node_cluster("group-commit-nodes.conf").await;
-    let client = grouped(&redis).await;
-    assert_increasing(&distinct_keys(&client, 64, 10).await);
-    assert!(
-        holds(&redis).is_empty(),
-        "locks left behind: {:?}",
-        holds(&redis)
-    );
-}
-
-/// Behind a proxy in front of a cluster (here a one-node cluster, which refuses script calls
-/// spanning slots), the first merged call is rejected as `CROSSSLOT`: a cancelled acquire's
-/// clean-up queued behind it must not run before the acquire is sent again on its own, or the
-/// acquire is granted to nobody and its hold leaks for a whole lease.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_up_queued_behind_a_group_rejected_as_cross_slot_still_runs_after_it() {
-    let redis = one_node_cluster("group-commit-order-nodes.conf").await;
-    let client = grouped(&redis).await;
-    // The scripts and functions loaded, by calls that merge nothing.
-    client
-        .semaphore("gc:sem", 1)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    client
-        .lock("gc:warm")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    a_clean_up_queued_behind_a_group_runs_after_its_acquire(&redis, &client).await;
-}
-
-/// The script cache lost but not the function library (a restart with persistence, a Sentinel
-/// failover on Redis 7, an operator's `SCRIPT FLUSH`): the merged acquires (a script) find
-/// nothing while the calls after them (functions) run. A cancelled acquire's clean-up queued
-/// after them must still run after its acquire, or the acquire leaks a hold for a whole lease.
+/// The functions and scripts lost (a restart without persistence, an operator's `FUNCTION
+/// FLUSH`): the queued calls find nothing, the library is loaded again and every call from the
+/// first that found nothing is sent again, in order. A cancelled acquire's clean-up queued
+/// after its acquire must still run after it, or the acquire leaks a hold for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after_them() {
-    let redis = RedisServer::start();
-    let client = grouped(&redis).await;
+    let pair = ReplicatedPair::start();
+    let redis = pair.master();
+    let client = grouped(&pair).await;
     distinct_keys(&client, 2, 1).await;
     client
         .semaphore("gc:sem", 1)
@@ -312,36 +282,16 @@ async fn a_clean_up_queued_behind_acquires_that_found_no_script_still_runs_after
         .await
         .unwrap();
     redis.cmd(&["SCRIPT", "FLUSH"]);
-    a_clean_up_queued_behind_a_group_runs_after_its_acquire(&redis, &client).await;
+    redis.cmd(&["FUNCTION", "FLUSH"]);
+    a_clean_up_queued_behind_a_group_runs_after_its_acquire(redis, &client).await;
     assert!(
-        holds(&redis).iter().all(|k| k.contains("capacity")),
+        holds(redis).iter().all(|k| k.contains("capacity")),
         "{:?}",
-        holds(&redis)
+        holds(redis)
     );
 }
 
-/// A one-node cluster (a node owning every slot: it refuses script calls spanning slots, as a
-/// proxy in front of a cluster does), its nodes file named `config_file`.
-async fn one_node_cluster(config_file: &str) -> RedisServer {
-    let redis = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        config_file,
-    ]);
-    redis.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
-    let ready = common::eventually(Duration::from_secs(10), || {
-        redis
-            .cmd(&["CLUSTER", "INFO"])
-            .text()
-            .is_some_and(|info| info.contains("cluster_state:ok"))
-    })
-    .await;
-    assert!(ready, "the one-node cluster did not come up");
-    redis
-}
-
-/// With the server frozen, queues `[acquire gc:x, acquire gc:y]` (one merged call), a
+/// With the server frozen, queues `[acquire gc:x, acquire gc:y]`, a
 /// semaphore acquire and the clean-up of the cancelled `gc:x` behind a first write in flight,
 /// then thaws it: the clean-up must run after its acquire, so `gc:x` is freed well before the
 /// 30 s lease a leaked hold would keep. Releases what it took.

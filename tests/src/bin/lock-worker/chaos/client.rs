@@ -8,7 +8,7 @@ use lock_runtime::LockClient;
 /// A client of `url`: one server's URL, or a Sentinel deployment written
 /// `sentinel:<master-name>@<sentinel-url>,<sentinel-url>…`, with `+ack` at the end for
 /// `replica_ack(1, 100 ms)` (the failover suite, `tests/failover.rs`).
-pub(super) async fn client(url: &str, watchdog_ms: &str, group_commit: bool) -> LockClient {
+pub(super) async fn client(url: &str, watchdog_ms: &str) -> LockClient {
     let builder = match url.strip_prefix("sentinel:") {
         Some(spec) => {
             let (spec, ack) = match spec.strip_suffix("+ack") {
@@ -32,7 +32,6 @@ pub(super) async fn client(url: &str, watchdog_ms: &str, group_commit: bool) -> 
         ))
         .response_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_secs(5))
-        .group_commit(group_commit)
         .build()
         .await
         .expect("connect")

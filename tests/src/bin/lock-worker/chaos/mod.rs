@@ -30,20 +30,14 @@ struct Args<'a> {
     until: Instant,
     watchdog_ms: &'a str,
     out: &'a str,
-    group_commit: bool,
     family: bool,
 }
 
 impl<'a> Args<'a> {
     fn parse(args: &[&'a str]) -> Args<'a> {
-        // The failover suite adds the lock family (`family`); half the chaos workers send
-        // their writes with group commit (see tests/chaos.rs).
+        // The failover suite adds the lock family (`family`).
         let (args, family) = match args {
             [rest @ .., "family"] => (rest, true),
-            all => (all, false),
-        };
-        let (args, group_commit) = match args {
-            [rest @ .., "group-commit"] => (rest, true),
             all => (all, false),
         };
         let [
@@ -57,7 +51,7 @@ impl<'a> Args<'a> {
         ] = args
         else {
             panic!(
-                "chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out> [group-commit]"
+                "chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out> [family]"
             );
         };
         Args {
@@ -68,7 +62,6 @@ impl<'a> Args<'a> {
             until: Instant::now() + Duration::from_millis(duration_ms.parse().expect("ms")),
             watchdog_ms,
             out,
-            group_commit,
             family,
         }
     }
@@ -88,7 +81,7 @@ pub(super) async fn workload(args: &[&str]) {
     if args.lock_url.starts_with("sentinel:") {
         crate::masters::record_to(&format!("{}.masters", args.out));
     }
-    let locks = client(args.lock_url, args.watchdog_ms, args.group_commit).await;
+    let locks = client(args.lock_url, args.watchdog_ms).await;
     let mut sql = Vec::new();
     for url in &args.store_urls {
         sql.push(if SqlStore::is_sql_url(url) {
@@ -262,7 +255,7 @@ pub(super) async fn block(args: &[&str]) {
     let [lock_url, store_url, key, block_ms, watchdog_ms, out] = args else {
         panic!("block <lock-url> <store-url> <key> <block-ms> <watchdog-ms> <out>");
     };
-    let locks = client(lock_url, watchdog_ms, false).await;
+    let locks = client(lock_url, watchdog_ms).await;
     let store = redis::Client::open(*store_url).expect("store url");
     let mut store = store
         .get_multiplexed_async_connection()

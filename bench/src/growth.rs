@@ -17,13 +17,21 @@ use lock_runtime::LockClient;
 
 use crate::memory::rss_bytes;
 
-/// `growth` (the parent): one line per measure.
+/// `growth` (the command): one line per measure.
 pub(crate) async fn growth_only(args: &[String]) {
     let (url, max) = match args {
         [url] => (url.as_str(), 100_000),
         [url, max] => (url.as_str(), max.parse().expect("max")),
         _ => panic!("usage: lock-bench growth <url> [max]"),
     };
+    for (what, n, figures) in run(url, max) {
+        println!("{what}\t{n}\t{figures}");
+    }
+}
+
+/// Every measure for 1k, 10k and 100k (up to `max`), and the names over time (`max` × 10):
+/// (measure, n, its figures as `key=value` pairs).
+pub(crate) fn run(url: &str, max: usize) -> Vec<(&'static str, usize, String)> {
     let exe = std::env::current_exe().expect("own path");
     let child = |what: &str, n: usize| {
         let out = std::process::Command::new(&exe)
@@ -37,16 +45,35 @@ pub(crate) async fn growth_only(args: &[String]) {
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
+    let mut lines = Vec::new();
     for what in ["held", "waiters-one-name", "waiters-many-names"] {
         for n in [1_000, 10_000, 100_000].into_iter().filter(|&n| n <= max) {
-            println!("{what}\t{n}\t{}", child(what, n));
+            lines.push((what, n, child(what, n)));
         }
     }
-    println!(
-        "names-over-time\t{}\t{}",
-        max * 10,
-        child("names", max * 10)
+    lines.push(("names-over-time", max * 10, child("names", max * 10)));
+    lines
+}
+
+/// The report's section.
+pub(crate) fn markdown(lines: &[(&'static str, usize, String)]) -> String {
+    use std::fmt::Write as _;
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\n## Cost as the work grows\n\nEach row in a fresh process (`lock-bench growth <url>`, \
+         `src/growth.rs`): **held**, that many locks held by one client, renewed by the \
+         watchdog (lease 3 s, a round a second: three rounds measured); **waiters**, that many \
+         tasks waiting on one name, or each on a name of its own; **names over time**, that many \
+         distinct names locked and released once each, 64 tasks at a time, and what the client \
+         keeps after. Memory is the client's resident size (and Redis's `used_memory`) over \
+         the count.\n\n| measure | count | figures |\n|---|---|---|\n",
     );
+    for (what, n, figures) in lines {
+        let _ = writeln!(s, "| {what} | {n} | {} |", figures.replace('\t', ", "));
+    }
+    s
 }
 
 /// The client's CPU time so far (user + system, from `/proc/self/stat`), in seconds.
@@ -139,6 +166,28 @@ async fn held(
     while client.stats().renewals < settle + 2 * n as u64 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let calls = |info: String| -> f64 {
+        (info.lines())
+            .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_evalsha:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let script_calls = async |probe: &mut redis::aio::MultiplexedConnection| {
+        let info: String = (redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(probe)
+            .await)
+            .expect("INFO commandstats");
+        calls(info)
+    };
+    let calls_before = script_calls(probe).await;
     let (requests, renewals, cpu, started) = (
         rounds(client),
         client.stats().renewals,
@@ -150,14 +199,15 @@ async fn held(
     }
     let per_round = |x: f64| x / 3.0;
     let requests = per_round((rounds(client) - requests) as f64);
+    let calls = per_round(script_calls(probe).await - calls_before);
     let cpu_ms = per_round(cpu_seconds() - cpu) * 1000.0;
     let took = started.elapsed();
     let client_bytes = (rss_bytes() as f64 - base) / n as f64;
     let redis_bytes = (used_memory(probe).await - redis_before) / n as f64;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     println!(
-        "client_bytes_per_lock={client_bytes:.0}\tredis_bytes_per_lock={redis_bytes:.0}\trenewal_requests_per_round={requests:.1}\tlocks_per_request={:.0}\tclient_cpu_ms_per_round={cpu_ms:.1}\tthree_rounds_took={took:.1?}\tlost={lost}",
-        n as f64 / requests.max(1.0),
+        "client_bytes_per_lock={client_bytes:.0}\tredis_bytes_per_lock={redis_bytes:.0}\tround_trips_per_round={requests:.1}\tscript_calls_per_round={calls:.0}\tlocks_per_call={:.0}\tclient_cpu_ms_per_round={cpu_ms:.1}\tthree_rounds_took={took:.1?}\tlost={lost}",
+        n as f64 / calls.max(1.0),
     );
     for g in guards {
         g.release().await.expect("release");

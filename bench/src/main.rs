@@ -79,6 +79,8 @@ pub(crate) struct Results {
     pub(crate) servers: Vec<servers::ServerRun>,
     /// The redsync driver's versions, when it was built (its rows say "not built" otherwise).
     pub(crate) redsync: Option<String>,
+    /// Cost as the work grows (`growth.rs`): measure, count, figures.
+    pub(crate) growth: Vec<(&'static str, usize, String)>,
 }
 
 /// Runs `f` `reps` times and keeps the run with the median of `key`.
@@ -161,6 +163,8 @@ async fn run_all(plan: Plan) -> Results {
     r.watchdog = watchdog::watchdog(&redis, 10_000, plan.watchdog_hold).await;
     progress("memory: 10,000 waiting tasks, 10,000 held locks");
     r.memory = memory::memory(&url, 10_000, plan.reps).await;
+    progress("growth: 1k to 100k held locks and waiters, a million names");
+    r.growth = growth::run(&url, if full { 100_000 } else { 10_000 });
     r
 }
 

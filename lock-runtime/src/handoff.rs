@@ -87,7 +87,19 @@ pub(crate) const YIELD: Duration = Duration::from_millis(5);
 pub(crate) struct HandOffs {
     /// Hand-overs in a row per lock; 0 turns local hand-off off.
     limit: u32,
-    queues: Mutex<HashMap<String, VecDeque<Arc<Ticket>>>>,
+    queues: Mutex<HashMap<String, Queue>>,
+}
+
+/// The waiters of one lock, first come first served. A waiter that leaves from the middle is
+/// dropped lazily (its slot says it left: [`HandOffs::choose`] skips it), and the queue is
+/// compacted once such entries may be half of it: leaving costs O(1) amortized, so a hundred
+/// thousand waiters of one name leaving at once do not cost their square under the lock.
+#[derive(Default)]
+struct Queue {
+    tickets: VecDeque<Arc<Ticket>>,
+    /// Waiters that left since the last compaction, some perhaps popped since (an upper bound
+    /// of the entries that left).
+    left: usize,
 }
 
 /// One waiting task's place. Kept small: every waiting task has one.
@@ -249,6 +261,7 @@ impl HandOffs {
             sync::lock(&self.queues)
                 .entry(key.to_owned())
                 .or_default()
+                .tickets
                 .push_back(ticket.clone());
         }
         ticket
@@ -257,10 +270,13 @@ impl HandOffs {
     /// The waiter has stopped waiting, holding the lock or not. Returns a grant it never took,
     /// which the caller must release.
     pub(crate) fn leave(&self, key: &str, ticket: &Arc<Ticket>, holds: bool) -> Option<Grant> {
+        // Marked first, then removed: a release that looks at the queue in between skips it.
+        let before = {
+            let mut place = sync::lock(&ticket.slot);
+            place.waker = None;
+            std::mem::replace(&mut place.slot, Slot::Left { holds })
+        };
         self.remove(key, ticket);
-        let mut place = sync::lock(&ticket.slot);
-        place.waker = None;
-        let before = std::mem::replace(&mut place.slot, Slot::Left { holds });
         match before {
             // Passed in memory: the hold in Redis is the releaser's owner id, which this waiter
             // would have taken over; never its own.
@@ -302,7 +318,7 @@ impl HandOffs {
     /// as it was).
     fn choose_if(&self, key: &str, streak: Streak, fits: impl Fn(&Ticket) -> bool) -> Option<Next> {
         let mut queues = sync::lock(&self.queues);
-        let queue = queues.get_mut(key)?;
+        let queue = &mut queues.get_mut(key)?.tickets;
         let mut next = None;
         while let Some(ticket) = queue.pop_front() {
             let mut place = sync::lock(&ticket.slot);
@@ -354,6 +370,7 @@ impl HandOffs {
                 queues
                     .entry(key.to_owned())
                     .or_default()
+                    .tickets
                     .push_front(ticket.clone());
             }
             place.set(Slot::Retry);
@@ -382,20 +399,43 @@ impl HandOffs {
         None
     }
 
+    /// Takes out a ticket that left (its slot says so): at once from the front, else lazily
+    /// (see [`Queue`]).
     fn remove(&self, key: &str, ticket: &Arc<Ticket>) {
         let mut queues = sync::lock(&self.queues);
-        if let Some(queue) = queues.get_mut(key) {
-            queue.retain(|t| !Arc::ptr_eq(t, ticket));
-            if queue.is_empty() {
-                queues.remove(key);
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        let left = |t: &Arc<Ticket>| matches!(sync::lock(&t.slot).slot, Slot::Left { .. });
+        if queue
+            .tickets
+            .front()
+            .is_some_and(|t| Arc::ptr_eq(t, ticket))
+        {
+            queue.tickets.pop_front();
+        } else {
+            queue.left += 1;
+            if queue.left * 2 > queue.tickets.len() {
+                queue.tickets.retain(|t| !left(t));
+                queue.left = 0;
             }
+        }
+        // Whoever left behind the first is gone too once it is at the front.
+        while queue.tickets.front().is_some_and(left) {
+            queue.tickets.pop_front();
+        }
+        if queue.tickets.is_empty() {
+            queues.remove(key);
         }
     }
 
     /// Waiters queued, over every lock (for tests and stats).
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
-        sync::lock(&self.queues).values().map(VecDeque::len).sum()
+        sync::lock(&self.queues)
+            .values()
+            .map(|queue| queue.tickets.len())
+            .sum()
     }
 }
 
@@ -538,6 +578,46 @@ mod tests {
         assert_eq!(&*h.choose("k", streak(1)).unwrap().ticket.owner, "b");
         assert!(h.choose("k", streak(0)).is_none());
         assert_eq!(h.queued(), 0);
+    }
+
+    /// Waiters leaving in any order, most from the middle of the queue: the ones still there
+    /// are chosen in order, none that left ever is, and once all have gone nothing is kept
+    /// for the name. Each leave looks at the queue only when those that left may be half of
+    /// it (see `Queue`): a hundred thousand leaving cost linear time, not quadratic.
+    #[test]
+    fn waiters_leave_from_anywhere_and_nothing_is_kept_after_the_last() {
+        let h = HandOffs::new(u32::MAX);
+        let lease = Duration::from_secs(1);
+        let tickets: Vec<_> = (0..1000)
+            .map(|i| h.join("k", &owner(&format!("w:{i}")), lease, Wants::default()))
+            .collect();
+        // Every third leaves, from the back: the middle of the queue each time.
+        for (i, ticket) in tickets.iter().enumerate().rev() {
+            if i % 3 == 1 {
+                assert!(h.leave("k", ticket, false).is_none());
+            }
+        }
+        assert!(h.queued() <= 1000, "{} queued", h.queued());
+        let first = h.choose("k", streak(0)).expect("a waiter");
+        assert_eq!(&*first.ticket.owner, "w:0");
+        let second = h.choose("k", streak(0)).expect("a waiter");
+        assert_eq!(&*second.ticket.owner, "w:2", "w:1 left: never chosen");
+        assert!(h.deliver("k", first, None).is_none());
+        assert!(h.deliver("k", second, None).is_none());
+        // The rest leave, from both ends alternately.
+        let mut rest: VecDeque<_> = (tickets.iter().enumerate())
+            .filter(|(i, _)| i % 3 != 1)
+            .map(|(_, t)| t)
+            .collect();
+        while let Some(t) = rest.pop_back() {
+            h.leave("k", t, false);
+            if let Some(t) = rest.pop_front() {
+                h.leave("k", t, false);
+            }
+        }
+        assert_eq!(h.queued(), 0);
+        assert!(sync::lock(&h.queues).is_empty(), "the name is kept");
+        assert!(h.choose("k", streak(0)).is_none());
     }
 
     #[test]

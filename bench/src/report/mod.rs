@@ -114,6 +114,7 @@ pub(crate) fn markdown(r: &Results, v: &Versions) -> String {
     tables::tower(&mut s, &run);
     tables::watchdog(&mut s, &run);
     tables::memory(&mut s, &run);
+    s.push_str(&crate::growth::markdown(&r.growth));
     s.push_str(&crate::family::markdown(&r.family));
     s.push_str(&crate::servers::markdown(&r.servers));
     targets::table(&mut s, &run);

@@ -162,7 +162,10 @@ async fn exclusion_and_fencing_hold_under_faults() {
     let mut kills: Vec<u64> = Vec::new();
     let mut blockers: Vec<(Child, PathBuf)> = Vec::new();
 
-    // Faults one after another, each while the workload runs, until 6 s before the end.
+    // Faults one after another, each while the workload runs, ending at least 9 s before it
+    // does: in the short mode every fault once (the pauses between them shrink to fit when a
+    // loaded machine makes faults slow), in the long mode in a loop until then.
+    let ends = mono_ns() + total.as_nanos() as u64;
     let mut n = 0;
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The hot-key phase, under whatever faults come next.
@@ -178,11 +181,13 @@ async fn exclusion_and_fencing_hold_under_faults() {
             )
         })
         .collect();
-    while started.elapsed() + Duration::from_secs(9) < total {
+    let margin = Duration::from_secs(9);
+    while if long {
+        started.elapsed() + margin < total
+    } else {
+        n < FAULTS.len()
+    } {
         let fault = FAULTS[n % FAULTS.len()];
-        if !long && n == FAULTS.len() {
-            break;
-        }
         n += 1;
         let from = mono_ns();
         match fault {
@@ -269,7 +274,11 @@ async fn exclusion_and_fencing_hold_under_faults() {
             }
         }
         injected.push((fault, from, mono_ns()));
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // The time left before the margin, shared with the faults still to come.
+        let to_come = FAULTS.len().saturating_sub(n) as u32 + 1;
+        let left = total.saturating_sub(started.elapsed() + margin);
+        let pause = (left / to_come).clamp(Duration::from_millis(500), Duration::from_millis(2500));
+        tokio::time::sleep(pause).await;
     }
 
     // The workload ends by itself; collect the workers' leak reports.
@@ -313,6 +322,14 @@ async fn exclusion_and_fencing_hold_under_faults() {
     if std::env::var("CHAOS_SECONDS").is_err() {
         assert!(injected.len() >= FAULTS.len(), "only {injected:?} ran");
     }
+    // Every fault ended while the workload still ran (with time to see its effects).
+    let late: Vec<_> = (injected.iter())
+        .filter(|(_, _, to)| *to + margin.as_nanos() as u64 / 3 > ends)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "faults that ended too late to judge: {late:?}"
+    );
     assert!(!blockers.is_empty() || std::env::var("CHAOS_SECONDS").is_ok());
     for (blocker_child, blocker_out) in blockers {
         let out = blocker_child.wait_with_output().await.unwrap();

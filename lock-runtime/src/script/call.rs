@@ -40,7 +40,7 @@ pub(crate) fn scripts_of(calls: &[Call]) -> Vec<&'static Script> {
 /// The failover epoch a call that issues a token carries, by which this crate's layout orders
 /// tokens first (see "Fencing epochs" in `prelude.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "sentinel", feature = "cluster")), allow(dead_code))]
+#[cfg_attr(not(all(feature = "sentinel", feature = "cluster")), allow(dead_code))]
 pub(crate) enum Epoch {
     /// Behind Sentinel: the master's `config-epoch`, confirmed with its address and run id.
     Of(u64),

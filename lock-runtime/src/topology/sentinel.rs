@@ -442,8 +442,17 @@ impl Shared {
         let Some(view) = view else {
             // No sentinel answered: an unconfirmed master stays unconfirmed; a confirmed one
             // is kept (the sentinels may be the ones cut off).
+            tracing::trace!(suspect, "no answer from the kept sentinel");
             return;
         };
+        tracing::trace!(
+            named = %view.addr,
+            run_id = %view.run_id,
+            epoch = ?view.epoch,
+            failing_over = view.failing_over,
+            suspect,
+            "the kept sentinel's view"
+        );
         let (addr, known_run_id) = {
             let current = self.lock();
             (current.addr.clone(), current.run_id.clone())
@@ -468,6 +477,7 @@ impl Shared {
             (current.generation, current.commands.clone())
         };
         let Some(now) = run_id(&mut commands, &self.settings).await else {
+            tracing::trace!(master = %addr, "the master did not answer INFO");
             self.suspect.store(true, Ordering::Release);
             return;
         };
@@ -475,6 +485,7 @@ impl Shared {
             if view.run_id.is_empty() || view.run_id == now {
                 self.lock().take_epoch(&view);
             }
+            tracing::trace!(master = %addr, "the master confirmed by its run id");
             self.suspect.store(false, Ordering::Release);
             return;
         }

@@ -340,11 +340,21 @@ async fn waiting_clients_of_several_processes_take_turns_in_order() {
         "turns out of order: {out_of_order} of {}",
         middle.len()
     );
+    // Turns, not acquisitions, are what the cycle shares out: on a loaded machine a client's
+    // turn can end below the limit (its next task not ready yet), so its acquisitions lag
+    // while its turns keep their place.
+    let mut turns_per_client = [0usize; 3];
+    for &(c, _) in middle {
+        turns_per_client[c] += 1;
+    }
     let (min, max) = (
-        per_client.iter().min().unwrap(),
-        per_client.iter().max().unwrap(),
+        turns_per_client.iter().min().unwrap(),
+        turns_per_client.iter().max().unwrap(),
     );
-    assert!(min * 10 >= max * 8, "per client {per_client:?}");
+    assert!(
+        min * 10 >= max * 8,
+        "turns per client {turns_per_client:?} (acquisitions {per_client:?})"
+    );
 }
 
 /// A client that takes the lock again and again on its own (no local waiters, so it never

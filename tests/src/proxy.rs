@@ -14,7 +14,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,15 +48,16 @@ struct Shared {
     isolated: watch::Sender<Option<Peers>>,
 }
 
-/// Which peers (by their address) a partition cuts off.
+/// Which peers (by their address, and when their connection was accepted) a partition cuts
+/// off.
 #[derive(Clone)]
-pub struct Peers(Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>);
+pub struct Peers(Arc<dyn Fn(SocketAddr, Instant) -> bool + Send + Sync>);
 
 impl Peers {
     /// The peers for which `matches` says true (it is asked once per connection when the
     /// partition starts, and for each connection accepted while it lasts).
     pub fn matching(matches: impl Fn(SocketAddr) -> bool + Send + Sync + 'static) -> Peers {
-        Peers(Arc::new(matches))
+        Peers(Arc::new(move |peer, _| matches(peer)))
     }
 
     /// The peers whose source IP address is one of `ips` (a process can pick its source
@@ -69,12 +70,35 @@ impl Peers {
     /// The connections opened by process `pid` (Linux: the peer's socket is looked up in
     /// `/proc/net/tcp` and among the process's descriptors, so one worker process can be cut
     /// off while the others, from the same address, pass).
+    ///
+    /// The process's sockets are read in one scan (its descriptors, then the TCP table once),
+    /// kept, and read again only for a connection accepted after the last scan: when a
+    /// partition starts, every open connection through the proxy asks at once, and a scan per
+    /// connection (the whole table each time) held the proxy's runtime long enough, on a loaded
+    /// machine, to stall every client's traffic through it for tens of seconds.
     pub fn of_process(pid: u32) -> Peers {
-        Peers::matching(move |peer| socket_inodes(pid, peer).into_iter().any(|i| owns(pid, i)))
+        let scanned: Mutex<Option<(Instant, std::collections::HashSet<SocketAddr>)>> =
+            Mutex::new(None);
+        Peers(Arc::new(move |peer, accepted| {
+            let mut scanned = lock(&scanned);
+            match &*scanned {
+                // Every socket of the process open when the connection was accepted was seen.
+                Some((at, addrs)) if *at > accepted => addrs.contains(&peer),
+                _ => {
+                    // Stamped before the scan: a socket opened during it may be missed, so it
+                    // counts as seen only by a later scan.
+                    let at = Instant::now();
+                    let addrs = local_addrs(pid);
+                    let found = addrs.contains(&peer);
+                    *scanned = Some((at, addrs));
+                    found
+                }
+            }
+        }))
     }
 
-    fn contains(&self, peer: SocketAddr) -> bool {
-        (self.0)(peer)
+    fn contains(&self, peer: SocketAddr, accepted: Instant) -> bool {
+        (self.0)(peer, accepted)
     }
 }
 
@@ -221,6 +245,7 @@ impl Drop for TcpProxy {
 
 async fn accept(listener: TcpListener, shared: Arc<Shared>) {
     while let Ok((client, peer)) = listener.accept().await {
+        let accepted = Instant::now();
         let shared = shared.clone();
         let source = peer.ip();
         lock(&shared.sources).push(source);
@@ -228,9 +253,9 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
             let mut cut = shared.generation.subscribe();
             let opened = *cut.borrow_and_update();
             let mut isolated = shared.isolated.subscribe();
-            if is_isolated(&isolated.borrow_and_update(), peer) {
+            if is_isolated(&isolated.borrow_and_update(), peer, accepted) {
                 // Accepted (the kernel did), never forwarded; closed when the partition ends.
-                until_healed(&mut isolated, peer).await;
+                until_healed(&mut isolated, peer, accepted).await;
                 drop(client);
                 return;
             }
@@ -257,7 +282,7 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
                             break false;
                         }
                     }
-                    () = partition_starts(&mut isolated, peer) => break true,
+                    () = partition_starts(&mut isolated, peer, accepted) => break true,
                     _ = &mut up => break false,
                     _ = &mut down => break false,
                 }
@@ -265,58 +290,61 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
             if partitioned {
                 // Silent, both sockets open (the pipes are not polled), until the partition
                 // ends; then closed.
-                until_healed(&mut isolated, peer).await;
+                until_healed(&mut isolated, peer, accepted).await;
             }
         });
     }
 }
 
-/// The inodes of the IPv4 TCP sockets bound to `local`, from the network namespace of `pid`
-/// (more than one when the port was used before: a closed socket lingers in `TIME_WAIT`, with
-/// inode 0).
-fn socket_inodes(pid: u32, local: SocketAddr) -> Vec<u64> {
-    let SocketAddr::V4(local) = local else {
-        return Vec::new();
-    };
-    // `/proc/net/tcp` writes the address as the in-memory u32 in hex, the port in hex.
-    let wanted = format!(
-        "{:08X}:{:04X}",
-        u32::from_ne_bytes(local.ip().octets()),
-        local.port()
-    );
+/// The local addresses of process `pid`'s IPv4 TCP sockets: the inodes of its socket
+/// descriptors, then those inodes' addresses in the TCP table of its network namespace.
+fn local_addrs(pid: u32) -> std::collections::HashSet<SocketAddr> {
+    let inodes: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            let target = target.to_str()?;
+            target
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect();
     let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
-        return Vec::new();
+        return Default::default();
     };
     table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.get(1) != Some(&wanted.as_str()) {
+            let inode: u64 = fields.get(9)?.parse().ok()?;
+            if inode == 0 || !inodes.contains(&inode) {
                 return None;
             }
-            fields.get(9)?.parse().ok().filter(|&inode| inode != 0)
+            // `/proc/net/tcp` writes the address as the in-memory u32 in hex, the port in hex.
+            let (ip, port) = fields.get(1)?.split_once(':')?;
+            let ip = u32::from_str_radix(ip, 16).ok()?.to_ne_bytes();
+            let port = u16::from_str_radix(port, 16).ok()?;
+            Some(SocketAddr::from((ip, port)))
         })
         .collect()
 }
 
-/// Whether process `pid` has the socket `inode` open.
-fn owns(pid: u32, inode: u64) -> bool {
-    let wanted = format!("socket:[{inode}]");
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str())
-        })
-    })
-}
-
-fn is_isolated(peers: &Option<Peers>, peer: SocketAddr) -> bool {
-    peers.as_ref().is_some_and(|p| p.contains(peer))
+fn is_isolated(peers: &Option<Peers>, peer: SocketAddr, accepted: Instant) -> bool {
+    peers.as_ref().is_some_and(|p| p.contains(peer, accepted))
 }
 
 /// Waits while a partition covers `peer`.
-async fn until_healed(isolated: &mut watch::Receiver<Option<Peers>>, peer: SocketAddr) {
-    while is_isolated(&isolated.borrow_and_update(), peer) {
+async fn until_healed(
+    isolated: &mut watch::Receiver<Option<Peers>>,
+    peer: SocketAddr,
+    accepted: Instant,
+) {
+    while is_isolated(&isolated.borrow_and_update(), peer, accepted) {
         if isolated.changed().await.is_err() {
             return;
         }
@@ -324,12 +352,16 @@ async fn until_healed(isolated: &mut watch::Receiver<Option<Peers>>, peer: Socke
 }
 
 /// Resolves when a partition starts to cover `peer` (never, if the proxy is gone).
-async fn partition_starts(isolated: &mut watch::Receiver<Option<Peers>>, peer: SocketAddr) {
+async fn partition_starts(
+    isolated: &mut watch::Receiver<Option<Peers>>,
+    peer: SocketAddr,
+    accepted: Instant,
+) {
     loop {
         if isolated.changed().await.is_err() {
             return std::future::pending().await;
         }
-        if is_isolated(&isolated.borrow_and_update(), peer) {
+        if is_isolated(&isolated.borrow_and_update(), peer, accepted) {
             return;
         }
     }

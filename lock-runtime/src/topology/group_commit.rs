@@ -37,7 +37,7 @@ struct Inner {
     conn: Conn,
     dialect: Dialect,
     /// `WAIT` after each request, for every write it carried.
-    ack: Option<ReplicaAck>,
+    ack: ReplicaAck,
     state: Mutex<State>,
 }
 
@@ -63,7 +63,7 @@ impl GroupCommit {
             inner: Arc::new(Inner {
                 conn,
                 dialect,
-                ack: Some(ack),
+                ack,
                 state: Mutex::new(State::default()),
             }),
         }
@@ -94,7 +94,7 @@ impl GroupCommit {
                 let calls = std::slice::from_ref(&call);
                 let (mut results, acked) = run(&mut conn, dialect, calls, self.inner.ack).await;
                 let reply = results.pop().unwrap_or_else(|| Err(lost_reply()))?;
-                Ok(ReplicaAck::judged(self.inner.ack, reply, acked))
+                Ok(ReplicaAck::judged(Some(self.inner.ack), reply, acked))
             }
             Err(rx) => {
                 // Queued behind writes that nothing sends yet (see `send_all`).
@@ -209,7 +209,7 @@ impl Inner {
         for (queued, result) in queue.into_iter().zip(results) {
             let _ = queued
                 .reply
-                .send(result.map(|r| ReplicaAck::judged(self.ack, r, acked)));
+                .send(result.map(|r| ReplicaAck::judged(Some(self.ack), r, acked)));
         }
     }
 }
@@ -237,13 +237,13 @@ impl Drop for Drain {
     }
 }
 
-/// Runs `calls` in one pipeline, followed by `WAIT` when `ack` is given; each gets its own
-/// reply or error, and all share the `WAIT`'s count (`None` without `ack`, or when it failed).
+/// Runs `calls` in one pipeline, followed by `WAIT`; each gets its own reply or error, and all
+/// share the `WAIT`'s count (`None` when it failed).
 ///
 /// When some found no script (or function), what they use is loaded and every call from the
-/// first of them on is sent again, in order: the calls after it that ran meanwhile (the server
-/// can lose its scripts but keep its functions, so a batch script may find nothing while the
-/// function calls after it run) must not have overtaken it. A release of a cancelled acquire
+/// first of them on is sent again, in order: the calls after it that ran meanwhile (a call that
+/// finds its script or function where the one before it found none) must not have overtaken
+/// it. A release of a cancelled acquire
 /// that ran before its acquire found nothing to release; run again after it, it releases. Our
 /// lock operations are idempotent per owner id (a re-take, a release of what is no longer
 /// held), so the second run ends in the state the queue's order gives. A call that had already
@@ -256,7 +256,7 @@ async fn run(
     conn: &mut Conn,
     dialect: &Dialect,
     calls: &[Call],
-    ack: Option<ReplicaAck>,
+    ack: ReplicaAck,
 ) -> (Vec<RedisResult<Value>>, Option<u32>) {
     let cmds: Vec<redis::Cmd> = calls.iter().map(|c| dialect.cmd(c).into_owned()).collect();
     let (mut results, mut acked) = send_acked(conn, cmds, ack).await;
@@ -299,16 +299,13 @@ async fn run(
     (results, acked)
 }
 
-/// [`send_pipeline`] of `cmds`, then `WAIT` in the same pipeline when `ack` is given: the
-/// commands' results, and the `WAIT`'s count (`None` when it failed).
+/// [`send_pipeline`] of `cmds`, then `WAIT` in the same pipeline: the commands' results, and
+/// the `WAIT`'s count (`None` when it failed).
 async fn send_acked(
     conn: &mut Conn,
     mut cmds: Vec<redis::Cmd>,
-    ack: Option<ReplicaAck>,
+    ack: ReplicaAck,
 ) -> (Vec<RedisResult<Value>>, Option<u32>) {
-    let Some(ack) = ack else {
-        return (send_pipeline(conn, &cmds).await, None);
-    };
     cmds.push(ack.wait_cmd());
     let mut results = send_pipeline(conn, &cmds).await;
     let acked = match results.pop() {

@@ -678,11 +678,8 @@ impl Current {
     /// has): taken unless it is earlier than the one known (a sentinel behind the others).
     fn take_epoch(&mut self, view: &SentinelView) {
         // During a failover its leader reports the new epoch before the new address.
-        if view.addr == self.addr
-            && !view.failing_over
-            && view.epoch >= self.epoch
-            && view.epoch >= self.highest_epoch
-        {
+        // `highest_epoch` is never below `epoch`: one comparison covers both.
+        if view.addr == self.addr && !view.failing_over && view.epoch >= self.highest_epoch {
             self.epoch = view.epoch;
             self.highest_epoch = view.epoch;
         }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{Lock, LockClient, LockGuard, LockOptions};
 use lock_tests::mono_ns;
 
+use crate::impls::Kind;
 use crate::stats::{self, quantile};
 
 /// The family's figures of one run.
@@ -24,6 +25,11 @@ pub(crate) struct FamilyFigures {
     /// 16 tasks taking one permit (capacity 4) vs the mutex: acquisitions/s.
     pub(crate) sem_per_s: f64,
     pub(crate) sem_mutex_per_s: f64,
+    /// Jain's index over those 16 tasks' acquisitions.
+    pub(crate) sem_jain: f64,
+    /// 4 processes × 4 tasks on the same semaphore of 4: acquisitions/s, Jain's index over the
+    /// processes and over the tasks.
+    pub(crate) sem_processes: (f64, f64, f64),
     /// One task, uncontended: acquire + release pairs/s, semaphore vs mutex.
     pub(crate) sem_uncontended: f64,
     pub(crate) mutex_uncontended: f64,
@@ -370,8 +376,12 @@ pub(crate) async fn run(url: &str, run: Duration, cycles: usize) -> FamilyFigure
     let b = client(url).await;
     let mut f = FamilyFigures::default();
     crate::progress("lock family: semaphore, 16 tasks, 4 permits");
-    f.sem_per_s = churn(Take::Permit(a.semaphore("sem", 4)), 16, run).await;
+    let sem = crate::hot::hot_in_process(Kind::OursSemaphore, url, 16, run).await;
+    (f.sem_per_s, f.sem_jain) = (sem.acq_per_s, sem.jain);
     f.sem_mutex_per_s = churn(Take::Lock(a.lock("sem-mutex")), 16, run).await;
+    crate::progress("lock family: semaphore, 4 processes × 4 tasks, 4 permits");
+    let sem = crate::hot::hot_processes(Kind::OursSemaphore, url, 4, 4, run).await;
+    f.sem_processes = (sem.acq_per_s, sem.jain_processes, sem.jain);
     crate::progress("lock family: uncontended semaphore and mutex");
     f.sem_uncontended = churn(Take::Permit(a.semaphore("sem-1", 4)), 1, run).await;
     f.mutex_uncontended = churn(Take::Lock(a.lock("mutex-1")), 1, run).await;
@@ -447,6 +457,19 @@ fn semaphore_rows(s: &mut String, f: &FamilyFigures) {
         ratio(f.sem_per_s, f.sem_mutex_per_s),
         f.peer_sem_per_s,
         ratio(f.sem_per_s, f.peer_sem_per_s)
+    );
+    let _ = writeln!(
+        s,
+        "| same: Jain's index across the 16 tasks | {:.3} | | | | |",
+        f.sem_jain
+    );
+    let _ = writeln!(
+        s,
+        "| 4 processes × 4 tasks, one permit each (semaphore of 4): acquisitions/s; Jain's index across processes / tasks | {:.0}; {:.3} / {:.3} | | | | {:.2}× (16 tasks) |",
+        f.sem_processes.0,
+        f.sem_processes.1,
+        f.sem_processes.2,
+        ratio(f.sem_processes.0, f.peer_sem_per_s)
     );
     let _ = writeln!(
         s,

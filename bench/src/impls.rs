@@ -16,12 +16,16 @@ pub(crate) enum Kind {
     Ours,
     /// Ours with every lock taken `fenced` (the token with the grant).
     OursFenced,
+    /// Our semaphore of [`SEMAPHORE_PERMITS`], one permit per acquisition (tokens on demand).
+    OursSemaphore,
     Rslock,
     Naive,
 }
 
 /// The name of [`Kind::OursFenced`]'s rows.
 pub(crate) const FENCED: &str = "lock-runtime, fenced";
+/// The capacity of [`Kind::OursSemaphore`]'s semaphore.
+pub(crate) const SEMAPHORE_PERMITS: u32 = 4;
 
 impl Kind {
     pub(crate) const ALL: [Kind; 3] = [Kind::Ours, Kind::Rslock, Kind::Naive];
@@ -30,13 +34,14 @@ impl Kind {
         match self {
             Kind::Ours => "lock-runtime",
             Kind::OursFenced => FENCED,
+            Kind::OursSemaphore => "lock-runtime, semaphore",
             Kind::Rslock => "rslock",
             Kind::Naive => "naive",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Kind> {
-        [Kind::OursFenced]
+        [Kind::OursFenced, Kind::OursSemaphore]
             .into_iter()
             .chain(Kind::ALL)
             .find(|k| k.name() == s)
@@ -47,6 +52,7 @@ impl Kind {
 #[derive(Clone)]
 pub(crate) enum Locker {
     Ours(LockClient),
+    OursSemaphore(LockClient),
     Rslock(Arc<rslock::LockManager>),
     Naive(MultiplexedConnection),
 }
@@ -64,19 +70,23 @@ static NAIVE_RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::
     )
 });
 
+/// Our client as the bench uses it.
+async fn ours(url: &str, kind: Kind) -> LockClient {
+    LockClient::builder(url)
+        .prefix("bench")
+        // The lease every lock gets, renewed while held (a hold here is short).
+        .watchdog_timeout(LEASE)
+        .fenced_by_default(kind == Kind::OursFenced)
+        .build()
+        .await
+        .expect("connect")
+}
+
 impl Locker {
     pub(crate) async fn connect(kind: Kind, url: &str) -> Locker {
         match kind {
-            Kind::Ours | Kind::OursFenced => Locker::Ours(
-                LockClient::builder(url)
-                    .prefix("bench")
-                    // The lease every lock gets, renewed while held (a hold here is short).
-                    .watchdog_timeout(LEASE)
-                    .fenced_by_default(kind == Kind::OursFenced)
-                    .build()
-                    .await
-                    .expect("connect"),
-            ),
+            Kind::Ours | Kind::OursFenced => Locker::Ours(ours(url, kind).await),
+            Kind::OursSemaphore => Locker::OursSemaphore(ours(url, kind).await),
             // Its recommended API with default retry settings (3 tries, up to 200 ms apart).
             Kind::Rslock => Locker::Rslock(Arc::new(rslock::LockManager::new(vec![url]))),
             Kind::Naive => Locker::Naive(
@@ -94,6 +104,12 @@ impl Locker {
         match self {
             Locker::Ours(c) => Held::Ours(
                 c.lock(key)
+                    .acquire_with(LockOptions::new().wait(Duration::from_secs(60)))
+                    .await
+                    .expect("acquire"),
+            ),
+            Locker::OursSemaphore(c) => Held::Ours(
+                c.semaphore(key, SEMAPHORE_PERMITS)
                     .acquire_with(LockOptions::new().wait(Duration::from_secs(60)))
                     .await
                     .expect("acquire"),

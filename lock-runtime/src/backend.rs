@@ -221,6 +221,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
         next: Option<HandOff<'a>>,
     ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
 
+    /// Releases a semaphore's permits at the end of this client's turn of passing them on in
+    /// memory (`handoff.rs`): as [`Backend::release`] without a next owner, and if another
+    /// process waits for the semaphore (its channel has more subscribers than this client),
+    /// this client's grants of it are refused for `yield_ms` after the last grant, so the
+    /// clients waiting longer take their turns first (`yield` in `prelude.lua`).
+    fn release_ending_turn<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        yield_ms: u64,
+        retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>>;
+
     /// Releases many holds in the background, within about `limit`. Returns the indices of
     /// those that failed (to retry); "not ours any more" counts as done.
     fn release_many<'a>(

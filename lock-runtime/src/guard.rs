@@ -416,7 +416,17 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 }
                 reply
             }
-            None => backend.release(&held.names, &held.owner, None).await,
+            None => {
+                handoff::release_plainly(
+                    &**backend,
+                    &inner.handoffs,
+                    &held.names,
+                    &held.owner,
+                    held.streak,
+                    inner.config.fence_retention.as_millis() as u64,
+                )
+                .await
+            }
         };
         return match reply.map(|Acked { reply, shortfall }| (reply, shortfall)) {
             Ok((Reply::Done(_) | Reply::HandedOff(_), Some(shortfall))) => Err(

@@ -9,7 +9,11 @@
 //! watchdog-renewed lease as the hold, nothing is sent at all. The hold in Redis stays as it is
 //! (its owner id, its lease); its watchdog entry keeps renewing it under a signal of its own
 //! until the waiter takes it over ([`Grant::inherited`]), and from then on every loss reaches
-//! that waiter. A token it asks for later comes from Redis as for any holder.
+//! that waiter. A token it asks for later comes from Redis as for any holder. A semaphore's
+//! permits pass the same way, to the first waiter for as many permits (the hold in Redis is
+//! the releasing owner id's member in the holders' set); a release that cannot pass them (the
+//! end of a turn, a first waiter for more) frees them through Redis as usual, which wakes the
+//! waiters of every process, this client's included: a semaphore has no hand-off through Redis.
 //!
 //! **Through Redis** otherwise (a waiter that asked for its token eagerly, a different lease,
 //! the end of a turn): the release script removes the holder and, since the lock is left
@@ -66,7 +70,7 @@ use std::task::{Poll, Waker};
 use tokio::time::Instant;
 
 use crate::backend::{Acked, Backend, HandOff, Reply};
-use crate::keys::LockNames;
+use crate::keys::{LockNames, Mode};
 use crate::sync;
 
 /// How many times in a row a lock is passed between the tasks of one client, at most, before a
@@ -112,13 +116,28 @@ pub(crate) struct Ticket {
 }
 
 /// What a waiter wants of its hold, beyond the lock: whether a lock can pass to it in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Wants {
     /// A fencing token with the grant (a fenced acquisition): the hand-off must go through
     /// Redis, which issues it.
     pub(crate) token: bool,
     /// The watchdog renews the hold (no explicit lease).
     pub(crate) renewed: bool,
+    /// What the hold is taken in: a hold passes in memory only to a waiter for the same
+    /// (a semaphore's permits: as many as the hold carries).
+    pub(crate) mode: Mode,
+}
+
+#[cfg(test)]
+impl Default for Wants {
+    /// A waiter for a mutex, without a token, with a lease of its own.
+    fn default() -> Wants {
+        Wants {
+            token: false,
+            renewed: false,
+            mode: Mode::Exclusive,
+        }
+    }
 }
 
 /// A ticket's state and the waker of the task waiting on it.
@@ -295,14 +314,15 @@ impl HandOffs {
     }
 
     /// Picks the first waiter for the lock at `key` if the lock can pass to it in memory
-    /// ([`pass`](crate::guard)): within the turn (below the limit, within [`TURN`]), to a
-    /// waiter that wants no token with the grant and the same watchdog-renewed lease as the
-    /// hold it takes over. `None` leaves the queue as it was.
+    /// (`Held::pass_in_memory`): within the turn (below the limit, within [`TURN`]), to a
+    /// waiter that wants no token with the grant, the same watchdog-renewed lease and the same
+    /// `mode` (as many permits) as the hold it takes over. `None` leaves the queue as it was.
     pub(crate) fn choose_in_memory(
         &self,
         key: &str,
         streak: Streak,
         lease: Duration,
+        mode: Mode,
     ) -> Option<Next> {
         if streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN) {
             return None;
@@ -310,8 +330,33 @@ impl HandOffs {
         // Within the turn, decided above: a `Next` dropped here would leave its waiter chosen
         // but never told.
         self.choose_if(key, streak, |ticket| {
-            !ticket.wants.token && ticket.wants.renewed && ticket.lease == lease
+            !ticket.wants.token
+                && ticket.wants.renewed
+                && ticket.lease == lease
+                && ticket.wants.mode == mode
         })
+    }
+
+    /// Whether the first task of this client waiting for the lock at `key` waits in `mode`
+    /// (for as many permits).
+    pub(crate) fn first_wants(&self, key: &str, mode: Mode) -> bool {
+        sync::lock(&self.queues)
+            .get(key)
+            .and_then(|queue| queue.tickets.front())
+            .is_some_and(|ticket| ticket.wants.mode == mode)
+    }
+
+    /// Whether a release of the lock `names` by a hold of turn `streak` ends this client's turn
+    /// of passing it on in memory while a task of this client still waits for it (the turn
+    /// reached the limit or lasted [`TURN`]), for the kinds without a hand-off through Redis (a
+    /// semaphore): such a release lets the clients waiting elsewhere take their turns first
+    /// ([`Backend::release_ending_turn`]), as a mutex's hand-off at the limit does.
+    pub(crate) fn ends_turn(&self, names: &LockNames, streak: Streak) -> bool {
+        self.limit > 0
+            && !names.family().hands_off()
+            && names.scheme.passes_in_memory()
+            && (streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN))
+            && sync::lock(&self.queues).contains_key(&names.key)
     }
 
     /// Like [`HandOffs::choose`], but only if the first waiter `fits` (else the queue is left
@@ -469,6 +514,27 @@ impl Ticket {
     }
 }
 
+/// Releases `owner`'s hold on `names` (of turn `streak`) without handing it on: at the end of
+/// this client's turn of passing it in memory ([`HandOffs::ends_turn`]), the clients waiting
+/// elsewhere go first.
+pub(crate) async fn release_plainly(
+    backend: &dyn Backend,
+    handoffs: &HandOffs,
+    names: &LockNames,
+    owner: &str,
+    streak: Streak,
+    retention_ms: u64,
+) -> RedisResult<Acked<Reply>> {
+    if handoffs.ends_turn(names, streak) {
+        let yield_ms = YIELD.as_millis() as u64;
+        backend
+            .release_ending_turn(names, owner, yield_ms, retention_ms)
+            .await
+    } else {
+        backend.release(names, owner, None).await
+    }
+}
+
 /// Releases `owner`'s hold on `names` and hands the lock to `next`, and tells `next` how it
 /// went. Returns the release's reply and a grant nobody took (to release).
 ///
@@ -536,217 +602,4 @@ pub(crate) async fn release_to(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn owner(s: &str) -> Arc<str> {
-        s.into()
-    }
-
-    /// A grant with `token`, sent `at`, by a hand-over that went through Redis.
-    fn granted(token: u64, at: Instant) -> Grant {
-        Grant {
-            token,
-            sent: at,
-            streak: Streak::default(),
-            inherited: None,
-        }
-    }
-
-    /// A turn of `count` hand-overs whose first was chosen now.
-    fn streak(count: u32) -> Streak {
-        Streak {
-            count,
-            since: (count > 0).then(Instant::now),
-        }
-    }
-
-    #[test]
-    fn waiters_are_chosen_in_order() {
-        let h = HandOffs::new(2);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
-        let _b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(0)).unwrap();
-        assert_eq!(&*next.ticket.owner, "a");
-        assert_eq!(next.streak.count, 1);
-        assert_eq!(h.queued(), 1);
-        assert!(
-            h.deliver("k", next, Some(granted(7, Instant::now())))
-                .is_none()
-        );
-        assert!(matches!(&a.slot.lock().unwrap().slot, Slot::Granted(g) if g.token == 7));
-        assert_eq!(&*h.choose("k", streak(1)).unwrap().ticket.owner, "b");
-        assert!(h.choose("k", streak(0)).is_none());
-        assert_eq!(h.queued(), 0);
-    }
-
-    /// Waiters leaving in any order, most from the middle of the queue: the ones still there
-    /// are chosen in order, none that left ever is, and once all have gone nothing is kept
-    /// for the name. Each leave looks at the queue only when those that left may be half of
-    /// it (see `Queue`): a hundred thousand leaving cost linear time, not quadratic.
-    #[test]
-    fn waiters_leave_from_anywhere_and_nothing_is_kept_after_the_last() {
-        let h = HandOffs::new(u32::MAX);
-        let lease = Duration::from_secs(1);
-        let tickets: Vec<_> = (0..1000)
-            .map(|i| h.join("k", &owner(&format!("w:{i}")), lease, Wants::default()))
-            .collect();
-        // Every third leaves, from the back: the middle of the queue each time.
-        for (i, ticket) in tickets.iter().enumerate().rev() {
-            if i % 3 == 1 {
-                assert!(h.leave("k", ticket, false).is_none());
-            }
-        }
-        assert!(h.queued() <= 1000, "{} queued", h.queued());
-        let first = h.choose("k", streak(0)).expect("a waiter");
-        assert_eq!(&*first.ticket.owner, "w:0");
-        let second = h.choose("k", streak(0)).expect("a waiter");
-        assert_eq!(&*second.ticket.owner, "w:2", "w:1 left: never chosen");
-        assert!(h.deliver("k", first, None).is_none());
-        assert!(h.deliver("k", second, None).is_none());
-        // The rest leave, from both ends alternately.
-        let mut rest: VecDeque<_> = (tickets.iter().enumerate())
-            .filter(|(i, _)| i % 3 != 1)
-            .map(|(_, t)| t)
-            .collect();
-        while let Some(t) = rest.pop_back() {
-            h.leave("k", t, false);
-            if let Some(t) = rest.pop_front() {
-                h.leave("k", t, false);
-            }
-        }
-        assert_eq!(h.queued(), 0);
-        assert!(sync::lock(&h.queues).is_empty(), "the name is kept");
-        assert!(h.choose("k", streak(0)).is_none());
-    }
-
-    #[test]
-    fn off_when_the_limit_is_zero() {
-        let h = HandOffs::new(0);
-        let _a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
-        assert!(h.choose("k", streak(0)).is_none());
-        assert_eq!(h.queued(), 0);
-    }
-
-    #[test]
-    fn the_scripts_turn_mark_lapses_after_yield() {
-        let prelude = include_str!("script/prelude.lua");
-        let line = format!("local TURN_LAPSE_US = {}", YIELD.as_micros());
-        assert!(prelude.contains(&line), "prelude.lua lacks `{line}`");
-    }
-
-    #[test]
-    fn at_the_limit_a_hand_off_yields_to_other_processes() {
-        let h = HandOffs::new(2);
-        let _a = h.join("k", &owner("a:1"), Duration::from_secs(1), Wants::default());
-        let _b = h.join("k", &owner("a:2"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(1)).unwrap();
-        assert_eq!(next.hand_off(1).yield_ms, None);
-        assert_eq!(next.streak.count, 2);
-        let next = h.choose("k", streak(2)).unwrap();
-        assert_eq!(next.hand_off(1).yield_ms, Some(YIELD.as_millis() as u64));
-        assert_eq!(next.streak.count, 2, "stays at the limit");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_turn_that_lasted_its_time_yields_below_the_limit() {
-        let h = HandOffs::new(DEFAULT_LIMIT);
-        for i in 0..3 {
-            h.join(
-                "k",
-                &owner(&format!("a:{i}")),
-                Duration::from_secs(1),
-                Wants::default(),
-            );
-        }
-        // However long the hold before it, a turn's first hand-over starts its time.
-        tokio::time::advance(TURN * 10).await;
-        let next = h.choose("k", Streak::default()).unwrap();
-        assert_eq!(next.hand_off(1).yield_ms, None);
-        assert_eq!(next.streak.since, Some(Instant::now()));
-        tokio::time::advance(TURN - Duration::from_micros(1)).await;
-        let next = h.choose("k", next.streak).unwrap();
-        assert_eq!(next.hand_off(1).yield_ms, None, "within its time");
-        tokio::time::advance(Duration::from_micros(1)).await;
-        let next = h.choose("k", next.streak).unwrap();
-        assert_eq!(next.streak.count, 3);
-        assert_eq!(
-            next.hand_off(1).yield_ms,
-            Some(YIELD.as_millis() as u64),
-            "a turn of {TURN:?} ends while others wait, below the limit"
-        );
-    }
-
-    #[test]
-    fn a_grant_for_a_waiter_that_left_comes_back_for_release() {
-        let h = HandOffs::new(4);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(0)).unwrap();
-        assert_eq!(h.leave("k", &a, false), None);
-        let orphan = h
-            .deliver("k", next, Some(granted(1, Instant::now())))
-            .unwrap();
-        assert_eq!(&*orphan.owner, "a");
-        assert_eq!(orphan.streak.count, 1);
-        // Left holding the lock by its own attempt: the late grant is its own hold.
-        let b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(0)).unwrap();
-        assert_eq!(h.leave("k", &b, true), None);
-        assert!(
-            h.deliver("k", next, Some(granted(2, Instant::now())))
-                .is_none()
-        );
-        // Granted, then gone before taking it: `leave` hands the grant back.
-        let c = h.join("k", &owner("c"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(0)).unwrap();
-        let began = next.streak.since;
-        let at = Instant::now();
-        assert!(h.deliver("k", next, Some(granted(3, at))).is_none());
-        assert_eq!(
-            h.leave("k", &c, false),
-            Some(Grant {
-                token: 3,
-                sent: at,
-                streak: Streak {
-                    count: 1,
-                    since: began
-                },
-                inherited: None,
-            })
-        );
-    }
-
-    #[tokio::test]
-    async fn a_hand_off_that_did_not_happen_requeues_the_waiter_first() {
-        let h = HandOffs::new(4);
-        let a = h.join("k", &owner("a"), Duration::from_secs(1), Wants::default());
-        let _b = h.join("k", &owner("b"), Duration::from_secs(1), Wants::default());
-        let next = h.choose("k", streak(0)).unwrap();
-        assert!(h.deliver("k", next, None).is_none());
-        assert_eq!(a.delivered().await, Delivery::Retry);
-        assert_eq!(&*h.choose("k", streak(0)).unwrap().ticket.owner, "a");
-        // Delivered after the waiter started listening.
-        let c = h.join("j", &owner("c"), Duration::from_secs(1), Wants::default());
-        let listen = tokio::spawn({
-            let c = c.clone();
-            async move { c.delivered().await }
-        });
-        tokio::task::yield_now().await;
-        let at = Instant::now();
-        let turn = streak(3);
-        let next = h.choose("j", turn).unwrap();
-        h.deliver("j", next, Some(granted(9, at)));
-        assert_eq!(
-            listen.await.unwrap(),
-            Delivery::Granted(Grant {
-                token: 9,
-                sent: at,
-                streak: Streak {
-                    count: 4,
-                    since: turn.since
-                },
-                inherited: None,
-            })
-        );
-    }
-}
+mod tests;

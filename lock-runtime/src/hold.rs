@@ -129,8 +129,9 @@ impl Held {
     /// The releasing half: passes the lock to the first task of this client waiting for it, in
     /// memory, without a round trip. The hold in Redis stays as it is (its owner id, its lease,
     /// renewed by the watchdog throughout) and the waiting task takes it over
-    /// ([`Held::take_over`]). Only for a mutex held without a fencing token issued in Redis's
-    /// own step for the next owner (the waiter wants none), within the turn's bound, while the
+    /// ([`Held::take_over`]). Only for a mutex, or a semaphore's permits passed to a waiter for
+    /// as many, in this crate's layout, held without a fencing token issued in Redis's own
+    /// step for the next owner (the waiter wants none), within the turn's bound, while the
     /// hold is well within its lease. Returns whether it passed (this hold is then declared
     /// `Released`, before the next task is woken); if not, the caller releases as usual.
     pub(crate) fn pass_in_memory(&self) -> bool {
@@ -138,9 +139,11 @@ impl Held {
         if !self.names.scheme.passes_in_memory() || self.signal.get().is_some() {
             return false;
         }
-        let Some(next) = inner
-            .handoffs
-            .choose_in_memory(&self.names.key, self.streak, self.lease)
+        let mode = self.names.mode_of(&self.owner);
+        let Some(next) =
+            inner
+                .handoffs
+                .choose_in_memory(&self.names.key, self.streak, self.lease, mode)
         else {
             return false;
         };

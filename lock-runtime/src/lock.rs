@@ -219,7 +219,8 @@ impl Lock {
     /// takes it `fenced` and pays nothing extra: the token is there when the guard is.
     /// [`LockClientBuilder::fenced_by_default`](crate::LockClientBuilder::fenced_by_default)
     /// does this for every lock of a client. The other kinds of lock always issue their token
-    /// with the grant.
+    /// with the grant, but for a semaphore's permits passed in memory between the tasks of a
+    /// client ([`Semaphore::fenced`](crate::Semaphore::fenced)).
     ///
     /// ```no_run
     /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {

@@ -107,10 +107,20 @@ struct HandOffTasks {
 impl HandOffTasks {
     /// Takes the jobs that hand a lock to a waiting task out of `jobs` and runs each on its own
     /// task, at once.
+    ///
+    /// A semaphore's release that ends this client's turn of passing its permits in memory
+    /// (`HandOffs::ends_turn`) runs on its own task too, letting the clients waiting elsewhere
+    /// go first.
     fn start(&self, jobs: &mut Vec<ReleaseJob>) {
         jobs.retain(|job| {
-            let next = job
-                .streak
+            let Some(streak) = job.streak else {
+                return true;
+            };
+            if self.handoffs.ends_turn(&job.names, streak) {
+                tokio::spawn(self.clone().end_turn(job.clone(), streak));
+                return false;
+            }
+            let next = Some(streak)
                 .filter(|_| job.names.family().hands_off())
                 .and_then(|streak| self.handoffs.choose(&job.names.key, streak));
             let Some(next) = next else {
@@ -119,6 +129,21 @@ impl HandOffTasks {
             tokio::spawn(self.clone().run(job.clone(), next));
             false
         });
+    }
+
+    /// A release that ends this client's turn (see [`HandOffTasks::start`]); retried as a
+    /// plain release if it fails.
+    async fn end_turn(self, job: ReleaseJob, streak: Streak) {
+        let reply = handoff::release_plainly(
+            &*self.backend,
+            &self.handoffs,
+            &job.names,
+            &job.owner,
+            streak,
+            self.retention_ms,
+        )
+        .await;
+        self.settle(job, reply.map(drop));
     }
 
     async fn run(self, job: ReleaseJob, next: Next) {
@@ -131,23 +156,31 @@ impl HandOffTasks {
             self.retention_ms,
         )
         .await;
-        let Some(tx) = self.resubmit.upgrade() else {
-            return;
-        };
-        if let Some(orphan) = orphan {
+        if let (Some(orphan), Some(tx)) = (orphan, self.resubmit.upgrade()) {
             // The waiter left before its grant arrived: release it, or pass it on.
             let _ = tx.send(ReleaseJob::orphan(&job.names, orphan));
         }
-        if reply.is_ok() {
-            Counters::add(&self.counters.background_releases, 1);
-            crate::metrics::background_releases(1);
-        }
-        if let Err(e) = reply {
-            tracing::debug!(error = %e, "background hand-off failed; retrying as a release");
-            let _ = tx.send(ReleaseJob {
-                streak: None,
-                ..job
-            });
+        self.settle(job, reply.map(drop));
+    }
+
+    /// Counts a background release that went through; queues one that failed again, as a
+    /// plain release.
+    fn settle(&self, job: ReleaseJob, reply: redis::RedisResult<()>) {
+        let Some(tx) = self.resubmit.upgrade() else {
+            return;
+        };
+        match reply {
+            Ok(()) => {
+                Counters::add(&self.counters.background_releases, 1);
+                crate::metrics::background_releases(1);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "background release failed; retrying as a plain release");
+                let _ = tx.send(ReleaseJob {
+                    streak: None,
+                    ..job
+                });
+            }
         }
     }
 }

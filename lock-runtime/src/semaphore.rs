@@ -22,6 +22,16 @@ const NO_HOLDERS: &str = "a plain RSemaphore does not record who holds its permi
 ///   default), so a crash never shrinks the capacity for good.
 /// - **Wake-ups by pub/sub**: a release wakes as many waiters as permits came free, in every
 ///   process that waits: no polling, no thundering herd.
+/// - **Passed in memory**: a permit released while another task of the same client waits for
+///   as many passes to it without a round trip (the hold in Redis stays; the waiter takes it
+///   over with its lease and its watchdog entry), as a mutex's hold does: at most
+///   [`handoff_limit`](crate::LockClientBuilder::handoff_limit) times in a row and for 2 ms,
+///   after which the permit falls free for every process that waits. Such a hold's fencing
+///   token is issued on demand ([`LockGuard::fencing_token`], one round trip, only while the
+///   permits are still held); a [`fenced`](Semaphore::fenced) handle (or a client [fenced by
+///   default](crate::LockClientBuilder::fenced_by_default)) takes every permit with its token
+///   from Redis instead. This crate's layout only (a Redisson semaphore's every release
+///   publishes, for Java's waiters).
 /// - **Capacity at run time**: the capacity given here applies while none is stored in Redis;
 ///   [`set_capacity`](Semaphore::set_capacity) stores one that every client then uses (and
 ///   wakes the waiters, since more permits may be free); [`reset_capacity`](Semaphore::reset_capacity)
@@ -152,11 +162,36 @@ impl Semaphore {
         if let Some(group) = group {
             lock = lock.group(group);
         }
+        if self.lock.is_fenced() {
+            lock = lock.fenced();
+        }
         Semaphore {
             lock,
             capacity: self.capacity,
             leases: false,
         }
+    }
+
+    /// The same semaphore, every permit taken with its fencing token in the grant's own round
+    /// trip ([`LockGuard::issued_token`] is then always `Some`), as
+    /// [`Lock::fenced`](crate::Lock::fenced) does for a mutex.
+    ///
+    /// By default a permit is granted with its token by Redis, except one passed in memory by
+    /// another task of the same client (see [`Semaphore`]), whose token is issued on demand
+    /// ([`LockGuard::fencing_token`], one round trip, only while the permit is held). A
+    /// fenced acquisition is never passed a permit in memory: it takes its permits in Redis.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let exports = locks.semaphore("exports", 4).fenced();
+    /// let permit = exports.acquire().await?;
+    /// let token = permit.issued_token().expect("a fenced permit carries its token");
+    /// # drop((permit, token)); Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn fenced(mut self) -> Semaphore {
+        self.lock = self.lock.fenced();
+        self
     }
 
     /// Whether this handle has leases on its permits (the default); `false` after

@@ -107,7 +107,9 @@ use crate::service::{LockService, Primitive};
 /// [`LockError::ForeignData`](crate::LockError::ForeignData) (answered 500).
 ///
 /// Handlers find the permit in the request extensions as [`HeldLock`](crate::HeldLock) (the
-/// key and the permit's fencing token) and run inside its reentrancy scope.
+/// key and the permit's fencing token: issued with the grant, or on demand for a permit passed
+/// in memory from another request of this instance; [`fenced`](Self::fenced) issues every one
+/// with its grant) and run inside its reentrancy scope.
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct KeyedConcurrencyLimitLayer<N, R = DefaultRejection> {
     inner: LockLayer<N, R>,
@@ -183,6 +185,16 @@ impl<N: NameSource + Clone, R> KeyedConcurrencyLimitLayer<N, R> {
     /// waits indefinitely).
     pub fn options(self, options: LockOptions) -> Self {
         self.map(|l| l.options(options))
+    }
+
+    /// Takes every permit with its fencing token in the grant's own round trip
+    /// ([`HeldLock::issued_token`](crate::HeldLock::issued_token) is then always `Some`), for
+    /// services whose every request writes a fenced store. By default a permit passed in memory
+    /// from another request of this instance gets its token on demand
+    /// ([`HeldLock::fencing_token`](crate::HeldLock::fencing_token)); see
+    /// [`Semaphore::fenced`](lock_runtime::Semaphore::fenced).
+    pub fn fenced(self) -> Self {
+        self.map(LockLayer::fenced)
     }
 
     /// Keeps the permit until the response body has ended (or is dropped), not just until the

@@ -21,7 +21,9 @@ use crate::response::{AcquireFuture, Origin, ResponseFuture};
 pub(crate) struct LockSettings {
     pub(crate) primitive: Primitive,
     pub(crate) require_name: bool,
-    /// Mutexes are taken [`fenced`](lock_runtime::Lock::fenced) ([`LockLayer::fenced`](crate::LockLayer::fenced)).
+    /// Mutexes and permits are taken [`fenced`](lock_runtime::Lock::fenced)
+    /// ([`LockLayer::fenced`](crate::LockLayer::fenced),
+    /// [`KeyedConcurrencyLimitLayer::fenced`](crate::KeyedConcurrencyLimitLayer::fenced)).
     pub(crate) fenced: bool,
 }
 
@@ -66,6 +68,9 @@ impl<N: NameSource> Shared<N, LockSettings> {
                 let mut semaphore = self.client.semaphore(name, *limit);
                 if let Some(group) = group {
                     semaphore = semaphore.group(group);
+                }
+                if self.own.fenced {
+                    semaphore = semaphore.fenced();
                 }
                 Box::pin(async move { semaphore.acquire_with(options).await.map(Hold::One) })
             }

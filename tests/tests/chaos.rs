@@ -351,6 +351,8 @@ async fn exclusion_and_fencing_hold_under_faults() {
     }
 
     let mut sections = Vec::new();
+    // Semaphore sections whose permit passed in memory between the two tasks of a process.
+    let mut passed_permits = 0;
     for (child, out) in family {
         let done = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
             .await
@@ -364,6 +366,7 @@ async fn exclusion_and_fencing_hold_under_faults() {
         );
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         sections.extend(text.lines().filter_map(Section::parse));
+        passed_permits += text.lines().filter(|l| l.ends_with(" passed")).count();
     }
 
     // Nothing leaked on the lock server.
@@ -420,7 +423,7 @@ async fn exclusion_and_fencing_hold_under_faults() {
         .chain(kills.iter().map(|&at| (at, at + 2_000_000_000)))
         .collect();
     let family_report = check_family(&sections, &wiped, &fault_windows);
-    println!("chaos, lock family: {family_report}");
+    println!("chaos, lock family: {family_report}; {passed_permits} permits passed in memory");
     println!(
         "chaos: {seconds} s, {processes} processes × {tasks} tasks, {} faults injected ({:?}), \
          {} critical sections, {} commits, {} fenced off, {} saw lost(), {} overlaps excused \
@@ -465,6 +468,11 @@ async fn exclusion_and_fencing_hold_under_faults() {
         "a primitive of the lock family never got a section: {family_report}"
     );
     assert_eq!(family_report.most_permits, 2, "{family_report}");
+    // The semaphore's checks above covered permits passed in memory too.
+    assert!(
+        passed_permits > 0,
+        "no permit passed in memory: {family_report}"
+    );
     assert!(report.commits > 0, "no fenced write was committed");
     assert!(cancellations > 0, "no operation was cancelled");
     assert!(

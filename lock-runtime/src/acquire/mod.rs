@@ -178,9 +178,7 @@ impl<'a> Acquire<'a> {
     /// delivery before it can even try.)
     async fn take(&self) -> Result<LockGuard, LockError> {
         // (A fair lock's queue is in Redis; its first attempt takes its place there.)
-        let queue_first = self.opts.wait != Some(Duration::ZERO)
-            && self.names.family().hands_off()
-            && self.client.inner.demux.has_waiters(&self.names.channel);
+        let queue_first = self.opts.wait != Some(Duration::ZERO) && self.queues_first();
         let busy = if queue_first {
             None
         } else {
@@ -451,6 +449,27 @@ impl<'a> Acquire<'a> {
                 ));
                 Err(e)
             }
+        }
+    }
+
+    /// Whether this waiter queues in the client's hand-off queue (`handoff.rs`): for a mutex,
+    /// which a release may hand over, and for the kinds whose holds pass in memory (a
+    /// semaphore's permits), which a release passes to the first waiter for as many.
+    fn queues_locally(&self) -> bool {
+        self.names.family().hands_off() || self.names.scheme.passes_in_memory()
+    }
+
+    /// Whether this acquisition queues behind the tasks of this client that already wait,
+    /// without a first attempt: for a mutex, whenever one waits; for a semaphore, when the
+    /// first of them wants as many permits (a request for fewer than a waiting one may still
+    /// fit in what is free, and tries).
+    fn queues_first(&self) -> bool {
+        let inner = &self.client.inner;
+        if self.names.family().hands_off() {
+            inner.demux.has_waiters(&self.names.channel)
+        } else {
+            self.names.scheme.passes_in_memory()
+                && inner.handoffs.first_wants(&self.names.key, self.mode)
         }
     }
 

@@ -30,7 +30,7 @@ impl<'s> WakeChain<'s> {
     }
 }
 
-/// A waiter's place: in the client's hand-off queue (a mutex), and in Redis for the families
+/// A waiter's place: in the client's hand-off queue (a mutex, a semaphore), and in Redis for the families
 /// whose waiters hold one there (a fair lock's queue, a waiting writer's claim).
 ///
 /// Leaving without taking a hand-off that arrived (cancelled, timed out, failed) releases that
@@ -48,8 +48,7 @@ pub(super) struct Place<'a> {
 
 impl<'a> Place<'a> {
     pub(super) fn join(acquire: &'a Acquire<'a>) -> Place<'a> {
-        let family = acquire.names.family();
-        let ticket = family.hands_off().then(|| {
+        let ticket = acquire.queues_locally().then(|| {
             acquire.client.inner.handoffs.join(
                 &acquire.names.key,
                 &acquire.owner,
@@ -57,6 +56,7 @@ impl<'a> Place<'a> {
                 Wants {
                     token: acquire.fenced,
                     renewed: acquire.opts.lease.is_none(),
+                    mode: acquire.mode,
                 },
             )
         });

@@ -203,9 +203,11 @@ impl Scheme {
     }
 
     /// Whether a hold may pass in memory to another task of its client (`Held::pass_in_memory`):
-    /// only this crate's mutex, whose hold in Redis is its owner id alone.
+    /// this crate's mutex, whose hold in Redis is its owner id alone, and its semaphore, whose
+    /// hold is its owner id's member in the holders' set (passed to a waiter for as many
+    /// permits). Not in Redisson's layout, whose every release publishes for Java's waiters.
     pub(crate) fn passes_in_memory(self) -> bool {
-        self == Scheme::Mutex
+        matches!(self, Scheme::Mutex | Scheme::Semaphore { .. })
     }
 
     /// Whether the lock is stored as a string holding its owner id (this crate's mutex); every

@@ -302,6 +302,31 @@ impl Call {
         }
     }
 
+    /// `holders_release.lua` for this crate's semaphore at the end of the releasing client's
+    /// turn: the permits go, and if another process waits, this client's grants of the
+    /// semaphore are refused for `yield_ms` (see [`Backend::release_ending_turn`]).
+    ///
+    /// [`Backend::release_ending_turn`]: crate::backend::Backend::release_ending_turn
+    pub(crate) fn release_ending_turn(
+        publishing: Publishing,
+        names: &LockNames,
+        owner: &str,
+        yield_ms: u64,
+        retention_ms: u64,
+    ) -> Call {
+        debug_assert!(matches!(names.scheme, Scheme::Semaphore { .. }));
+        let keys = [names.key.as_str(), &names.channel, &names.fence];
+        Call::new(
+            publishing.holders_release,
+            &keys,
+            [
+                Arg::Str(owner),
+                Arg::Int(yield_ms),
+                Arg::fencing(names, retention_ms, None),
+            ],
+        )
+    }
+
     /// `release.lua` (see [`Call::release`]).
     fn mutex_release(
         publishing: Publishing,
@@ -342,7 +367,8 @@ impl Call {
         Call::new(publishing.release, &keys, args)
     }
 
-    /// `token.lua`: a fencing token for `owner`, the holder of a mutex taken without one,
+    /// `token.lua`: a fencing token for `owner`, the holder of a mutex (or of a semaphore's
+    /// permits passed in memory) taken without one,
     /// issued only if it holds the lock at that moment (`epoch`: see [`Call::acquire`]).
     pub(crate) fn token(
         names: &LockNames,
@@ -356,7 +382,10 @@ impl Call {
             [
                 Arg::Str(owner),
                 Arg::fencing(names, retention_ms, epoch),
-                Arg::Str(model(names.scheme)),
+                Arg::Str(match names.scheme {
+                    Scheme::Semaphore { .. } => "z",
+                    scheme => model(scheme),
+                }),
             ],
         )
     }

@@ -479,9 +479,10 @@ end
 
 -- Grants the sorted-set lock `set` (a semaphore's or read/write lock's holders) to `owner`: a
 -- new fencing token, and the holder's entry with its lease end. Returns the token, or nil and a
--- reply as `next_token` does.
-local function grant_member(set, fence, owner, lease_ms, retention_ms, now)
-  local token, reply = next_token(fence, owner, retention_ms)
+-- reply as `next_token` does (a client whose turn ended is refused: see "Turns", unless
+-- `retake`, a retry of a grant already made, which the turns leave as they are).
+local function grant_member(set, fence, owner, lease_ms, retention_ms, now, retake)
+  local token, reply = next_token(fence, owner, retention_ms, retake)
   if not token then
     return nil, reply
   end

@@ -28,7 +28,8 @@ local function acquire(set, fence, stored, owner, lease_ms, retention_ms, defaul
   expire(set, now)
   -- A re-take (the same owner id, its lease not ended) needs no capacity: it is a retry of an
   -- acquire that was granted, and must say so even after the capacity went down meanwhile.
-  if not redis.call('ZSCORE', set, owner) then
+  local retake = redis.call('ZSCORE', set, owner)
+  if not retake then
     local wanted = permits_of(owner)
     if wanted > capacity then
       return {3, capacity}
@@ -38,7 +39,7 @@ local function acquire(set, fence, stored, owner, lease_ms, retention_ms, defaul
     end
   end
   local token
-  token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now)
+  token, reply = grant_member(set, fence, owner, lease_ms, retention_ms, now, retake)
   if not token then
     return reply
   end

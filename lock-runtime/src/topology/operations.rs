@@ -359,6 +359,20 @@ impl Backend for RedisBackend {
         Box::pin(self.release_one(names, owner, next))
     }
 
+    fn release_ending_turn<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        yield_ms: u64,
+        retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        Box::pin(async move {
+            let call =
+                Call::release_ending_turn(self.publishing, names, owner, yield_ms, retention_ms);
+            self.write(call, None).await
+        })
+    }
+
     fn release_many<'a>(
         &'a self,
         jobs: &'a [Release<'a>],

@@ -97,8 +97,14 @@ pub async fn rw_readers_share_and_a_writer_excludes_everyone(f: &impl Fixture) {
     }
     assert!(a.rw_lock("stock").read().is_locked().await.unwrap());
     w.release().await.unwrap();
-    // Only the fencing counter stays (for its retention).
-    assert_eq!(f.leftovers("stock"), Vec::<String>::new());
+    // Only the fencing counter stays (for its retention). The writer that gave up left its
+    // claim to the background releaser, which removes it at once: but on a loaded machine
+    // "at once" can come after the releases above.
+    let clean = eventually(Duration::from_secs(2), || async {
+        f.leftovers("stock").is_empty()
+    })
+    .await;
+    assert!(clean, "left: {:?}", f.leftovers("stock"));
 }
 
 /// While a writer waits, new readers wait behind it, so readers cannot starve it.
@@ -303,4 +309,193 @@ pub async fn semaphore_the_capacity_changes_at_run_time_for_every_client(f: &imp
     held.release().await.unwrap();
     second.release().await.unwrap();
     assert_eq!(f.leftovers("elastic"), Vec::<String>::new());
+}
+
+/// Whether a client comes to wait for `sem` (subscribed to its channel) within 5 s.
+async fn one_waits(sem: &lock_runtime::Semaphore) -> bool {
+    eventually(Duration::from_secs(5), || async {
+        sem.info()
+            .await
+            .unwrap()
+            .is_some_and(|i| i.waiters.subscribed == 1)
+    })
+    .await
+}
+
+/// A semaphore's permits pass between the tasks of one client in memory: never more holders
+/// than permits, fewer lock operations than acquisitions, and every token its holders ask for
+/// is a token of its own.
+pub async fn semaphore_permits_pass_between_the_tasks_of_a_client_in_memory(f: &impl Fixture) {
+    const CAPACITY: usize = 2;
+    const TASKS: usize = 6;
+    const PER_TASK: usize = 30;
+    let locks = f.client().await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let before = f.lock_round_trips();
+    let mut handles = Vec::new();
+    for _ in 0..TASKS {
+        let sem = locks.semaphore("pool", CAPACITY as u32);
+        let (inside, tokens) = (inside.clone(), tokens.clone());
+        handles.push(tokio::spawn(async move {
+            for i in 0..PER_TASK {
+                let permit = sem.acquire().await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= CAPACITY, "{now} holders of {CAPACITY} permits");
+                if i % 10 == 0 {
+                    let token = permit.fencing_token().await.unwrap();
+                    tokens.lock().unwrap().push(token);
+                }
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    super::passed_in_memory(f, &locks, before, (TASKS * PER_TASK) as u64);
+    let mut tokens = tokens.lock().unwrap().clone();
+    let asked = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), asked, "a token went to two holders");
+    let sem = locks.semaphore("pool", CAPACITY as u32);
+    assert_eq!(sem.available().await.unwrap(), CAPACITY as u32);
+    assert_eq!(f.leftovers("pool"), Vec::<String>::new());
+}
+
+/// Permits passed in memory keep being renewed by the watchdog; their token is issued on
+/// demand, above the one of the hold they passed from; their loss reaches the task that holds
+/// them at that moment.
+pub async fn semaphore_permits_passed_in_memory_are_renewed_and_their_loss_reaches_their_holder(
+    f: &impl Fixture,
+) {
+    let locks = f.client_with_watchdog(Duration::from_millis(600)).await;
+    let sem = locks.semaphore("passed-permits", 1);
+    let first = sem.acquire().await.unwrap();
+    let first_owner = first.owner().to_owned();
+    let first_token = first
+        .issued_token()
+        .expect("a grant in Redis carries its token");
+    let waiter = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire().await.unwrap() }
+    });
+    assert!(one_waits(&sem).await, "the waiter never subscribed");
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap();
+    assert_eq!(
+        second.owner(),
+        first_owner,
+        "the hold in Redis passed as it was"
+    );
+    assert_eq!(second.issued_token(), None, "tokens on demand");
+    assert!(locks.stats().handoffs >= 1, "{:?}", locks.stats());
+    // Held past two leases: renewed throughout.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(!second.is_lost());
+    assert!(sem.is_held().await.unwrap());
+    let token = second.fencing_token().await.unwrap();
+    assert!(token > first_token, "{token} after {first_token}");
+    f.take_away("passed-permits");
+    let err = tokio::time::timeout(Duration::from_secs(5), second.lost())
+        .await
+        .expect("told within a renewal period");
+    assert_eq!(
+        lock_tests::loss_reason(&err),
+        Some(lock_runtime::LossReason::Deleted),
+        "{err:?}"
+    );
+    assert!(matches!(
+        second.fencing_token().await,
+        Err(LockError::Lost { .. })
+    ));
+}
+
+/// Permits pass in memory only to a waiter for as many: a waiter for two, first in the queue,
+/// is not given one permit of a holder of one; it takes its two through Redis, under an owner
+/// id and a token of its own.
+pub async fn semaphore_permits_pass_only_to_a_waiter_for_as_many(f: &impl Fixture) {
+    let locks = f.client().await;
+    let sem = locks.semaphore("sizes", 2);
+    let a = sem.acquire().await.unwrap();
+    let b = sem.acquire().await.unwrap();
+    let passed_from = [a.owner().to_owned(), b.owner().to_owned()];
+    let pair = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire_many(2, LockOptions::new()).await.unwrap() }
+    });
+    assert!(one_waits(&sem).await, "the waiter never subscribed");
+    a.release().await.unwrap();
+    // The freed permit stays free: one is too few for the waiter, and nobody else waits.
+    assert_eq!(sem.available().await.unwrap(), 1);
+    assert!(!pair.is_finished());
+    b.release().await.unwrap();
+    let pair = tokio::time::timeout(Duration::from_secs(5), pair)
+        .await
+        .expect("granted once both permits are free")
+        .unwrap();
+    assert_eq!(pair.permits(), 2);
+    assert!(!passed_from.contains(&pair.owner().to_owned()));
+    assert!(
+        pair.issued_token().is_some(),
+        "granted in Redis, with its token"
+    );
+    assert_eq!(locks.stats().handoffs, 0);
+}
+
+/// A client whose tasks pass a semaphore's permits among themselves in memory lets another
+/// client that waits take its turn: the turn ends at the hand-off limit (or after its time),
+/// and the permit it frees is kept from the passing client until the waiting one had it.
+pub async fn semaphore_permits_passed_in_memory_let_another_client_take_its_turn(f: &impl Fixture) {
+    /// The hand-off limit's default: a turn is at most this many passes in a row.
+    const LIMIT: u64 = 64;
+    /// The turns of the passing client the waiting one may sit through: one, and more where a
+    /// loaded machine delays the waiter past the refusal of the passing client (5 ms).
+    const TURNS: u64 = 10;
+    let hot = f.client().await;
+    let other = f.client().await;
+    let taken = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let sem = hot.semaphore("turns", 1);
+        let (taken, stop) = (taken.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            // Bounded in count as well as by the flag.
+            for _ in 0..20_000 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let permit = sem.acquire().await.unwrap();
+                taken.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    let busy = eventually(Duration::from_secs(10), || async {
+        taken.load(Ordering::SeqCst) > 2 * LIMIT as usize
+    })
+    .await;
+    assert!(busy, "the hot client's tasks never got going");
+    assert!(hot.stats().handoffs > 0, "{:?}", hot.stats());
+    let asked = taken.load(Ordering::SeqCst) as u64;
+    let permit = other
+        .semaphore("turns", 1)
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect("the other client had a turn");
+    let during = taken.load(Ordering::SeqCst) as u64 - asked;
+    stop.store(true, Ordering::SeqCst);
+    permit.release().await.unwrap();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(
+        during <= TURNS * (LIMIT + 1),
+        "{during} acquisitions of the hot client while the other waited"
+    );
 }

@@ -77,6 +77,10 @@ macro_rules! behaviour_tests {
             semaphore_a_release_of_several_permits_wakes_as_many_waiters,
             semaphore_a_waiter_for_several_permits_does_not_swallow_a_smaller_ones_wake_up,
             semaphore_the_capacity_changes_at_run_time_for_every_client,
+            semaphore_permits_pass_between_the_tasks_of_a_client_in_memory,
+            semaphore_permits_passed_in_memory_are_renewed_and_their_loss_reaches_their_holder,
+            semaphore_permits_pass_only_to_a_waiter_for_as_many,
+            semaphore_permits_passed_in_memory_let_another_client_take_its_turn,
             info_reads_a_mutex_holder_lease_token_and_subscribed_waiters,
             info_reads_semaphore_permits_and_the_stored_capacity,
             info_reads_readers_a_writer_and_a_fair_queue,
@@ -97,6 +101,23 @@ macro_rules! behaviour_tests {
             }
         )*
     };
+}
+
+/// Asserts that `locks` made `acquisitions` in all, some of them handed over locally, with
+/// fewer lock operations than acquisitions since `before` (where the backend counts them):
+/// through Redis, every acquisition and release would be an operation each.
+fn passed_in_memory(f: &impl Fixture, locks: &LockClient, before: Option<u64>, acquisitions: u64) {
+    let stats = locks.stats();
+    assert_eq!(stats.acquisitions, acquisitions);
+    assert!(stats.handoffs > 0, "{stats:?}");
+    if let (Some(before), Some(after)) = (before, f.lock_round_trips()) {
+        let operations = after - before;
+        assert!(
+            operations < stats.acquisitions,
+            "{operations} lock operations for {} acquisitions",
+            stats.acquisitions
+        );
+    }
 }
 
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.

@@ -227,6 +227,95 @@ async fn a_busy_client_lets_other_processes_in_after_its_hand_off_limit() {
     );
 }
 
+/// A client passing a semaphore's permits among its tasks in memory ends its turn at the
+/// hand-off limit when another process waits, and the permit it then frees is kept from its own
+/// tasks until the waiting client had it: even for a waiting client that hears the release and
+/// asks later than the passing client's own waiters (its connection 1 ms slower each way
+/// here), which would lose every race for the freed permit without the turn mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_turn_ends_for_a_slower_client_that_waits() {
+    /// The hand-off limit: a turn is at most this many passes in a row.
+    const LIMIT: u64 = 8;
+    /// The passing client's turns the other client may sit through: one, more where a loaded
+    /// machine delays its request past the mark's lapse (5 ms).
+    const TURNS: u64 = 10;
+    let redis = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", redis.port()).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let hot = lock_tests::client_with(&redis, |b| b.handoff_limit(LIMIT as u32)).await;
+    let slow = LockClient::connect(&proxy.url()).await.unwrap();
+    proxy.set_latency(Duration::from_millis(1));
+    let taken = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let sem = hot.semaphore("slow-turns", 1);
+        let (taken, stop) = (taken.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            // Bounded in count as well as by the flag: about a second of passes.
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let permit = sem
+                    .acquire_with(wait(Duration::from_secs(10)))
+                    .await
+                    .unwrap();
+                taken.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || hot.stats().handoffs > 4 * LIMIT).await,
+        "the busy client's permits never passed in memory"
+    );
+    // Rounds in which the slower client waited, and the busy client's acquisitions meanwhile.
+    let mut waited = Vec::new();
+    for _ in 0..20 {
+        if waited.len() == 5 {
+            break;
+        }
+        let waiter = tokio::spawn({
+            let sem = slow.semaphore("slow-turns", 1);
+            async move { sem.acquire_with(wait(Duration::from_secs(20))).await }
+        });
+        // Counted from when the slower client waits (subscribed); a first attempt that finds
+        // the permit free between two turns is no wait.
+        assert!(
+            common::eventually(Duration::from_secs(5), || slow.subscribed_channels() == 1
+                || waiter.is_finished())
+            .await
+        );
+        let asked = taken.load(Ordering::Relaxed);
+        let did_wait = !waiter.is_finished();
+        let permit = waiter.await.unwrap().expect("the slower client had a turn");
+        if did_wait {
+            waited.push(taken.load(Ordering::Relaxed) - asked);
+        }
+        permit.release().await.unwrap();
+        // Until nothing is left subscribed: the next round's wait starts afresh.
+        assert!(
+            common::eventually(Duration::from_secs(5), || slow.subscribed_channels() == 0).await
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    eprintln!("the busy client's acquisitions while the slower one waited: {waited:?}");
+    assert!(
+        waited.len() >= 3,
+        "the slower client waited only {} times",
+        waited.len()
+    );
+    assert!(
+        waited.iter().all(|&during| during <= TURNS * (LIMIT + 1)),
+        "{waited:?}: acquisitions of the busy client while the slower one waited"
+    );
+}
+
 /// A turn is bounded in time too: with critical sections of 3 ms, a client whose tasks keep a
 /// lock busy lets another process in after a few milliseconds of its turn, long before its
 /// hand-off limit would end it. The limit here is a million hand-overs (about 50 minutes of

@@ -58,11 +58,19 @@ async fn job(
     let _key = jobs.key(&key).enter();
     let _total = jobs.total.enter();
     tokio::time::sleep(Duration::from_millis(ms)).await;
-    // A permit's token comes with the grant.
+    // With the grant, or on demand for a permit passed in memory from another request.
     let token = held
-        .issued_token()
-        .expect("a permit's token comes with the grant");
+        .fencing_token()
+        .await
+        .expect("a held permit has a token");
     format!("{} {token}", held.name())
+}
+
+/// Answers the token issued with the permit's grant, `none` when there is none yet.
+async fn issued(Extension(held): Extension<HeldLock>) -> String {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.issued_token()
+        .map_or_else(|| "none".to_owned(), |token| token.to_string())
 }
 
 fn app(layer: KeyedConcurrencyLimitLayer<name::PathParams>, jobs: &Arc<Jobs>) -> Router {
@@ -152,6 +160,41 @@ async fn six_requests_on_one_key_never_run_more_than_two_at_once_across_two_inst
         let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
         let freed = all_free_within(&locks, "k", 2, RELEASED_WITHIN).await;
         assert!(freed.is_some(), "permits were not given back");
+    })
+    .await;
+}
+
+/// A fenced limit issues every permit's token with its grant, also to the requests of one
+/// instance that would otherwise be passed a permit in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_limit_issues_each_permits_token_with_its_grant() {
+    common::bounded(TEST_LIMIT, async {
+        let redis = RedisServer::start();
+        let locks = common::client(&redis, RESPONSE_TIMEOUT).await;
+        let app = Router::new()
+            .route("/issued/{key}", post(issued))
+            .route_layer(
+                KeyedConcurrencyLimitLayer::new(locks.clone(), "issued:<key>", 1).fenced(),
+            );
+        let requests: Vec<_> = (0..4)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let request = Request::post("/issued/k").body(Body::empty()).unwrap();
+                    send(&app, request).await
+                })
+            })
+            .collect();
+        let mut tokens = Vec::new();
+        for request in requests {
+            let (status, _, body) = request.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{body}");
+            tokens.push(body.parse::<u64>().expect("a token with the grant"));
+        }
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 4, "every permit had its own fencing token");
+        assert_eq!(locks.stats().handoffs, 0, "{:?}", locks.stats());
     })
     .await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Members, State, first_end, live, live_set, next_token};
+use super::{Members, State, first_end, live, live_set, millis_until, next_token, yielded_until};
 use crate::backend::Reply;
 use crate::keys::LockNames;
 use crate::keys::{Family, PLACE_TTL, owner};
@@ -28,6 +28,26 @@ pub(super) fn grant_member(
         .1
         .insert(owner.to_owned(), (until, token));
     token
+}
+
+/// `token.lua` for a semaphore: a fresh fencing token for `owner` while it holds permits
+/// (`NotDone(0)` when it does not): the permits of a hold passed in memory get theirs on demand.
+pub(super) fn permits_token(state: &mut State, names: &LockNames, owner: &str) -> Reply {
+    if live(state, &names.key).is_some() {
+        return Reply::Foreign("hash".into());
+    }
+    if !live_set(state, &names.key).is_some_and(|(_, members)| members.contains_key(owner)) {
+        return Reply::NotDone(0);
+    }
+    let token = state.tokens.entry(names.key.clone()).or_default();
+    *token += 1;
+    let token = *token;
+    if let Some((_, members)) = state.sets.get_mut(&names.key)
+        && let Some(member) = members.get_mut(owner)
+    {
+        member.1 = token;
+    }
+    Reply::Done(token)
 }
 
 /// The permits an owner id carries: `#<permits>` at its end, else 1.
@@ -127,6 +147,11 @@ pub(super) fn acquire_permits(
     }
     if !mine && held + wanted > capacity {
         return Reply::NotDone(first.unwrap_or(1));
+    }
+    // A client whose turn of passing permits in memory ended while others waited is kept out
+    // for a while (a re-take of its own hold is not).
+    if !mine && let Some(until) = yielded_until(state, &names.key, owner) {
+        return Reply::NotDone(millis_until(until));
     }
     Reply::Done(grant_member(state, names, owner, lease_ms))
 }

@@ -217,6 +217,30 @@ fn client_of(owner: &str) -> &str {
     owner.rsplit_once(':').map_or(owner, |(client, _)| client)
 }
 
+/// Until when `owner`'s client is kept from `key` because its turn ended while others waited
+/// (`yield` in `prelude.lua`), if it is.
+fn yielded_until(state: &State, key: &str, owner: &str) -> Option<Instant> {
+    state
+        .yielded
+        .get(key)
+        .filter(|y| y.client == client_of(owner) && y.until > Instant::now())
+        .map(|y| y.until)
+}
+
+/// Keeps `owner`'s client from `key` for `yield_ms` if another client waits for it (more
+/// subscribers to `channel` than the releasing client's own): the end of its turn.
+fn end_turn(state: &mut State, key: &str, channel: &str, owner: &str, yield_ms: u64) {
+    if subscribers(state, channel) > 1 {
+        state.yielded.insert(
+            key.to_owned(),
+            Yielded {
+                client: client_of(owner).to_owned(),
+                until: Instant::now() + Duration::from_millis(yield_ms),
+            },
+        );
+    }
+}
+
 /// The next fencing token of `key` (the next grant to anyone clears a yield).
 fn next_token(state: &mut State, key: &str) -> i64 {
     state.yielded.remove(key);

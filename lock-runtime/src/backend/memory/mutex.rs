@@ -8,8 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Hold, MemoryBackend, State, Yielded, client_of, live, live_set, millis_until, next_token,
-    subscribers,
+    Hold, MemoryBackend, State, end_turn, live, live_set, millis_until, next_token, yielded_until,
 };
 use crate::backend::{HandOff, Reply};
 use crate::keys::LockNames;
@@ -29,17 +28,12 @@ impl MemoryBackend {
                 let mut next = next;
                 if let Some(heir) = next
                     && let Some(yield_ms) = heir.yield_ms
-                    && subscribers(&state, &names.channel) > 1
                 {
                     // Others wait besides the releasing client: their turn.
-                    state.yielded.insert(
-                        names.key.clone(),
-                        Yielded {
-                            client: client_of(owner).to_owned(),
-                            until: Instant::now() + Duration::from_millis(yield_ms),
-                        },
-                    );
-                    next = None;
+                    end_turn(&mut state, &names.key, &names.channel, owner, yield_ms);
+                    if yielded_until(&state, &names.key, owner).is_some() {
+                        next = None;
+                    }
                 }
                 if let Some(heir) = next {
                     let token = grant(&mut state, names, heir.owner, heir.lease_ms, heir.fenced);
@@ -68,11 +62,9 @@ pub(super) fn acquire_mutex(
     }
     match live(state, &names.key) {
         Some(hold) if hold.owner != owner => Reply::NotDone(millis_until(hold.until)),
-        _ => match state.yielded.get(&names.key) {
-            Some(y) if y.client == client_of(owner) && y.until > Instant::now() => {
-                Reply::NotDone(millis_until(y.until))
-            }
-            _ => Reply::Done(grant(state, names, owner, lease_ms, fenced)),
+        _ => match yielded_until(state, &names.key, owner) {
+            Some(until) => Reply::NotDone(millis_until(until)),
+            None => Reply::Done(grant(state, names, owner, lease_ms, fenced)),
         },
     }
 }

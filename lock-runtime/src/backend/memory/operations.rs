@@ -10,10 +10,13 @@ use tokio::time::Instant;
 use super::control::refused;
 use super::fair::{acquire_fair, release_fair};
 use super::holders::{
-    acquire_permits, acquire_rw, capacity_in_force, grant_member, permits_of, release_member,
+    acquire_permits, acquire_rw, capacity_in_force, grant_member, permits_of, permits_token,
+    release_member,
 };
 use super::mutex::{acquire_mutex, grant, token};
-use super::{BUSY_OWNER, Fault, MemoryBackend, live, live_set, millis_until, ready, subscribers};
+use super::{
+    BUSY_OWNER, Fault, MemoryBackend, end_turn, live, live_set, millis_until, ready, subscribers,
+};
 use crate::backend::{
     Acked, Approach, Backend, BoxFuture, CapacityOp, HandOff, LockState, Release, Reply, ScanNode,
 };
@@ -158,7 +161,33 @@ impl Backend for MemoryBackend {
         if state.unreachable.contains(owner) {
             return ready(Err(refused()));
         }
-        let reply = token(&mut state, names, owner);
+        let reply = match names.scheme {
+            Scheme::Semaphore { .. } => permits_token(&mut state, names, owner),
+            _ => token(&mut state, names, owner),
+        };
+        ready(Ok(Acked {
+            reply,
+            shortfall: None,
+        }))
+    }
+
+    fn release_ending_turn<'a>(
+        &'a self,
+        names: &'a LockNames,
+        owner: &'a str,
+        yield_ms: u64,
+        _retention_ms: u64,
+    ) -> BoxFuture<'a, RedisResult<Acked<Reply>>> {
+        let mut state = self.lock();
+        state.unreachable.remove(owner);
+        let (reply, wake) = release_member(&mut state, names, owner);
+        if matches!(reply, Reply::Done(_)) {
+            end_turn(&mut state, &names.key, &names.channel, owner, yield_ms);
+        }
+        drop(state);
+        if let Some(wake) = wake {
+            self.publish(&names.channel, &wake);
+        }
         ready(Ok(Acked {
             reply,
             shortfall: None,

@@ -26,10 +26,11 @@
 //!     the lock family under faults: six tasks, two on a semaphore of 2 permits, two on a
 //!     read/write lock (one section in four writes), two on a fair lock, each taking it again
 //!     and again until <duration-ms> passed, riding out errors; one line per section is
-//!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`;
+//!     appended to <out>: `<semaphore|read|write|fair> <asked-ns> <start-ns> <end-ns> <lost>`,
+//!     and ` passed` for a permit passed in memory by the other task of the process;
 //!     prints `exit held=<n> subscribed=<n> sections=<n>` at the end.
 //! lock-worker chaos <lock-url> <store-url> <keys> <tasks> <duration-ms> <watchdog-ms> <out>
-//!     [group-commit] [family]
+//!     [family]
 //!     (<lock-url>: one server, `sentinel:<master>@<sentinel-url>,…[+ack]`, or
 //!     `cluster:<node-url>,…[+ack]`; <store-url>: a Redis URL (the compare-and-set store),
 //!     `sqlite://<file>` or `postgres://…` (fenced through lock-fence), or several of them,

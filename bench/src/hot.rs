@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::contenders::{self, Contender};
 use crate::impls::{Kind, Locker};
 use crate::stats::{self, jain, quantile};
 use lock_tests::mono_ns;
@@ -165,23 +166,27 @@ pub(crate) async fn hot_child(args: &[String]) {
     print!("{out}");
 }
 
-/// `lock-bench hot <impl> <url> <tasks> <seconds>`: one hot-key run of `tasks` tasks in this
-/// process against a server of your own, printed as one line.
+/// `lock-bench hot <impl> <url> <tasks> <seconds>`: one hot-key run of `tasks` tasks in one
+/// process (this one, or a peer's driver) against a server of your own, printed as one line.
+/// `<impl>` is a row's name: a Rust lock's, or a built peer's (`redisson (JVM)`,
+/// `redisson RFencedLock (JVM)`, `redsync`).
 pub(crate) async fn hot_only(args: &[String]) {
-    let [kind, url, tasks, secs] = args else {
+    let [name, url, tasks, secs] = args else {
         panic!("usage: lock-bench hot <impl> <url> <tasks> <seconds>");
     };
-    let kind = Kind::parse(kind).expect("lock-runtime, rslock or naive");
+    let peers = contenders::peers_for(name);
+    let lock = Contender::named(name, &peers).unwrap_or_else(|| panic!("no lock named {name:?}"));
     let tasks: usize = tasks.parse().expect("tasks");
     let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
-    let h = hot_in_process(kind, url, tasks, run).await;
+    let h = lock.hot(url, 1, tasks, run).await;
     println!(
-        "{} tasks={tasks} acq/s={:.0} owner_changes/s={:.0} wait_p50={:.0}us wait_p99={:.0}us jain={:.3}",
-        kind.name(),
+        "{} tasks={tasks} acq/s={:.0} owner_changes/s={:.0} wait_p50={:.0}us wait_p99={:.0}us jain={:.3} gave_up={}",
+        lock.name(),
         h.acq_per_s,
         h.owner_changes_per_s,
         h.wait_p50_us,
         h.wait_p99_us,
-        h.jain
+        h.jain,
+        h.gave_up
     );
 }

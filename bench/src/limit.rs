@@ -17,8 +17,11 @@ pub(crate) struct Limit {
     pub(crate) redis_benchmark: Vec<(String, f64)>,
 }
 
-pub(crate) async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
-    let mut conn = redis::Client::open(redis.url())
+/// `samples` PING round trips to the server at `url`, one request at a time on a connection of
+/// their own: how the limit times them, and how each uncontended row times its own
+/// ([`crate::uncontended::beside_ping`]).
+pub(crate) async fn ping_rtts(url: &str, samples: usize) -> Vec<Duration> {
+    let mut conn = redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -29,6 +32,11 @@ pub(crate) async fn limit(redis: &RedisServer, samples: usize, requests: usize) 
         let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
         rtts.push(t.elapsed());
     }
+    rtts
+}
+
+pub(crate) async fn limit(redis: &RedisServer, samples: usize, requests: usize) -> Limit {
+    let mut rtts = ping_rtts(&redis.url(), samples).await;
     // The acquire function, loaded as the client loads it, on random keys so every call takes
     // a free lock.
     let acquire = library_function(&redis.url(), "acquire").await;

@@ -1,6 +1,6 @@
 //! Benchmarks: lock-runtime against rslock, a naive `SET NX` + 100 ms polling lock, Redisson's
-//! `RLock` in JVMs, redsync in Go processes, and the Redis round-trip limit, all against one
-//! local redis-server in one run.
+//! `RLock` and `RFencedLock` in JVMs, redsync in Go processes, and the Redis round-trip limit,
+//! all against one local redis-server in one run.
 //!
 //! Run with `bash scripts/bench.sh` (short mode, about 2 minutes) or
 //! `bash scripts/bench.sh --full` (3 repetitions per figure, medians reported). Writes
@@ -149,7 +149,7 @@ async fn run_all(plan: Plan) -> Results {
         contenders(&mut r, plan, &url, Contender::Rust(kind)).await;
     }
     variants(&mut r, plan, &url).await;
-    if let Some(jvm) = redisson_jvm::find() {
+    for jvm in redisson_jvm::find() {
         contenders(&mut r, plan, &url, Contender::Process(&jvm)).await;
     }
     if let Some((go, version)) = redsync::find() {
@@ -180,7 +180,7 @@ async fn variants(r: &mut Results, plan: Plan, url: &str) {
         let u = median_of(
             plan.reps,
             |u: &Uncontended| u.pairs_per_s,
-            || uncontended::uncontended(Kind::OursFenced, url, workers, plan.run),
+            || Contender::Rust(Kind::OursFenced).uncontended(url, workers, plan.run),
         )
         .await;
         map.insert(impls::FENCED, u);

@@ -1,5 +1,5 @@
-//! A lock measured in processes of its own (Redisson's `RLock` in a JVM, redsync in a Go
-//! binary), in the same scenarios as the Rust locks. The peer's driver runs the workload and
+//! A lock measured in processes of its own (Redisson's `RLock` or `RFencedLock` in a JVM,
+//! redsync in a Go binary), in the same scenarios as the Rust locks. The peer's driver runs the workload and
 //! prints what it measured; this side reads it, measures the Redis server around it, and
 //! summarises it like the others.
 //!
@@ -110,6 +110,7 @@ impl ProcessPeer {
             p99_us: p99_ns / 1e3,
             server_cpu_us: (after.0 - cpu_before) * 1e6 / pairs.max(1.0),
             command_us: (after.1 - commands_before) / pairs.max(1.0),
+            ping_p50_us: 0.0,
         }
     }
 

@@ -135,6 +135,7 @@ mod tests {
             p99_us: 900.0,
             server_cpu_us: cpu,
             command_us: 1.0,
+            ping_p50_us: 0.0,
         }
     }
 

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::contenders::{self, Contender};
 use crate::impls::{Kind, Locker};
 use crate::stats::{self, quantile};
 
@@ -17,6 +18,30 @@ pub(crate) struct Uncontended {
     pub(crate) server_cpu_us: f64,
     /// Command time (`INFO commandstats`, every command but INFO) per pair, in µs.
     pub(crate) command_us: f64,
+    /// The server's PING round trip p50 in µs, timed beside this run ([`beside_ping`]); 0 when
+    /// it was not.
+    pub(crate) ping_p50_us: f64,
+}
+
+/// How many PINGs [`beside_ping`] times per run: half right before it, half right after.
+pub(crate) const PING_BESIDE: usize = 2_000;
+
+/// `run` (a future not started yet) with the server's PING p50 timed beside it: half the PINGs
+/// right before the run, half right after, on the same server and the same way as the limit's,
+/// and their p50 taken together. The pair p50 is then compared with the round trip over the
+/// run's own span (on a busy machine a short window of PINGs alone swings by 2×), not with
+/// one PING figure of the whole benchmark.
+pub(crate) async fn beside_ping(
+    url: &str,
+    run: impl std::future::Future<Output = Uncontended>,
+) -> Uncontended {
+    let mut rtts = crate::limit::ping_rtts(url, PING_BESIDE / 2).await;
+    let u = run.await;
+    rtts.extend(crate::limit::ping_rtts(url, PING_BESIDE / 2).await);
+    Uncontended {
+        ping_p50_us: stats::us(quantile(&mut rtts, 0.5)),
+        ..u
+    }
 }
 
 /// The Redis server's CPU seconds (main thread) and total command µs so far.
@@ -99,25 +124,31 @@ pub(crate) async fn uncontended(
         p99_us: stats::us(quantile(&mut s, 0.99)),
         server_cpu_us: (cpu_after - cpu_before) * 1e6 / pairs,
         command_us: (commands_after - commands_before) / pairs,
+        ping_p50_us: 0.0,
     }
 }
 
 /// `lock-bench uncontended <impl> <url> <workers> <seconds>`: one uncontended run against a
-/// server of your own, printed as one line (to compare builds or settings side by side).
+/// server of your own, with the PING p50 timed beside it, printed as one line (to compare
+/// builds or settings side by side). `<impl>` is a row's name: a Rust lock's, or a built peer's
+/// (`redisson (JVM)`, `redisson RFencedLock (JVM)`, `redsync`).
 pub(crate) async fn uncontended_only(args: &[String]) {
-    let [kind, url, workers, secs] = args else {
+    let [name, url, workers, secs] = args else {
         panic!("usage: lock-bench uncontended <impl> <url> <workers> <seconds>");
     };
-    let kind = Kind::parse(kind).expect("lock-runtime, rslock or naive");
+    let peers = contenders::peers_for(name);
+    let lock = Contender::named(name, &peers).unwrap_or_else(|| panic!("no lock named {name:?}"));
     let workers: usize = workers.parse().expect("workers");
     let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
-    let u = uncontended(kind, url, workers, run).await;
+    let u = lock.uncontended(url, workers, run).await;
     println!(
-        "{} workers={workers} pairs/s={:.0} p50={:.0}us p99={:.0}us redis_cpu_per_pair={:.2}us command_us_per_pair={:.2}us",
-        kind.name(),
+        "{} workers={workers} pairs/s={:.0} p50={:.0}us p99={:.0}us ping_p50={:.0}us p50/ping={:.2} redis_cpu_per_pair={:.2}us command_us_per_pair={:.2}us",
+        lock.name(),
         u.pairs_per_s,
         u.p50_us,
         u.p99_us,
+        u.ping_p50_us,
+        u.p50_us / u.ping_p50_us,
         u.server_cpu_us,
         u.command_us
     );

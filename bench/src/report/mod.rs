@@ -71,13 +71,14 @@ fn check(ok: bool) -> &'static str {
 }
 
 /// What every section reads: the run's figures, the machine, the locks in table order, and the
-/// PING round trip that latencies are compared with.
+/// limit's PING round trip that the wake-up and tower latencies are compared with (each
+/// uncontended row has a PING of its own, timed beside it).
 struct Run<'a> {
     r: &'a Results,
     versions: &'a Versions,
     plan: crate::Plan,
-    /// lock-runtime, rslock, naive, then the peers: Redisson's when it ran, redsync always
-    /// (without its driver, its rows say "not built").
+    /// lock-runtime, rslock, naive, then the peers: Redisson's `RLock` and `RFencedLock` when
+    /// they ran, redsync always (without its driver, its rows say "not built").
     kinds: Vec<&'static str>,
     with_jvm: bool,
     ping: f64,
@@ -88,9 +89,11 @@ impl<'a> Run<'a> {
         let jvm = crate::redisson_jvm::NAME;
         let with_jvm = r.uncontended_1.contains_key(jvm);
         let mut kinds = vec!["lock-runtime", "rslock", "naive"];
-        if with_jvm {
-            kinds.push(jvm);
-        }
+        kinds.extend(
+            [jvm, crate::redisson_jvm::FENCED_NAME]
+                .into_iter()
+                .filter(|k| r.uncontended_1.contains_key(k)),
+        );
         kinds.push(crate::redsync::NAME);
         Run {
             r,
@@ -163,6 +166,78 @@ mod tests {
             machine: "a machine".into(),
             rustc: "rustc".into(),
             redis_server: "redis".into(),
+        }
+    }
+
+    #[test]
+    fn redissons_fenced_lock_has_its_rows_and_faces_our_fenced_grant() {
+        let mut r = rust_only();
+        let (jvm, fenced_jvm) = (crate::redisson_jvm::NAME, crate::redisson_jvm::FENCED_NAME);
+        for k in [jvm, fenced_jvm] {
+            let u = Uncontended {
+                pairs_per_s: 100.0,
+                ..Uncontended::default()
+            };
+            r.uncontended_1.insert(k, u.clone());
+            r.uncontended_64.insert(k, u);
+            r.hot_tasks.insert(k, Hot::default());
+            r.hot_procs.insert(k, Hot::default());
+            r.wake.insert(
+                k,
+                Wake {
+                    p50_us: 400.0,
+                    ..Wake::default()
+                },
+            );
+        }
+        let ours = Uncontended {
+            pairs_per_s: 200.0,
+            ..Uncontended::default()
+        };
+        let fenced = crate::impls::FENCED;
+        r.uncontended_1.insert(fenced, ours.clone());
+        r.uncontended_64.insert(fenced, ours);
+        r.hot_tasks.insert(fenced, Hot::default());
+        let md = markdown(&r, &versions());
+        for row in [
+            "| redisson RFencedLock (JVM) | 1 | 100 |",
+            "| redisson RFencedLock (JVM) | 64 | 100 |",
+            "| redisson RFencedLock (JVM) | 16 tasks, 1 process |",
+            "| redisson RFencedLock (JVM) | 4 processes × 4 tasks |",
+            "| redisson RFencedLock (JVM) | 0 | 400 µs |",
+            "| scenario | lock-runtime, fenced | redisson RFencedLock (JVM) | ratio | ahead? |",
+            "| uncontended, 1 worker: pairs/s | 200.0 | 100.0 | 2.00× | yes |",
+            "| wake-up p50 (µs) | – | 400.0 | – | – |",
+        ] {
+            assert!(md.contains(row), "no {row:?} in:\n{md}");
+        }
+        assert!(
+            md.contains("`RFencedLock` (`-Dlockinterop.bench.lock=fenced`)"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn each_uncontended_row_is_judged_against_the_ping_beside_it() {
+        let mut r = rust_only();
+        // The limit's PING, which the uncontended rows no longer use.
+        r.limit.ping_p50_us = 1000.0;
+        let row = |p50_us, ping_p50_us| Uncontended {
+            pairs_per_s: 1.0,
+            p50_us,
+            ping_p50_us,
+            ..Uncontended::default()
+        };
+        r.uncontended_1.insert("lock-runtime", row(150.0, 75.0));
+        r.uncontended_1.insert("rslock", row(150.0, 50.0));
+        let md = markdown(&r, &versions());
+        for line in [
+            "| lock-runtime | 1 | 1 | 150 µs | 0 µs | 75 µs | 2.00× |",
+            "| rslock | 1 | 1 | 150 µs | 0 µs | 50 µs | 3.00× |",
+            "| naive | 1 | 0 | 0 µs | 0 µs | – | – |",
+            "| 2.00× PING (150 µs / 75 µs), 1.00× rslock | met |",
+        ] {
+            assert!(md.contains(line), "no {line:?} in:\n{md}");
         }
     }
 

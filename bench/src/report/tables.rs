@@ -40,6 +40,15 @@ fn peers(s: &mut String, run: &Run<'_>) {
             lock_tests::redisson::REDISSON_4
         );
     }
+    let fenced_jvm = crate::redisson_jvm::FENCED_NAME;
+    if run.kinds.contains(&fenced_jvm) {
+        let _ = writeln!(
+            s,
+            "- {fenced_jvm}: the same driver with Redisson {}'s `RFencedLock` (`-Dlockinterop.bench.lock=fenced`): every grant is `lockAndGetToken(10 s)`, whose script increments the lock's token counter and returns the token, and `unlock` as `RLock`'s; same scenarios, names, connections and warm-ups. It is the peer of `{}` (every grant issues its token).\n",
+            lock_tests::redisson::REDISSON_4,
+            crate::impls::FENCED
+        );
+    }
     match &r.redsync {
         Some(build) => {
             let _ = writeln!(
@@ -71,18 +80,18 @@ pub(super) fn limit(s: &mut String, run: &Run<'_>) {
     }
 }
 
-/// Each worker locking its own key, 1 and 64 workers.
+/// Each worker locking its own key, 1 and 64 workers; each row's p50 against the PING timed
+/// beside it.
 pub(super) fn uncontended(s: &mut String, run: &Run<'_>) {
     let r = run.r;
     let kinds = &run.kinds;
-    let ping = run.ping;
     let _ = writeln!(
         s,
         "\n## Uncontended: each worker locks and unlocks its own key\n"
     );
     let _ = writeln!(
         s,
-        "| impl | workers | pairs/s | pair p50 | pair p99 | p50 / PING p50 | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| impl | workers | pairs/s | pair p50 | pair p99 | PING p50 beside it | p50 / PING p50 beside it | pairs/s vs rslock | Redis CPU per pair | Redis command time per pair | Redis CPU vs rslock |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (workers, map) in [(1, &r.uncontended_1), (64, &r.uncontended_64)] {
         let variants: Vec<&str> = [crate::impls::FENCED]
@@ -96,16 +105,21 @@ pub(super) fn uncontended(s: &mut String, run: &Run<'_>) {
             .chain(kinds.iter().skip(1))
         {
             let Some(u) = map.get(k) else {
-                let _ = writeln!(s, "| {k} | {workers} | not built | | | | | | | |");
+                let _ = writeln!(s, "| {k} | {workers} | not built | | | | | | | | |");
                 continue;
+            };
+            let ping = if u.ping_p50_us > 0.0 {
+                format!("{:.0} µs", u.ping_p50_us)
+            } else {
+                "–".into()
             };
             let _ = writeln!(
                 s,
-                "| {k} | {workers} | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {:.1} µs | {:.1} µs | {} |",
+                "| {k} | {workers} | {:.0} | {:.0} µs | {:.0} µs | {ping} | {} | {} | {:.1} µs | {:.1} µs | {} |",
                 u.pairs_per_s,
                 u.p50_us,
                 u.p99_us,
-                ratio(u.p50_us, ping),
+                ratio(u.p50_us, u.ping_p50_us),
                 ratio(u.pairs_per_s, map["rslock"].pairs_per_s),
                 u.server_cpu_us,
                 u.command_us,
@@ -119,10 +133,15 @@ pub(super) fn uncontended(s: &mut String, run: &Run<'_>) {
         "\n`lock-runtime` is the client as most callers use it: the watchdog (lease 10 s, renewed \
          while held) and fencing tokens on demand (none issued here: nobody asks). `{}` is the \
          same client with `fenced_by_default(true)`: every grant issues its token in its own \
-         round trip. Every request is its own, pipelined on the shared connection.\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
+         round trip. Every request is its own, pipelined on the shared connection.\n\nPING p50 \
+         beside it: {} PINGs timed with that row's run, half right before it and half right \
+         after, on the same server, one at a time on a connection of their own (as the limit's \
+         above); each row's pair p50 is compared with the round trip over its own run, not with \
+         one PING figure of the whole benchmark.\n\nRedis CPU is the server's main thread (`INFO cpu`, user + system) over the run, divided by \
          the pairs made; command time is the sum of `INFO commandstats` (scripts include the \
          commands they run, which are also counted on their own).\n",
-        crate::impls::FENCED
+        crate::impls::FENCED,
+        crate::uncontended::PING_BESIDE
     );
 }
 

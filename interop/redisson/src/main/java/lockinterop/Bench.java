@@ -7,12 +7,14 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.Redisson;
+import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.Config;
 
 /**
- * Redisson's RLock in the benchmark's scenarios (run by lock-bench, which reads stdout):
+ * Redisson's RLock, or its RFencedLock, in the benchmark's scenarios (run by lock-bench, which
+ * reads stdout):
  *
  * <pre>
  * Bench URL uncontended WORKERS RUN_MS       prints "start" after a warm-up, then
@@ -24,9 +26,41 @@ import org.redisson.config.Config;
  *
  * Leases are 10 s, as for every lock in the benchmark; times are System.nanoTime()
  * (CLOCK_MONOTONIC on Linux, shared with the Rust processes).
+ *
+ * <p>The lock is RLock ({@code lock(lease)}) unless the JVM runs with
+ * {@code -Dlockinterop.bench.lock=fenced}: then RFencedLock, every grant through
+ * {@code lockAndGetToken(lease)}, which issues and returns a fencing token each time. The
+ * scenarios, names and output are the same either way.
  */
 public final class Bench {
     private static final long LEASE_MS = 10_000;
+    /** Whether every lock is an RFencedLock taken with its token (system property, see above). */
+    private static final boolean FENCED = fenced(System.getProperty("lockinterop.bench.lock", "lock"));
+
+    /** {@code lock} (RLock) or {@code fenced} (RFencedLock); anything else is refused. */
+    private static boolean fenced(String lock) {
+        return switch (lock) {
+            case "lock" -> false;
+            case "fenced" -> true;
+            default -> throw new IllegalArgumentException("lockinterop.bench.lock: lock or fenced, not " + lock);
+        };
+    }
+
+    /** The lock of this run's type named {@code name}. */
+    private static RLock lockNamed(RedissonClient redisson, String name) {
+        return FENCED ? redisson.getFencedLock(name) : redisson.getLock(name);
+    }
+
+    /** Waits until {@code lock} is held for the lease; a fenced lock gets its token with the grant. */
+    private static void acquire(RLock lock) {
+        if (FENCED) {
+            if (((RFencedLock) lock).lockAndGetToken(LEASE_MS, TimeUnit.MILLISECONDS) == null) {
+                throw new IllegalStateException("lockAndGetToken returned no token");
+            }
+        } else {
+            lock.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+        }
+    }
 
     public static void main(String[] args) throws Exception {
         Config config = new Config();
@@ -54,11 +88,11 @@ public final class Bench {
         for (int w = 0; w < workers; w++) {
             List<Long> local = new ArrayList<>();
             perThread.add(local);
-            RLock lock = redisson.getLock("u:redisson:" + w);
+            RLock lock = lockNamed(redisson, "u:redisson:" + w);
             Thread t = new Thread(() -> {
                 while (System.nanoTime() < end) {
                     long t0 = System.nanoTime();
-                    lock.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+                    acquire(lock);
                     lock.unlock();
                     local.add(System.nanoTime() - t0);
                 }
@@ -95,9 +129,9 @@ public final class Bench {
     }
 
     private static void hot(RedissonClient redisson, int tasks, int first) throws Exception {
-        RLock warm = redisson.getLock("hot-warm:redisson:" + first);
+        RLock warm = lockNamed(redisson, "hot-warm:redisson:" + first);
         for (int i = 0; i < 200; i++) {
-            warm.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+            acquire(warm);
             warm.unlock();
         }
         // Every process starts at the same instant, once all of them are up.
@@ -110,7 +144,7 @@ public final class Bench {
         if (sleep > 0) {
             Thread.sleep(sleep / 1_000_000, (int) (sleep % 1_000_000));
         }
-        RLock lock = redisson.getLock("hot:redisson");
+        RLock lock = lockNamed(redisson, "hot:redisson");
         List<Thread> threads = new ArrayList<>();
         List<StringBuilder> outs = new ArrayList<>();
         for (int w = 0; w < tasks; w++) {
@@ -120,7 +154,7 @@ public final class Bench {
             Thread t = new Thread(() -> {
                 while (System.nanoTime() < untilNs) {
                     long t0 = System.nanoTime();
-                    lock.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+                    acquire(lock);
                     long at = System.nanoTime();
                     if (at < untilNs) {
                         out.append(at).append(' ').append(worker).append(' ').append(at - t0).append('\n');
@@ -138,14 +172,14 @@ public final class Bench {
     }
 
     private static void wake(RedissonClient redisson, int cycles) throws Exception {
-        RLock holder = redisson.getLock("wake:redisson");
+        RLock holder = lockNamed(redisson, "wake:redisson");
         for (int c = -20; c < cycles; c++) {
-            holder.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+            acquire(holder);
             long[] got = new long[1];
             CountDownLatch done = new CountDownLatch(1);
             Thread waiter = new Thread(() -> {
-                RLock lock = redisson.getLock("wake:redisson");
-                lock.lock(LEASE_MS, TimeUnit.MILLISECONDS);
+                RLock lock = lockNamed(redisson, "wake:redisson");
+                acquire(lock);
                 got[0] = System.nanoTime();
                 lock.unlock();
                 done.countDown();

@@ -57,6 +57,7 @@ lint_build=(env RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-dri
 # (cargo's account of the executables kept for the runner: the doc tests and the packages'
 # check, which hold the build directory's lock, run alongside the tests).
 step "lints and the test build"
+mkdir -p target
 "${lint_build[@]}" cargo test --workspace --all-targets --features "$features" --no-run \
   --message-format=json-render-diagnostics > target/test-build.json
 # The libraries without their optional parts: code that only a feature uses must be gated.

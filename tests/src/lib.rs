@@ -140,11 +140,13 @@ impl RedisServer {
     }
 
     fn try_start(bin: Option<std::ffi::OsString>, args: &[&str]) -> Result<RedisServer, String> {
-        let dir = ChildProcess::temp_dir("redis-server");
         let mut last_err = String::new();
         // A free port can be taken by someone else between our probe and the server's bind:
-        // retry with new ones.
+        // retry with new ones, each in a directory of its own (a cluster node killed on a
+        // failed try may leave a half-written `nodes.conf`, which would stop every later try:
+        // seen once, five tries in a row exiting with status 1).
         for _ in 0..5 {
+            let dir = ChildProcess::temp_dir("redis-server");
             let port = free_port();
             let mut server = RedisServer {
                 process: ChildProcess::new(port, dir.clone()),
@@ -163,7 +165,7 @@ impl RedisServer {
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
-                Err(e) => last_err = e.to_string(),
+                Err(e) => last_err = format!("{e}{}", server.log_tail()),
             }
         }
         Err(last_err)
@@ -191,13 +193,35 @@ impl RedisServer {
             .arg(&self.process.dir)
             .args(&self.args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            // The server's own log (warnings and worse), kept for a start that fails.
+            .stdout(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.log_path())?,
+            ))
             .stderr(Stdio::null())
             .spawn()?;
         self.process.child = Some(await_pong(child, "redis-server", |args| {
             self.try_cmd(args)
         })?);
         Ok(())
+    }
+
+    /// Where the server writes its log: its directory.
+    fn log_path(&self) -> std::path::PathBuf {
+        self.process.dir.join("server.log")
+    }
+
+    /// The last lines of the server's log, for an error: empty when there are none.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().rev().take(5).collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let tail: Vec<&str> = lines.into_iter().rev().collect();
+        format!("; its log ends: {}", tail.join(" | "))
     }
 
     /// Stops the server with `SHUTDOWN NOSAVE` (clients see closed connections) and waits for it.

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -285,12 +286,7 @@ impl LockGuard {
         if let Some(reason) = self.held.signal.get() {
             return Err(self.lost_error(reason));
         }
-        let body = self.scope(fut);
-        tokio::select! {
-            biased;
-            lost = self.lost() => Err(lost),
-            out = body => Ok(out),
-        }
+        unless_lost(self.scope(fut), self.lost()).await
     }
 
     /// Releases the lock and reports the outcome.
@@ -461,6 +457,27 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                 }
             }
         };
+    }
+}
+
+/// Runs `body` to its end unless `lost` resolves first ([`LockGuard::run`],
+/// [`MultiLockGuard::run`](crate::MultiLockGuard::run); the caller has just looked at the
+/// loss). The body takes its first step before the loss is watched: a body that completes at
+/// once (a short handler on a hot lock) costs no watch, whose waiter and timer registrations
+/// are most of what a short run costs; from its first wait on, the loss is watched first at
+/// every poll.
+pub(crate) async fn unless_lost<T>(
+    body: impl Future<Output = T>,
+    lost: impl Future<Output = LockError>,
+) -> Result<T, LockError> {
+    let mut body = std::pin::pin!(body);
+    if let Poll::Ready(out) = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
+        return Ok(out);
+    }
+    tokio::select! {
+        biased;
+        lost = lost => Err(lost),
+        out = body => Ok(out),
     }
 }
 

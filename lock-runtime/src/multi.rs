@@ -170,12 +170,7 @@ impl MultiLockGuard {
         if let Some(guard) = self.guards.iter().find(|g| g.is_lost()) {
             return Err(guard.lost().await);
         }
-        let body = self.scope(fut);
-        tokio::select! {
-            biased;
-            lost = self.lost() => Err(lost),
-            out = body => Ok(out),
-        }
+        crate::guard::unless_lost(self.scope(fut), self.lost()).await
     }
 
     fn helds(&self) -> Vec<Arc<Held>> {

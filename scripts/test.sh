@@ -58,6 +58,18 @@ lint_build=(env RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-dri
 # check, which hold the build directory's lock, run alongside the tests).
 step "lints and the test build"
 mkdir -p target
+# That the driver reads those arguments: a crate with a lint in it must fail to build (about a
+# second), so a clippy that stopped reading them cannot let the lints pass unseen.
+canary=target/lint-canary
+mkdir -p "$canary/src"
+printf '[package]\nname = "lint-canary"\nversion = "0.0.0"\nedition = "2024"\n[workspace]\n' > "$canary/Cargo.toml"
+echo 'pub fn f() -> u8 { return 1; }' > "$canary/src/lib.rs"
+if canary_out=$("${lint_build[@]}" cargo build -q --manifest-path "$canary/Cargo.toml" \
+  --target-dir "$canary/target" 2>&1) || ! grep -q "needless_return" <<< "$canary_out"; then
+  echo "test.sh: clippy's driver did not deny a lint (needless_return) with the suite's arguments:" >&2
+  echo "$canary_out" >&2
+  exit 1
+fi
 "${lint_build[@]}" cargo test --workspace --all-targets --features "$features" --no-run \
   --message-format=json-render-diagnostics > target/test-build.json
 # The libraries without their optional parts: code that only a feature uses must be gated.

@@ -105,6 +105,7 @@ async fn main() {
         Some("mem-child") => return memory::mem_child(&args[1..]).await,
         Some("uncontended") => return uncontended::uncontended_only(&args[1..]).await,
         Some("hot") => return hot::hot_only(&args[1..]).await,
+        Some("tower") => return tower::tower_only(&args[1..]).await,
         Some("growth") => return growth::growth_only(&args[1..]).await,
         Some("growth-child") => return growth::growth_child(&args[1..]).await,
         _ => {}

@@ -169,3 +169,41 @@ async fn read_response(stream: &mut TcpStream, buf: &mut [u8]) -> u16 {
         return status;
     }
 }
+
+/// `lock-bench tower <url> <seconds> <rounds>`: the one-hot-id scenario alone against a server
+/// of your own, the handler locking itself and `LockLayer` taking turns for `rounds` rounds,
+/// one line per run and the median of each with their ratio (for comparing two builds of the
+/// library run after run: `BENCHMARKS.md` has it once per run).
+pub(crate) async fn tower_only(args: &[String]) {
+    let [url, secs, rounds] = args else {
+        panic!("usage: lock-bench tower <url> <seconds> <rounds>");
+    };
+    let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
+    let rounds: usize = rounds.parse().expect("rounds");
+    let client = || async {
+        LockClient::builder(url.as_str())
+            .prefix("bench-tower")
+            .build()
+            .await
+            .expect("connect")
+    };
+    let manual = app(Mode::Manual(client().await)).await;
+    let layered = app(Mode::Layer(client().await)).await;
+    let (mut manuals, mut layers) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let m = load(manual, 64, run, true).await.req_per_s;
+        let l = load(layered, 64, run, true).await.req_per_s;
+        println!("round {round}: handler locking itself {m:.0} req/s, LockLayer {l:.0} req/s");
+        manuals.push(m);
+        layers.push(l);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (m, l) = (median(&mut manuals), median(&mut layers));
+    println!(
+        "one hot id, 64 connections: handler locking itself {m:.0} req/s, LockLayer {l:.0} req/s, {:.2}x",
+        l / m
+    );
+}

@@ -75,7 +75,8 @@
 use std::time::{Duration, Instant};
 
 use lock_tests::failover::{
-    self, Cut, Findings, PROCESSES, Promotion, Setting, WATCHDOG_MS, Window, Workload, until,
+    self, Cut, Findings, PROCESSES, Promotion, SKEW_LAG, SKEW_US, Setting, Skew, WATCHDOG_MS,
+    Window, Workload, until,
 };
 use lock_tests::topology::{PartitionedSentinel, Peer};
 use lock_tests::{Peers, PostgresServer, mono_ns};
@@ -447,29 +448,14 @@ fn judge(label: &str, findings: &Findings, failed: &mut Vec<String>, assertions:
     }
 }
 
-/// How far the clock of the replica a clock-skew fault promotes is off the old master's: more
-/// than a lease ([`WATCHDOG_MS`]).
-const SKEW_US: i64 = 5_000_000;
-/// How long a clock-skew fault holds the promoted replica's replication stream before the kill
-/// (the counter writes of that time are lost in the failover).
-const SKEW_LAG: Duration = Duration::from_secs(2);
-
-/// Which way a clock-skew fault's promoted replica is off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Skew {
-    Behind,
-    Ahead,
-}
-
-impl Skew {
-    fn describe(self) -> &'static str {
-        match self {
-            Skew::Behind => {
-                "a replica lagging 2 s with its clock 5 s behind the master's promoted, the master killed"
-            }
-            Skew::Ahead => {
-                "a replica lagging 2 s with its clock 5 s ahead of the master's promoted, the master killed"
-            }
+/// What a Sentinel clock-skew fault is called in the table.
+fn describe(skew: Skew) -> &'static str {
+    match skew {
+        Skew::Behind => {
+            "a replica lagging 2 s with its clock 5 s behind the master's promoted, the master killed"
+        }
+        Skew::Ahead => {
+            "a replica lagging 2 s with its clock 5 s ahead of the master's promoted, the master killed"
         }
     }
 }
@@ -487,10 +473,7 @@ async fn inject_skewed(
     let old = group.current_master();
     let others: Vec<usize> = (0..group.len()).filter(|&i| i != old).collect();
     let (skewed, good) = (others[0], others[1]);
-    let offset = match skew {
-        Skew::Behind => clocks[old] - SKEW_US,
-        Skew::Ahead => clocks[old] + SKEW_US,
-    };
+    let offset = skew.offset_from(clocks[old]);
     tokio::task::block_in_place(|| group.restart_with_clock(skewed, offset));
     clocks[skewed] = offset;
     let synced = until(WHOLE_LIMIT, || {
@@ -580,7 +563,7 @@ async fn skewed_failovers_under_load(
                 at: promoted,
                 deposed: format!("127.0.0.1:{}", group.proxy(old).port()),
             }),
-            ..Window::new(skew.describe(), at, mono_ns())
+            ..Window::new(describe(skew), at, mono_ns())
         });
         eprintln!(
             "{skew:?} {setting:?} round {round}: node {old} -> {new} in {:?} (promoted after {:?}; \
@@ -633,7 +616,7 @@ async fn tokens_through_a_failover_to_a_replica_with_a_skewed_clock() {
             for duplicate in &findings.failover.duplicate_tokens {
                 eprintln!("{skew:?} {setting:?}: {duplicate}");
             }
-            rows.extend(findings.rows("Sentinel", setting, &[skew.describe()]));
+            rows.extend(findings.rows("Sentinel", setting, &[describe(skew)]));
             // Tokens ordered by the failover epoch: the promoted replica's clock and lagging
             // counter do not send them back (the deposed master's last grants rank below its
             // successor's: `ranked_below`, not regressions), nor issue one twice.

@@ -35,7 +35,9 @@
 
 use std::time::{Duration, Instant};
 
-use lock_tests::failover::{self, Cut, Setting, WATCHDOG_MS, Window, Workload};
+use lock_tests::failover::{
+    self, Cut, SKEW_LAG, SKEW_US, Setting, Skew, WATCHDOG_MS, Window, Workload,
+};
 use lock_tests::topology::{RedisCluster, key_slot};
 use lock_tests::{Peers, PostgresServer, RedisServer, Resp, mono_ns};
 
@@ -314,29 +316,14 @@ async fn fencing_holds_through_cluster_faults_with_replica_ack() {
     fencing_holds_through_cluster_faults(true).await;
 }
 
-/// How far the clock of the replica a clock-skew fault promotes is off its master's: more than
-/// a lease ([`WATCHDOG_MS`]).
-const SKEW_US: i64 = 5_000_000;
-/// How long a clock-skew fault cuts the master off (its replica's stream with it) before it is
-/// killed: the counter writes it made meanwhile are lost in the failover.
-const SKEW_LAG: Duration = Duration::from_secs(2);
-
-/// Which way a clock-skew fault's promoted replica is off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Skew {
-    Behind,
-    Ahead,
-}
-
-impl Skew {
-    fn describe(self) -> &'static str {
-        match self {
-            Skew::Behind => {
-                "a replica with its clock 5 s behind its master's promoted, the master cut off 2 s then killed"
-            }
-            Skew::Ahead => {
-                "a replica with its clock 5 s ahead of its master's promoted, the master cut off 2 s then killed"
-            }
+/// What a Cluster clock-skew fault is called in the table.
+fn describe(skew: Skew) -> &'static str {
+    match skew {
+        Skew::Behind => {
+            "a replica with its clock 5 s behind its master's promoted, the master cut off 2 s then killed"
+        }
+        Skew::Ahead => {
+            "a replica with its clock 5 s ahead of its master's promoted, the master cut off 2 s then killed"
         }
     }
 }
@@ -355,10 +342,7 @@ fn inject_skewed(
 ) -> (usize, usize, [u64; 3]) {
     let old = cluster.master_index_for_key("chaos:0");
     let replica = cluster.replicas_of(old)[0];
-    let offset = match skew {
-        Skew::Behind => clocks[old] - SKEW_US,
-        Skew::Ahead => clocks[old] + SKEW_US,
-    };
+    let offset = skew.offset_from(clocks[old]);
     cluster.node_mut(replica).restart_with_clock(offset);
     clocks[replica] = offset;
     cluster.wait_until_stable();
@@ -434,7 +418,7 @@ async fn tokens_through_a_cluster_failover_to_a_replica_with_a_skewed_clock() {
                 if now < caught_up {
                     tokio::time::sleep(Duration::from_nanos(caught_up - now)).await;
                 }
-                windows.push(Window::new(skew.describe(), at, mono_ns()));
+                windows.push(Window::new(describe(skew), at, mono_ns()));
                 eprintln!(
                     "{skew:?} ack={ack} round {round}: node {old} -> {new} (promoted after {:?}; clocks now {clocks:?} µs)",
                     Duration::from_nanos(promoted - at)
@@ -442,7 +426,7 @@ async fn tokens_through_a_cluster_failover_to_a_replica_with_a_skewed_clock() {
             }
             let findings = workload.finish(&windows).await;
             eprintln!("{skew:?} ack={ack}: {}", findings.summary());
-            rows.extend(findings.rows("Cluster", Setting::acked(ack), &[skew.describe()]));
+            rows.extend(findings.rows("Cluster", Setting::acked(ack), &[describe(skew)]));
             // Judged: every regression but those whose later section the cut-off master could
             // still have granted (cut, not yet killed: the deposed side's last grants, which
             // rank below its successor's by the epoch; the cluster's clients record no master

@@ -39,6 +39,34 @@ pub use findings::{
 };
 pub use workload::{Stores, WorkerLog, Workload, per_store};
 
+/// How far the clock of the replica a clock-skew fault promotes is off its master's (the
+/// Sentinel and Cluster suites' `tokens_through_…_skewed_clock`): more than a lease
+/// ([`WATCHDOG_MS`]).
+pub const SKEW_US: i64 = 5_000_000;
+/// How long a clock-skew fault keeps the master's last writes from the replica it promotes
+/// before the master is killed: the counter writes of that time are lost in the failover.
+pub const SKEW_LAG: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Which way a clock-skew fault's promoted replica is off its master's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skew {
+    /// [`SKEW_US`] behind: clock-floored tokens go back.
+    Behind,
+    /// [`SKEW_US`] ahead.
+    Ahead,
+}
+
+impl Skew {
+    /// The replica's clock offset from its master's whose offset from this machine's clock is
+    /// `master_us`, in µs.
+    pub fn offset_from(self, master_us: i64) -> i64 {
+        match self {
+            Skew::Behind => master_us - SKEW_US,
+            Skew::Ahead => master_us + SKEW_US,
+        }
+    }
+}
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -30,11 +30,8 @@ local function release(set, channel, writers, owner, yield_ms, fencing_arg)
     return bad
   end
   if fence and removed == 1 then
-    local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
-    if waiting > 1 then
-      -- Others wait besides this client's own subscription: their turn.
-      yield(fence, owner, tonumber(yield_ms), waiting, fencing_arg)
-    end
+    -- If others wait besides this client's own subscription: their turn.
+    yield(channel, fence, owner, tonumber(yield_ms), fencing_arg)
   end
   local left = 0
   if writers then

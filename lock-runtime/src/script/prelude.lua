@@ -537,19 +537,23 @@ local function queue_head(queue, places, now)
   return nil
 end
 
--- Ends `owner`'s client's turn at a lock that clients of other processes wait for (see
--- "Turns" above): the client has handed the lock on locally as often as it may in a row, lets
--- it fall free and goes first among the ended turns, of which the mark keeps as many as
--- `waiting` (the subscribers of the lock's channel, this client included) less one. So the
--- waiting client whose last turn is longest ago takes the lock, whatever order Redis delivered
--- the unlock message in. The mark lapses `yield_ms` from now, or `TURN_LAPSE_US` after the
--- next grant.
-local function yield(fence, owner, yield_ms, waiting, fencing_arg)
+-- Ends `owner`'s client's turn at a lock if clients of other processes wait for it (more
+-- subscribers of its `channel` than this client's own; see "Turns" above) and returns whether
+-- it did: the client has handed the lock on locally as often as it may in a row, lets it fall
+-- free and goes first among the ended turns, of which the mark keeps as many as wait (this
+-- client included) less one. So the waiting client whose last turn is longest ago takes the
+-- lock, whatever order Redis delivered the unlock message in. The mark lapses `yield_ms` from
+-- now, or `TURN_LAPSE_US` after the next grant.
+local function yield(channel, fence, owner, yield_ms, fencing_arg)
+  local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
+  if waiting <= 1 then
+    return false
+  end
   local retention_ms = fencing(fencing_arg)
   local last = redis.pcall('GET', fence)
   local client = client_of(owner)
   if type(last) == 'table' or not client then
-    return
+    return true
   end
   if not last then
     -- No counter yet (the lock's grants issued no token): the mark starts one at 0, below
@@ -560,7 +564,7 @@ local function yield(fence, owner, yield_ms, waiting, fencing_arg)
     else
       redis.call('SET', fence, mark)
     end
-    return
+    return true
   end
   local clock = clock_us()
   -- The order of the last turns, even from a lapsed mark: a turn passed between the tasks of
@@ -568,9 +572,10 @@ local function yield(fence, owner, yield_ms, waiting, fencing_arg)
   -- ends in its place in the cycle.
   local digits, ended = read_counter(last, clock, true)
   if not digits then
-    return
+    return true
   end
   ended = ended_turn(ended or {}, client, math.min(waiting - 1, TURNS_MAX))
   local lapse = string.format('%d', clock + yield_ms * 1000)
   redis.call('SET', fence, digits .. ':' .. turns_body(nil, ended) .. ':' .. lapse, 'KEEPTTL')
+  return true
 end

@@ -58,14 +58,10 @@ local function release(lock, channel, fence, owner, model, heir, lease_ms, reten
       return 1
     end
   end
-  if heir and yield_ms then
-    local waiting = redis.call('PUBSUB', 'NUMSUB', channel)[2]
-    if waiting > 1 then
-      -- Others wait besides this client's own subscription: their turn.
-      yield(fence, owner, tonumber(yield_ms), waiting, retention_ms)
-      heir = nil
-      waited = true
-    end
+  if heir and yield_ms and yield(channel, fence, owner, tonumber(yield_ms), retention_ms) then
+    -- Others wait besides this client's own subscription: their turn.
+    heir = nil
+    waited = true
   end
   if heir then
     local token = grant(lock, fence, heir, lease_ms, retention_ms, true, nil, fenced == '0',

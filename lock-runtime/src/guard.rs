@@ -392,10 +392,10 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
     } else {
         None
     };
+    let retention_ms = inner.config.fence_retention.as_millis() as u64;
     loop {
         let reply = match next.take() {
             Some(next) => {
-                let retention_ms = inner.config.fence_retention.as_millis() as u64;
                 let (reply, orphan) = handoff::release_to(
                     &**backend,
                     &inner.handoffs,
@@ -419,7 +419,7 @@ async fn release_now(held: &Held) -> Result<bool, LockError> {
                     &held.names,
                     &held.owner,
                     held.streak,
-                    inner.config.fence_retention.as_millis() as u64,
+                    retention_ms,
                 )
                 .await
             }

@@ -324,7 +324,7 @@ impl HandOffs {
         lease: Duration,
         mode: Mode,
     ) -> Option<Next> {
-        if streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN) {
+        if self.turn_over(streak) {
             return None;
         }
         // Within the turn, decided above: a `Next` dropped here would leave its waiter chosen
@@ -355,8 +355,14 @@ impl HandOffs {
         self.limit > 0
             && !names.family().hands_off()
             && names.scheme.passes_in_memory()
-            && (streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN))
+            && self.turn_over(streak)
             && sync::lock(&self.queues).contains_key(&names.key)
+    }
+
+    /// Whether the turn `streak` is over: the lock was passed on `limit` times in a row, or
+    /// for [`TURN`] since the turn's first hand-over.
+    fn turn_over(&self, streak: Streak) -> bool {
+        streak.count >= self.limit || streak.since.is_some_and(|t| t.elapsed() >= TURN)
     }
 
     /// Like [`HandOffs::choose`], but only if the first waiter `fits` (else the queue is left

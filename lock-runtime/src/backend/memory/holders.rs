@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Members, State, first_end, live, live_set, millis_until, next_token, yielded_until};
+use super::{
+    Members, State, bump_token, first_end, live, live_set, millis_until, next_token, yielded_until,
+};
 use crate::backend::Reply;
 use crate::keys::LockNames;
 use crate::keys::{Family, PLACE_TTL, owner};
@@ -39,9 +41,7 @@ pub(super) fn permits_token(state: &mut State, names: &LockNames, owner: &str) -
     if !live_set(state, &names.key).is_some_and(|(_, members)| members.contains_key(owner)) {
         return Reply::NotDone(0);
     }
-    let token = state.tokens.entry(names.key.clone()).or_default();
-    *token += 1;
-    let token = *token;
+    let token = bump_token(state, &names.key);
     if let Some((_, members)) = state.sets.get_mut(&names.key)
         && let Some(member) = members.get_mut(owner)
     {

@@ -228,9 +228,11 @@ fn yielded_until(state: &State, key: &str, owner: &str) -> Option<Instant> {
 }
 
 /// Keeps `owner`'s client from `key` for `yield_ms` if another client waits for it (more
-/// subscribers to `channel` than the releasing client's own): the end of its turn.
-fn end_turn(state: &mut State, key: &str, channel: &str, owner: &str, yield_ms: u64) {
-    if subscribers(state, channel) > 1 {
+/// subscribers to `channel` than the releasing client's own): the end of its turn. Returns
+/// whether it did.
+fn end_turn(state: &mut State, key: &str, channel: &str, owner: &str, yield_ms: u64) -> bool {
+    let others_wait = subscribers(state, channel) > 1;
+    if others_wait {
         state.yielded.insert(
             key.to_owned(),
             Yielded {
@@ -239,11 +241,18 @@ fn end_turn(state: &mut State, key: &str, channel: &str, owner: &str, yield_ms: 
             },
         );
     }
+    others_wait
 }
 
-/// The next fencing token of `key` (the next grant to anyone clears a yield).
+/// The next fencing token of `key` for a grant (the next grant to anyone clears a yield).
 fn next_token(state: &mut State, key: &str) -> i64 {
     state.yielded.remove(key);
+    bump_token(state, key)
+}
+
+/// The next fencing token of `key`, the turns left as they are (a token on demand, within the
+/// holder's turn: `token.lua`).
+fn bump_token(state: &mut State, key: &str) -> i64 {
     let token = state.tokens.entry(key.to_owned()).or_default();
     *token += 1;
     *token

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Hold, MemoryBackend, State, end_turn, live, live_set, millis_until, next_token, yielded_until,
+    Hold, MemoryBackend, State, bump_token, end_turn, live, live_set, millis_until, next_token,
+    yielded_until,
 };
 use crate::backend::{HandOff, Reply};
 use crate::keys::LockNames;
@@ -30,8 +31,7 @@ impl MemoryBackend {
                     && let Some(yield_ms) = heir.yield_ms
                 {
                     // Others wait besides the releasing client: their turn.
-                    end_turn(&mut state, &names.key, &names.channel, owner, yield_ms);
-                    if yielded_until(&state, &names.key, owner).is_some() {
+                    if end_turn(&mut state, &names.key, &names.channel, owner, yield_ms) {
                         next = None;
                     }
                 }
@@ -77,10 +77,7 @@ pub(super) fn token(state: &mut State, names: &LockNames, owner: &str) -> Reply 
     }
     match live(state, &names.key) {
         Some(hold) if hold.owner == owner => {
-            let key = names.key.clone();
-            let token = state.tokens.entry(key).or_default();
-            *token += 1;
-            let token = *token;
+            let token = bump_token(state, &names.key);
             if let Some(hold) = state.holds.get_mut(&names.key) {
                 hold.token = token;
             }

@@ -37,7 +37,6 @@ use contenders::{Contender, contenders};
 use hot::Hot;
 use impls::Kind;
 use limit::Limit;
-use lock_runtime::LockClient;
 use lock_tests::RedisServer;
 use memory::Memory;
 use uncontended::Uncontended;
@@ -200,16 +199,9 @@ async fn variants(r: &mut Results, plan: Plan, url: &str) {
 /// itself, and under `LockLayer`.
 async fn tower_runs(plan: Plan, url: &str) -> Vec<(&'static str, tower::TowerRuns)> {
     let mut out = Vec::new();
-    let tower_client = || async {
-        LockClient::builder(url)
-            .prefix("bench-tower")
-            .build()
-            .await
-            .unwrap()
-    };
     let bare = tower::app(tower::Mode::Bare).await;
-    let manual = tower::app(tower::Mode::Manual(tower_client().await)).await;
-    let layered = tower::app(tower::Mode::Layer(tower_client().await)).await;
+    let manual = tower::app(tower::Mode::Manual(tower::client(url).await)).await;
+    let layered = tower::app(tower::Mode::Layer(tower::client(url).await)).await;
     for (scenario, hot) in [
         ("distinct ids, 64 connections", false),
         ("one hot id, 64 connections", true),

@@ -66,6 +66,15 @@ async fn locking_handler(
     Ok(body)
 }
 
+/// The client every locking mode of the scenario uses, its own.
+pub(crate) async fn client(url: &str) -> LockClient {
+    LockClient::builder(url)
+        .prefix("bench-tower")
+        .build()
+        .await
+        .expect("connect")
+}
+
 /// Serves the app on a free loopback port; returns its address.
 async fn serve(app: Router) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -180,15 +189,8 @@ pub(crate) async fn tower_only(args: &[String]) {
     };
     let run = Duration::from_secs_f64(secs.parse().expect("seconds"));
     let rounds: usize = rounds.parse().expect("rounds");
-    let client = || async {
-        LockClient::builder(url.as_str())
-            .prefix("bench-tower")
-            .build()
-            .await
-            .expect("connect")
-    };
-    let manual = app(Mode::Manual(client().await)).await;
-    let layered = app(Mode::Layer(client().await)).await;
+    let manual = app(Mode::Manual(client(url).await)).await;
+    let layered = app(Mode::Layer(client(url).await)).await;
     let (mut manuals, mut layers) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let m = load(manual, 64, run, true).await.req_per_s;

@@ -61,6 +61,8 @@ redisson=$(bin redisson)
 # Redisson interop: mutex, fencing tokens, fair lock, read/write lock, semaphore and a cluster.
 topology_tests=(
   cluster::locks_on_a_cluster
+  cluster::locks_on_a_cluster_with_a_slot_migrating
+  cluster::locks_on_a_cluster_through_resharding_and_a_master_failover
   sentinel::waiters_recover_after_a_master_failover
   sentinel::the_lock_family_follows_a_master_failover
   sentinel::an_explicit_release_rides_out_a_master_that_stops_answering
@@ -89,7 +91,7 @@ job() {
     "$what" "compatibility: $label" "$PWD/lock-runtime" "$server" "$cli" "${seconds[$what]:-1}" "$@"
 }
 # The order of starting (seconds each took on two cores: the longest first).
-declare -A seconds=([redisson interop]=70 [topology]=45 [behaviour_redis]=10 [family]=8 ["core managed::"]=6)
+declare -A seconds=([redisson interop]=70 [topology]=22 [behaviour_redis]=10 [family]=8 ["core managed::"]=6)
 jobs() {
   while IFS=$'\t' read -r name use server cli; do
     if [ -n "${COMPAT_SERVERS:-}" ] && [[ " $COMPAT_SERVERS " != *" $name "* ]]; then continue; fi
@@ -103,7 +105,8 @@ jobs() {
     job family "$family"
     job "core managed::" "$core" managed::
     job "redisson layout::" "$redisson" layout::
-    job "topology" "$topology" --exact "${topology_tests[@]}"
+    # Four tests at once, as in the test step (scripts/run-tests.py): they mostly wait.
+    job "topology" "$topology" --exact "${topology_tests[@]}" --test-threads 4
     if [ "$name" = valkey-9.1.2 ]; then job "redisson interop" "$redisson" --exact "${redisson_tests[@]}"; fi
   done < "$servers_cache/servers.tsv"
 }

@@ -5,8 +5,15 @@
 # missing), in its own target directory (target/msrv: another compiler shares no artifacts).
 #
 # Cost on the 2-core CI machine, cold: about 20-60 s to install the toolchain (550 MB) and
-# 3.5 minutes to check (215 MB); warm, a few seconds. See README "Minimum supported Rust version".
+# 3 minutes of CPU to check (215 MB); warm, a few seconds. See README "Minimum supported Rust
+# version".
+#
+#   bash scripts/msrv.sh             # install the toolchain when missing, then check
+#   bash scripts/msrv.sh --install   # only install it (scripts/test.sh downloads it while the
+#                                    # suite builds: the download waits on the network, not the CPU)
 set -euo pipefail
+install_only=false
+if [ "${1:-}" = --install ]; then install_only=true; fi
 cd "$(dirname "$0")/.."
 read -r msrv packages features < <(cargo metadata --format-version 1 --no-deps --locked | python3 -c '
 import json, sys
@@ -21,6 +28,7 @@ print(versions.pop(), ",".join(p["name"] for p in published), ",".join(features)
 if ! rustup run "$msrv" rustc --version >/dev/null 2>&1; then
   rustup toolchain install "$msrv" --profile minimal --no-self-update
 fi
+if $install_only; then exit 0; fi
 echo "msrv: $(rustup run "$msrv" rustc --version): ${packages//,/ }"
 args=()
 for p in ${packages//,/ }; do args+=(-p "$p"); done

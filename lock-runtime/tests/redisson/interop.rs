@@ -328,6 +328,98 @@ async fn fencing_tokens_and_force_unlock_cross_the_languages() {
     }
 }
 
+/// What a fleet of Java (`RFencedLock`) and Rust services sharing one name gets from its fencing
+/// counter when a failover loses the counter's last writes: the master promoted is a replica
+/// that had not received the last two grants' writes, its clock in step with the old master's or
+/// 5 s behind it (played here on one server, restarted empty with the counter as the replica had
+/// it; its clock shifted by `lock_tests::topology::clock_skew`). In Redisson's layout a token
+/// is the counter's next value (Java's `INCR`) or the granting server's clock (a Rust grant),
+/// never the failover epoch, which Java's script cannot carry: what follows is measured, and
+/// SAFETY.md (promise 16, and "What Redis gives up") states it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_fleets_tokens_after_a_failover_that_lost_the_counters_last_writes() {
+    let mut redis = RedisServer::start();
+    for version in REDISSON_VERSIONS {
+        for skew_us in [0, -5_000_000] {
+            let name = format!("mixed:{version}:{skew_us}");
+            let counter = format!("redisson_lock_token:{{{name}}}");
+            let rust = rust_client(&redis.url(), Duration::from_secs(10)).await;
+            let java = Redisson::start(version, &redis.url(), Duration::from_secs(30));
+            let java_grant = async || {
+                let token = java.fenced_lock("w1", &name).await;
+                java.fenced_unlock("w1", &name).await;
+                token
+            };
+            let rust_grant = async || {
+                let guard = rust.lock(&name).acquire().await.expect("acquire");
+                let token = guard.fencing_token().await.expect("a token");
+                guard.release().await.expect("release");
+                token
+            };
+
+            // Before: the languages take turns, each token above the one before (promise 16).
+            let (j1, r1) = (java_grant().await, rust_grant().await);
+            let replicated = redis
+                .cmd(&["GET", &counter])
+                .text()
+                .expect("the counter")
+                .to_owned();
+            let (j2, r2) = (java_grant().await, rust_grant().await);
+            assert!(
+                j1 < r1 && r1 < j2 && j2 < r2,
+                "{version}: {j1} {r1} {j2} {r2}"
+            );
+
+            // The failover: the promoted replica's counter misses the last two grants.
+            if skew_us == 0 {
+                redis.restart();
+            } else {
+                redis.restart_with_clock(skew_us);
+            }
+            redis.cmd(&["SET", &counter, &replicated]);
+
+            // After: a Java grant first, then a Rust one, then Java again.
+            let j3 = java_grant().await;
+            let r3 = rust_grant().await;
+            let j4 = java_grant().await;
+            eprintln!(
+                "{version}, promoted clock {skew_us:+} µs: before {j1} {r1} {j2} {r2}; \
+                 after: Java {j3}, Rust {r3}, Java {j4}"
+            );
+            // Java's `INCR` on the lagging counter issues j2 again, below r2: the legitimate
+            // Java holder is refused by a fenced store that saw r2.
+            assert_eq!(j3, j2, "{version}: Java's first token after the failover");
+            if skew_us == 0 {
+                // A Rust grant floors its token by the clock: above every token issued before
+                // the failover, and Java's next INCR goes on from there.
+                assert!(r3 > r2 && j4 > r3, "{version}: {r2} {r3} {j4}");
+            } else {
+                // With the promoted clock behind, the Rust grant's floor is behind too: its
+                // token, and Java's after it, stay below r2 until that clock passes r2.
+                assert!(r3 < r2 && j4 < r2 && j4 > r3, "{version}: {r2} {r3} {j4}");
+                let clock_passed = async {
+                    while (redis.clock_offset_us() + now_us()) <= r2 as i64 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
+                tokio::time::timeout(Duration::from_secs(30), clock_passed)
+                    .await
+                    .expect("the promoted clock passes the last token");
+                let r4 = rust_grant().await;
+                assert!(r4 > r2, "{version}: {r4} once the clock passed {r2}");
+                redis.restart();
+            }
+        }
+    }
+}
+
+/// The machine's wall clock in microseconds since 1970.
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// On a Redis 7 cluster Redisson publishes with `SPUBLISH` (its `AUTO` sharded mode), as we
 /// do: wake-ups cross the languages in both directions without waiting for a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,7 +61,7 @@ redisson=$(bin redisson)
 # Redisson interop: mutex, fencing tokens, fair lock, read/write lock, semaphore and a cluster.
 topology_tests=(
   cluster::locks_on_a_cluster
-  cluster::locks_on_a_cluster_with_a_slot_migrating
+  cluster::locks_on_a_cluster_with_a_frozen_master_and_a_slot_migrating
   cluster::locks_on_a_cluster_through_resharding_and_a_master_failover
   sentinel::waiters_recover_after_a_master_failover
   sentinel::the_lock_family_follows_a_master_failover

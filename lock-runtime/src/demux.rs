@@ -52,6 +52,12 @@ struct Shared {
     /// Channels per `SUBSCRIBE` or `UNSUBSCRIBE` command: with the command's name, within the
     /// client's argument limit ([`LockClientBuilder::max_request_arguments`](crate::LockClientBuilder::max_request_arguments)).
     batch: usize,
+    /// How long to let the connection repair itself after a loss before resubscribing (zero:
+    /// at once). A Redis Cluster connection sends a request for a slot whose node it is still
+    /// reconnecting to another node (a replica of the slot if it knows one, else any node),
+    /// and a `MOVED` from there makes it refresh its slot map, which holds up every request
+    /// until each node has answered, a hanging one too.
+    settle: Duration,
 }
 
 #[derive(Default)]
@@ -180,12 +186,18 @@ pub(crate) struct Subscription {
 impl Demux {
     /// A demultiplexer whose (un)subscribe commands carry at most `max_arguments` arguments.
     pub(crate) fn new(max_arguments: usize) -> Demux {
+        Demux::settling(max_arguments, Duration::ZERO)
+    }
+
+    /// [`Demux::new`] that resubscribes `settle` after a lost connection rather than at once.
+    pub(crate) fn settling(max_arguments: usize, settle: Duration) -> Demux {
         Demux {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Notify::new(),
                 confirmed: Notify::new(),
                 batch: max_arguments.saturating_sub(1).max(1),
+                settle,
             }),
         }
     }
@@ -442,9 +454,17 @@ impl AsyncPushSender for PushRouter {
 /// Brings the server's subscriptions in line with the registry.
 async fn subscribe_loop(shared: Arc<Shared>, mut conn: Box<dyn Channels>) {
     let mut backoff = Duration::from_millis(10);
+    let mut seen_epoch = 0;
     loop {
         shared.work.notified().await;
         loop {
+            let lost = shared.lock().epoch;
+            if lost != seen_epoch {
+                seen_epoch = lost;
+                if !shared.settle.is_zero() {
+                    tokio::time::sleep(shared.settle).await;
+                }
+            }
             let (epoch, subscribe, unsubscribe) = {
                 let mut state = shared.lock();
                 let mut subscribe = Vec::new();

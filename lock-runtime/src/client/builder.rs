@@ -463,7 +463,10 @@ impl LockClientBuilder {
         }
         let info = self.connection_info.take();
         let (config, settings) = self.into_parts()?;
-        let demux = Demux::new(config.max_request_arguments);
+        let demux = Demux::settling(
+            config.max_request_arguments,
+            config.topology.resubscribe_settle(),
+        );
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let (conn, pubsub) = match info {
             Some(info) => {

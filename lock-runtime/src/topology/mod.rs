@@ -131,6 +131,18 @@ impl Topology {
         !matches!(self, Topology::Single(_))
     }
 
+    /// How long the demultiplexer lets the pub/sub connection repair itself after a loss
+    /// before resubscribing: on a cluster, a few times what redis takes to reconnect to a node
+    /// (about a millisecond on a local network), so the resubscription goes to the node itself
+    /// rather than elsewhere (see `Demux::settling`).
+    pub(crate) fn resubscribe_settle(&self) -> Duration {
+        match self {
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(_) => Duration::from_millis(50),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// The scripts to publish unlock messages with.
     pub(crate) fn publishing(&self) -> Publishing {
         match self {

@@ -658,12 +658,24 @@ async fn a_rust_waiter_that_outlives_its_deadline_keeps_the_java_waiter_behind_i
     let waiter = rust_turn(&rust, name, Duration::ZERO);
     let r = queued(&redis, name, 1).await.remove(0);
     // As if R had queued minutes ago: its deadline is nearly due. A Java `lock()` waiter J
-    // queues behind it as Redisson does: R's deadline plus its 300 s.
+    // queues behind it as Redisson does: R's deadline plus its 300 s. In one script, so that
+    // no attempt of R's falls between the two (the one it makes once its subscription is
+    // confirmed came late on a loaded machine: it raised R's deadline before J queued, so
+    // nothing raised J's, and R's grant left J's in the past).
     let d_r = redis.time_ms() + 2_000;
-    redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r]);
     let j = "0b1c2d3e-0000-4000-8000-000000000009:1";
-    redis.cmd(&["RPUSH", &q, j]);
-    redis.cmd(&["ZADD", &t, &(d_r + 300_000).to_string(), j]);
+    redis.cmd(&[
+        "EVAL",
+        "redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[2]) \
+         redis.call('RPUSH', KEYS[2], ARGV[3]) redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])",
+        "2",
+        &t,
+        &q,
+        &d_r.to_string(),
+        &r,
+        j,
+        &(d_r + 300_000).to_string(),
+    ]);
     // R's next attempt (woken at once by a stray message) raises its deadline: it lives on.
     let channel = format!("redisson_lock__channel:{{{name}}}:{r}");
     redis.cmd(&["PUBLISH", &channel, "0"]);
@@ -720,10 +732,12 @@ async fn a_java_waiter_behind_a_rust_waiter_that_outlived_its_deadline_keeps_its
         let w2_sent = mono_ns();
         let w2 = java.send(&format!("fairlock w2 {name} -1"));
         let w2_owner = queued(&redis, &name, 2).await.remove(1);
-        // As if both had queued minutes ago: R's deadline nearly due, w2's 300 s after it.
+        // As if both had queued minutes ago: R's deadline nearly due, w2's 300 s after it. In
+        // one command, so that no attempt of R's falls between the two (it would raise R's
+        // deadline alone, and R's grant would leave w2's in the past).
         let d_r = redis.time_ms() + 2_000;
-        redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r]);
-        redis.cmd(&["ZADD", &t, "XX", &(d_r + 300_000).to_string(), &w2_owner]);
+        let d_w2 = (d_r + 300_000).to_string();
+        redis.cmd(&["ZADD", &t, "XX", &d_r.to_string(), &r, &d_w2, &w2_owner]);
         // R's next attempt (woken at once by a stray message) raises its deadline.
         let channel = format!("redisson_lock__channel:{{{name}}}:{r}");
         redis.cmd(&["PUBLISH", &channel, "0"]);

@@ -102,8 +102,7 @@ bash scripts/compat.sh --jobs "$features" > target/compat-jobs.jsonl
 # - the MSRV (ready for crates.io: CHANGELOG.md; README, "Versioning" and "Minimum supported
 #   Rust version"): the published crates, with their features, checked with the rust-version
 #   they declare (another toolchain, in a target directory of its own: it shares nothing with
-#   the first chain), one compiler process at a time, so that both chains together load the
-#   CPU about as one cargo does.
+#   the first chain).
 # They used to run before the tests (the docs) or as one chain beside them: the fault suites'
 # chain, the test step's longest, then started a minute and a half later, and the one chain
 # beside it ended after it.
@@ -131,7 +130,7 @@ msrv_chain() {
     cat target/msrv-install.log
     status=1
   else
-    CARGO_BUILD_JOBS=1 bash scripts/msrv.sh || status=1
+    bash scripts/msrv.sh || status=1
   fi
   echo "== MSRV done ($((SECONDS - started)) s)"
   return $status

@@ -184,13 +184,9 @@ pub(crate) struct Subscription {
 }
 
 impl Demux {
-    /// A demultiplexer whose (un)subscribe commands carry at most `max_arguments` arguments.
-    pub(crate) fn new(max_arguments: usize) -> Demux {
-        Demux::settling(max_arguments, Duration::ZERO)
-    }
-
-    /// [`Demux::new`] that resubscribes `settle` after a lost connection rather than at once.
-    pub(crate) fn settling(max_arguments: usize, settle: Duration) -> Demux {
+    /// A demultiplexer whose (un)subscribe commands carry at most `max_arguments` arguments,
+    /// and which resubscribes `settle` after a lost connection (zero: at once).
+    pub(crate) fn new(max_arguments: usize, settle: Duration) -> Demux {
         Demux {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),

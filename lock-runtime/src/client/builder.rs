@@ -463,7 +463,7 @@ impl LockClientBuilder {
         }
         let info = self.connection_info.take();
         let (config, settings) = self.into_parts()?;
-        let demux = Demux::settling(
+        let demux = Demux::new(
             config.max_request_arguments,
             config.topology.resubscribe_settle(),
         );
@@ -513,7 +513,7 @@ impl LockClientBuilder {
     #[cfg(test)]
     pub(crate) fn build_fake(self, fake: crate::fake::FakeRedis) -> Result<LockClient, LockError> {
         let (config, _) = self.into_parts()?;
-        let demux = Demux::new(config.max_request_arguments);
+        let demux = Demux::new(config.max_request_arguments, Duration::ZERO);
         let backend = redis_backend(&config, Conn::Fake(fake.clone()), false);
         let pubsub = Conn::Fake(fake);
         Ok(LockClient::start(
@@ -535,7 +535,7 @@ impl LockClientBuilder {
     ) -> Result<LockClient, LockError> {
         self.memory = None;
         let (config, _) = self.into_parts()?;
-        let demux = Demux::new(config.max_request_arguments);
+        let demux = Demux::new(config.max_request_arguments, Duration::ZERO);
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let channels = memory.connect(demux.router(), &renew_now);
         Ok(LockClient::start(

@@ -134,7 +134,7 @@ impl Topology {
     /// How long the demultiplexer lets the pub/sub connection repair itself after a loss
     /// before resubscribing: on a cluster, a few times what redis takes to reconnect to a node
     /// (about a millisecond on a local network), so the resubscription goes to the node itself
-    /// rather than elsewhere (see `Demux::settling`).
+    /// rather than elsewhere (see `Demux::new`).
     pub(crate) fn resubscribe_settle(&self) -> Duration {
         match self {
             #[cfg(feature = "cluster")]

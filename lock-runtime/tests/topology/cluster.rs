@@ -90,7 +90,7 @@ async fn locks_on_a_cluster_with_a_frozen_master_and_a_slot_migrating() {
     // The frozen-master scenarios first, on a cluster nothing was written to yet: its `CLUSTER
     // SLOTS` lists no replica (Redis 7.0 leaves out a replica at replication offset 0), so a
     // request for a slot whose node the client is reconnecting to has no replica of the slot
-    // to go to instead (see `Demux::settling`).
+    // to go to instead (see `Demux::new`).
     let cluster = start_cluster();
     step(
         "frozen shard, subscriptions",

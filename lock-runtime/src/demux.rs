@@ -66,9 +66,12 @@ struct State {
     /// Keyed by a shared name: each waiter's subscription holds the same one.
     channels: HashMap<Arc<str>, Registered>,
     /// Channels whose wanted state may differ from the server's.
-    dirty: HashSet<String>,
+    ///
+    /// This set and the next keep the registry's shared names (each a reference, not a copy
+    /// of the name): a client waiting on a hundred thousand names keeps one copy of each.
+    dirty: HashSet<Arc<str>>,
     /// Channels Redis confirmed on the current connection.
-    subscribed: HashSet<String>,
+    subscribed: HashSet<Arc<str>>,
     /// Bumped on every lost connection; a confirmation from an older epoch is stale.
     epoch: u64,
 }
@@ -263,7 +266,7 @@ impl Demux {
                 if state.subscribed.contains(&*name) {
                     channel.ready.store(true, Ordering::Release);
                 }
-                state.dirty.insert(name.to_string());
+                state.dirty.insert(name.clone());
                 self.shared.work.notify_one();
                 (name, channel)
             }
@@ -308,7 +311,7 @@ impl Shared {
         state.epoch += 1;
         metrics::subscribed_channels(-(state.subscribed.len() as f64));
         state.subscribed.clear();
-        let names: Vec<String> = state.channels.keys().map(|name| name.to_string()).collect();
+        let names: Vec<Arc<str>> = state.channels.keys().cloned().collect();
         for reg in state.channels.values() {
             reg.channel.ready.store(false, Ordering::Release);
             reg.wake_all();
@@ -325,12 +328,13 @@ impl Shared {
         if state.subscribed.remove(name) {
             metrics::subscribed_channels(-1.0);
         }
-        let Some(reg) = state.channels.get(name) else {
+        let Some((name, reg)) = state.channels.get_key_value(name) else {
             return;
         };
         reg.channel.ready.store(false, Ordering::Release);
         reg.wake_all();
-        state.dirty.insert(name.to_owned());
+        let name = name.clone();
+        state.dirty.insert(name);
         drop(state);
         self.work.notify_one();
     }
@@ -398,7 +402,7 @@ impl Drop for Subscription {
         };
         if last {
             state.channels.remove(&*self.name);
-            state.dirty.insert(self.name.to_string());
+            state.dirty.insert(self.name.clone());
             drop(state);
             self.shared.work.notify_one();
         }
@@ -465,13 +469,13 @@ async fn subscribe_loop(shared: Arc<Shared>, mut conn: Box<dyn Channels>) {
                 let mut state = shared.lock();
                 let mut subscribe = Vec::new();
                 let mut unsubscribe = Vec::new();
-                let dirty: Vec<String> = state.dirty.drain().collect();
+                let dirty: Vec<Arc<str>> = state.dirty.drain().collect();
                 for name in dirty {
-                    let wanted = state.channels.contains_key(name.as_str());
+                    let wanted = state.channels.contains_key(&name);
                     let actual = state.subscribed.contains(&name);
                     match (wanted, actual) {
-                        (true, false) => subscribe.push(name),
-                        (false, true) => unsubscribe.push(name),
+                        (true, false) => subscribe.push(name.to_string()),
+                        (false, true) => unsubscribe.push(name.to_string()),
                         _ => {}
                     }
                 }
@@ -510,7 +514,7 @@ async fn sync(
                 return;
             };
             for name in names {
-                if state.subscribed.remove(name) {
+                if state.subscribed.remove(name.as_str()) {
                     metrics::subscribed_channels(-1.0);
                 }
                 // A waiter came back for this channel while we unsubscribed it: it is not
@@ -530,14 +534,21 @@ async fn sync(
                 return;
             };
             for name in names {
-                if state.subscribed.insert(name.clone()) {
-                    metrics::subscribed_channels(1.0);
-                }
-                if let Some(reg) = state.channels.get(name.as_str()) {
-                    reg.channel.ready.store(true, Ordering::Release);
-                } else {
+                // The registry's name when a waiter still wants the channel (the common case),
+                // else a copy.
+                let (name, wanted) = match state.channels.get_key_value(name.as_str()) {
+                    Some((name, reg)) => {
+                        reg.channel.ready.store(true, Ordering::Release);
+                        (name.clone(), true)
+                    }
+                    None => (Arc::from(name.as_str()), false),
+                };
+                if !wanted {
                     // The last waiter left while we subscribed: undo it on the next round.
                     state.dirty.insert(name.clone());
+                }
+                if state.subscribed.insert(name) {
+                    metrics::subscribed_channels(1.0);
                 }
             }
             drop(state);
@@ -561,7 +572,9 @@ fn settled<'a>(
     let mut state = shared.lock();
     if let Err(e) = result {
         first_error.get_or_insert(e);
-        state.dirty.extend(names.iter().cloned());
+        state
+            .dirty
+            .extend(names.iter().map(|name| Arc::from(name.as_str())));
         return None;
     }
     (state.epoch == epoch).then_some(state)

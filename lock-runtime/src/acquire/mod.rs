@@ -254,8 +254,10 @@ impl<'a> Acquire<'a> {
                 notified.as_mut().enable();
                 // Be subscribed before the attempt, so an unlock published after it cannot be
                 // missed.
-                let subscribed =
-                    sub.is_ready() || (was_subscribed && self.confirm(&sub, timer.as_mut()).await);
+                // (The wait for the confirmation boxed: a waiter makes it about once, and
+                // inline it would make every waiting task's future larger while it sleeps.)
+                let subscribed = sub.is_ready()
+                    || (was_subscribed && Box::pin(self.confirm(&sub, timer.as_mut())).await);
                 was_subscribed = subscribed;
                 // Queued behind local waiters: wait for our turn (bounded) before trying.
                 let queued_wait = std::mem::take(&mut skip_attempt);
@@ -276,7 +278,8 @@ impl<'a> Acquire<'a> {
                     delivery = place.delivered() => match delivery {
                         Delivery::Granted(grant) => {
                             place.holds = true;
-                            match self.take_grant(grant).await? {
+                            // Boxed, as the confirmation above: a waiter rarely takes more than one.
+                            match Box::pin(self.take_grant(grant)).await? {
                                 Settled::Taken(guard) => return Ok(guard),
                                 // Held by another owner: our grant has ended. Queue again.
                                 Settled::Busy(now_busy) => {

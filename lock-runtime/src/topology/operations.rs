@@ -173,7 +173,9 @@ impl RedisBackend {
     async fn write_value(&self, call: Call, pin: Option<Pin>) -> RedisResult<Acked<Value>> {
         let generation = pin.and_then(|pin| pin.generation);
         if let Some(group) = &self.group {
-            return group.send(call, generation).await;
+            // Boxed: only a client whose writes replicas acknowledge commits in groups, and
+            // inline its future (near a kilobyte) would be in every request in flight.
+            return Box::pin(group.send(call, generation)).await;
         }
         let mut conn = self.conn.pinned(generation);
         let (reply, acked) = send::<Value>(&mut conn, &self.dialect, &call, self.ack).await?;

@@ -344,7 +344,10 @@ impl FailoverConn {
         if !self.shared.suspect.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.shared.clone().rediscover(None).await;
+        // Boxed: inline, the lookup's future (near 7 KB) would be part of every request's
+        // future, and through `Conn::pin` of every acquire's and release's in flight, on every
+        // client built with the feature (one server's too), whether the master is suspect or not.
+        Box::pin(self.shared.clone().rediscover(None)).await;
         if !self.shared.suspect.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -541,7 +544,8 @@ impl Shared {
             if let Some(at) = next_look.filter(|&at| at > Instant::now()) {
                 tokio::time::sleep_until(at.min(deadline)).await;
             }
-            self.clone().rediscover(None).await;
+            // Boxed, as in `confirmed`.
+            Box::pin(self.clone().rediscover(None)).await;
         }
     }
 

@@ -163,9 +163,7 @@ async fn held(
     // Two rounds to settle, then three measured.
     let rounds = |c: &LockClient| c.stats().renewal_round_trips;
     let settle = client.stats().renewals;
-    while client.stats().renewals < settle + 2 * n as u64 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    renewed(client, &guards, settle + 2 * n as u64).await;
     let calls = |info: String| -> f64 {
         (info.lines())
             .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_evalsha:"))
@@ -194,9 +192,7 @@ async fn held(
         cpu_seconds(),
         Instant::now(),
     );
-    while client.stats().renewals < renewals + 3 * n as u64 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    renewed(client, &guards, renewals + 3 * n as u64).await;
     let per_round = |x: f64| x / 3.0;
     let requests = per_round((rounds(client) - requests) as f64);
     let calls = per_round(script_calls(probe).await - calls_before);
@@ -211,6 +207,22 @@ async fn held(
     );
     for g in guards {
         g.release().await.expect("release");
+    }
+}
+
+/// Waits until `client` has confirmed `target` renewals in all. Fails the measure when a lock
+/// of `guards` is lost meanwhile (its renewals stop for good: a loaded machine that missed a
+/// round) or after 120 s, rather than waiting for renewals that cannot come.
+async fn renewed(client: &LockClient, guards: &[lock_runtime::LockGuard], target: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while client.stats().renewals < target {
+        let lost = guards.iter().filter(|g| g.is_lost()).count();
+        assert!(
+            lost == 0 && Instant::now() < deadline,
+            "held: renewals stopped at {} of {target}, {lost} locks lost",
+            client.stats().renewals
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -398,7 +398,8 @@ async fn a_mixed_fleets_tokens_after_a_failover_that_lost_the_counters_last_writ
                 // token, and Java's after it, stay below r2 until that clock passes r2.
                 assert!(r3 < r2 && j4 < r2 && j4 > r3, "{version}: {r2} {r3} {j4}");
                 let clock_passed = async {
-                    while (redis.clock_offset_us() + now_us()) <= r2 as i64 {
+                    // The promoted server's own clock (`TIME`), to the millisecond.
+                    while redis.time_ms() * 1_000 <= r2 {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 };
@@ -411,13 +412,6 @@ async fn a_mixed_fleets_tokens_after_a_failover_that_lost_the_counters_last_writ
             }
         }
     }
-}
-
-/// The machine's wall clock in microseconds since 1970.
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// On a Redis 7 cluster Redisson publishes with `SPUBLISH` (its `AUTO` sharded mode), as we
